@@ -1,0 +1,58 @@
+#include "dfi/common/config.hpp"
+
+#include <array>
+#include <charconv>
+#include <cstdlib>
+
+#include "dfi/common/error.hpp"
+
+namespace dfi::config {
+namespace {
+
+constexpr std::array kEntries{
+    Entry{"transport", "DFI_TRANSPORT", "auto",
+          "Fabric transport: shm (UCX sm), tcp (UCX tcp), or auto (UCX chooses; UCX_TLS is honoured)"},
+    Entry{"op_timeout_ms", "DFI_OP_TIMEOUT_MS", "10000",
+          "Upper bound for any single fabric wait (put/get/atomic/flush/AM completion)"},
+    Entry{"keepalive_ms", "DFI_KEEPALIVE_MS", "300",
+          "UCX keepalive interval; a dead peer on shm is detected within a few intervals"},
+    Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",
+          "host:port of the registry; rank 0 embeds the server there unless DFI_REGISTRY_EXTERNAL=1"},
+    Entry{"registry_token", "DFI_REGISTRY_TOKEN", "",
+          "Shared secret for the registry; required when the server binds a non-loopback address"},
+    Entry{"registry_timeout_ms", "DFI_REGISTRY_TIMEOUT_MS", "30000",
+          "How long a rank waits for the registry, a record or a barrier before giving up"},
+    Entry{"registry_external", "DFI_REGISTRY_EXTERNAL", "0",
+          "1: do not embed the registry in rank 0; connect to an already running server"},
+};
+
+}  // namespace
+
+std::span<const Entry> entries() { return kEntries; }
+
+const Entry& entry(std::string_view name) {
+  for (const Entry& e : kEntries) {
+    if (e.name == name) return e;
+  }
+  throw Error(Errc::invalid_argument, "unknown DFI setting '" + std::string(name) + "'");
+}
+
+std::string get_string(std::string_view name) {
+  const Entry& e = entry(name);
+  const char* value = std::getenv(std::string(e.env).c_str());
+  if (value != nullptr && *value != '\0') return value;
+  return std::string(e.default_value);
+}
+
+std::int64_t get_int(std::string_view name) {
+  const std::string text = get_string(name);
+  std::int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
+    throw Error(Errc::invalid_argument, std::string(entry(name).env) + "='" + text +
+                                            "' is not a non-negative integer");
+  }
+  return value;
+}
+
+}  // namespace dfi::config
