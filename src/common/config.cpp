@@ -12,6 +12,8 @@ namespace {
 constexpr std::array kEntries{
     Entry{"transport", "DFI_TRANSPORT", "auto",
           "Fabric transport: shm (UCX sm), tcp (UCX tcp), or auto (UCX chooses; UCX_TLS is honoured)"},
+    Entry{"net_devices", "DFI_NET_DEVICES", "",
+          "Network devices for the tcp transport (UCX_NET_DEVICES); empty means loopback only"},
     Entry{"op_timeout_ms", "DFI_OP_TIMEOUT_MS", "10000",
           "Upper bound for any single fabric wait (put/get/atomic/flush/AM completion)"},
     Entry{"keepalive_ms", "DFI_KEEPALIVE_MS", "300",

@@ -1,0 +1,97 @@
+// cluster::Node — what one process of a DFI cluster needs to talk to the others.
+//
+// Construction discovers rank and size from the launcher (dfi cluster run, mpirun, srun),
+// starts the embedded registry in rank 0 (unless DFI_REGISTRY_EXTERNAL=1), connects to it,
+// creates the fabric context and a service worker that is the target of every peer's
+// one-sided operations and active messages, served by a progress thread, publishes that
+// worker's address, and waits until every rank has done the same.
+//
+//   dfi::cluster::Node node;                       // blocks until all ranks are up
+//   dfi::fabric::Worker worker(node.fabric(), "t0");
+//   dfi::fabric::Endpoint ep = node.connect(worker, (node.rank() + 1) % node.size());
+//   ...
+//   node.finish();                                 // last barrier; rank 0 keeps the registry up
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "dfi/fabric/context.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/worker.hpp"
+
+namespace dfi::registry {
+class Client;
+class Server;
+}  // namespace dfi::registry
+
+namespace dfi::fabric {
+class ProgressThread;
+}
+
+namespace dfi::cluster {
+
+struct NodeOptions {
+  int rank = -1;                          // -1: discover from the launcher's environment
+  int size = -1;
+  std::string registry;                   // host:port; empty: DFI_REGISTRY
+  std::string token;                      // empty: DFI_REGISTRY_TOKEN
+  bool embed_registry = true;             // rank 0 runs the server (DFI_REGISTRY_EXTERNAL=1 turns off)
+  std::chrono::milliseconds registry_timeout{0};  // 0: DFI_REGISTRY_TIMEOUT_MS
+  fabric::ContextOptions fabric;          // defaults from the settings table
+  // Installs active-message handlers on the service worker before its progress thread starts.
+  std::function<void(fabric::Worker&)> setup_service;
+};
+
+// Options from the settings table and the launcher's environment.
+NodeOptions node_options_from_environment();
+
+class Node {
+ public:
+  // Joins the cluster. Throws dfi::Error: invalid_argument (no rank/size found, bad settings),
+  // timeout (registry or peers did not appear within registry_timeout), io.
+  explicit Node(NodeOptions options = node_options_from_environment());
+  // Stops the progress thread and leaves; does not wait for peers (call finish() for that).
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  fabric::Context& fabric() noexcept { return *context_; }
+  registry::Client& registry() noexcept { return *client_; }
+
+  // The service worker address of `rank` (cached after the first lookup). Thread-safe.
+  std::string peer_address(int rank);
+  // An endpoint from `worker` to the service worker of `rank`. Throws dfi::Error(invalid_argument)
+  // for a rank outside [0, size). Thread-safe (the worker must be the caller's own).
+  fabric::Endpoint connect(fabric::Worker& worker, int rank);
+
+  // Waits until every rank called barrier with the same name. Throws dfi::Error(timeout) naming
+  // how many arrived. Thread-safe.
+  void barrier(const std::string& name);
+
+  // Final barrier: after it no peer touches this process's memory any more. Rank 0 hosts the
+  // registry, so it must not leave before the others are done with it.
+  void finish();
+
+ private:
+  int rank_ = -1;
+  int size_ = 0;
+  std::chrono::milliseconds registry_timeout_{0};
+  std::unique_ptr<registry::Server> server_;
+  std::unique_ptr<registry::Client> client_;
+  std::unique_ptr<fabric::Context> context_;
+  std::unique_ptr<fabric::Worker> service_;
+  std::unique_ptr<fabric::ProgressThread> progress_;
+  std::mutex addresses_mutex_;
+  std::unordered_map<int, std::string> addresses_;  // guarded by addresses_mutex_
+};
+
+}  // namespace dfi::cluster

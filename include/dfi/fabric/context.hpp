@@ -1,0 +1,77 @@
+// fabric::Context — one per process: the UCX context, the transport choice and its capabilities.
+//
+// The fabric layer is the only code in DFI that includes UCX headers. Everything above it sees
+// Context, Worker, Endpoint, MemoryRegion and RemoteMemory, never a UCX type.
+//
+// Typical process setup (cluster::Node does this for you):
+//   fabric::Context ctx(fabric::context_options_from_config());
+//   fabric::Worker service(ctx, "service");          // target of all incoming traffic
+//   fabric::ProgressThread progress(service);        // progresses it when the transport needs it
+//   fabric::Worker mine(ctx, "thread-0");            // one per communicating thread
+//   fabric::Endpoint ep = mine.connect(peer_rank, peer_service_address);
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace dfi::fabric {
+
+// Which UCX transports a context may use.
+enum class Transport {
+  automatic,  // UCX chooses (UCX_TLS from the environment is honoured)
+  shm,        // shared memory only (UCX "sm"): truly one-sided put/get/atomics
+  tcp,        // TCP only: RMA and atomics are emulated and need target-side progress
+};
+
+// Parses "auto", "shm" or "tcp"; throws dfi::Error(invalid_argument) otherwise.
+Transport parse_transport(std::string_view text);
+std::string_view transport_name(Transport transport) noexcept;
+
+// What the chosen transport can do; flows pick their strategy from this once, at creation.
+struct Capabilities {
+  bool native_one_sided = false;       // put/get/atomics complete without the target's CPU
+  bool needs_target_progress = true;   // a progress thread must serve incoming operations
+  bool can_map_remote = false;         // RemoteMemory::mapped() may return a direct pointer
+};
+
+struct ContextOptions {
+  Transport transport = Transport::automatic;
+  // UCX keepalive interval: bounds how long a dead peer on shm goes unnoticed.
+  std::chrono::milliseconds keepalive{300};
+  // Upper bound for any single wait on a fabric operation. When it passes, the endpoint is
+  // declared failed (an unresponsive peer is treated like a dead one) and the call returns an error.
+  std::chrono::milliseconds op_timeout{10000};
+  // Network devices for TCP (UCX_NET_DEVICES); empty = "lo" unless UCX_NET_DEVICES is set.
+  std::string net_devices;
+};
+
+// Options from the settings table (DFI_TRANSPORT, DFI_KEEPALIVE_MS, DFI_OP_TIMEOUT_MS,
+// DFI_NET_DEVICES). Throws dfi::Error(invalid_argument) for malformed values.
+ContextOptions context_options_from_config();
+
+class Context {
+ public:
+  // Creates the UCX context with RMA, 64-bit atomics, active messages and wakeup, for several
+  // workers used from different threads. Throws dfi::Error(fatal) if UCX cannot be initialised.
+  explicit Context(ContextOptions options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const ContextOptions& options() const noexcept { return options_; }
+  Capabilities capabilities() const noexcept { return capabilities_; }
+  // One line describing transport and capabilities, for logs and `dfi fabric check`.
+  std::string describe() const;
+
+  struct Impl;  // defined in src/fabric; opaque above the fabric layer
+  Impl& impl() noexcept { return *impl_; }
+
+ private:
+  ContextOptions options_;
+  Capabilities capabilities_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dfi::fabric

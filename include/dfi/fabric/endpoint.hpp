@@ -1,0 +1,107 @@
+// fabric::Endpoint and fabric::RemoteMemory — one-sided operations towards one peer.
+//
+// Completion semantics (as in UCX):
+//  - put(): returns when the source buffer may be reused; the data is visible at the peer only
+//    after flush() (or after a fenced later write that the peer observes).
+//  - put_nbi(): returns at once; the source buffer must stay untouched until flush().
+//  - get()/atomics: return when the result is in the caller's memory.
+//  - flush(): every operation issued before it on this endpoint is complete at the peer.
+// Every call waits at most the context's op_timeout; when it passes, or when the peer dies, the
+// call returns a Status naming the peer, and every later call on this endpoint fails the same way.
+//
+// An Endpoint and its RemoteMemory belong to the thread that owns their Worker.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "dfi/common/error.hpp"
+
+namespace dfi::fabric {
+
+struct RegionDescriptor;
+
+namespace detail {
+struct EndpointState;
+}
+
+// A peer's memory region, attached to one endpoint (a UCX remote key).
+class RemoteMemory {
+ public:
+  RemoteMemory() = default;
+  ~RemoteMemory();
+  RemoteMemory(RemoteMemory&& other) noexcept;
+  RemoteMemory& operator=(RemoteMemory&& other) noexcept;
+  RemoteMemory(const RemoteMemory&) = delete;
+  RemoteMemory& operator=(const RemoteMemory&) = delete;
+
+  bool valid() const noexcept { return rkey_ != nullptr; }
+  std::uint64_t address() const noexcept { return address_; }
+  std::size_t size() const noexcept { return size_; }
+  // A direct pointer to the peer's region when the transport maps it (shm), else nullptr.
+  // Plain stores through it reach the peer with no fabric call; publish with a release store.
+  void* mapped() const noexcept { return mapped_; }
+
+ private:
+  friend class Endpoint;
+  void release() noexcept;
+
+  std::shared_ptr<detail::EndpointState> endpoint_;  // keeps the endpoint open while attached
+  void* rkey_ = nullptr;                             // ucp_rkey_h
+  std::uint64_t address_ = 0;
+  std::size_t size_ = 0;
+  void* mapped_ = nullptr;
+};
+
+class Endpoint {
+ public:
+  Endpoint() = default;
+  explicit Endpoint(std::shared_ptr<detail::EndpointState> state) : state_(std::move(state)) {}
+  // Closing flushes outstanding operations (bounded by op_timeout), or force-closes a failed one.
+  ~Endpoint() = default;
+  Endpoint(Endpoint&&) noexcept = default;
+  Endpoint& operator=(Endpoint&&) noexcept = default;
+
+  int peer() const noexcept;
+  // "rank 3", used in every message about this endpoint.
+  const std::string& peer_name() const noexcept;
+  // Ok while the endpoint is healthy; the failure (peer_failed / timeout) once it is not.
+  Status status() const;
+
+  // Unpacks a peer's region key for use on this endpoint. Throws dfi::Error(protocol) if the key
+  // is malformed.
+  RemoteMemory attach(const RegionDescriptor& descriptor);
+
+  // One-sided operations; `offset` is relative to the start of `remote`. A range outside the
+  // region returns Errc::invalid_argument and does nothing.
+  Status put(const void* source, std::size_t bytes, const RemoteMemory& remote, std::size_t offset);
+  Status put_nbi(const void* source, std::size_t bytes, const RemoteMemory& remote,
+                 std::size_t offset);
+  Status get(void* destination, std::size_t bytes, const RemoteMemory& remote, std::size_t offset);
+  // 64-bit atomics on an 8-byte aligned word; `old` (may be null for fetch_add) receives the
+  // previous value.
+  Status fetch_add(const RemoteMemory& remote, std::size_t offset, std::uint64_t value,
+                   std::uint64_t* old = nullptr);
+  Status compare_swap(const RemoteMemory& remote, std::size_t offset, std::uint64_t expected,
+                      std::uint64_t desired, std::uint64_t* old);
+  Status swap(const RemoteMemory& remote, std::size_t offset, std::uint64_t value,
+              std::uint64_t* old);
+  Status flush();
+
+  // Sends active message `id` with `data` (<= kMaxAmBytes, copied). Returns when the data left
+  // the caller's buffer. The receiver's handler may reply through its AmReplier.
+  Status am_send(std::uint16_t id, std::span<const std::byte> data);
+
+  // Flushes (or force-closes a failed endpoint) and releases it; also done by the destructor
+  // once the last RemoteMemory attached to it is gone.
+  void close();
+
+ private:
+  detail::EndpointState& state() const;
+  std::shared_ptr<detail::EndpointState> state_;
+};
+
+}  // namespace dfi::fabric

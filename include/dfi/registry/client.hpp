@@ -1,0 +1,102 @@
+// A connection to the registry (see server.hpp): publish and look up named binary records, join
+// the membership list, meet at barriers.
+//
+// Threading: every call is thread-safe. A Client holds one connection and sends one request at
+// a time (a mutex serialises callers), so a blocking wait_for() or barrier() holds the connection
+// and other calls on the same Client wait behind it. Threads that must block independently use a
+// Client each.
+//
+// Errors: every call throws dfi::Error. Besides the per-call codes listed below, any call can
+// throw
+//   peer_failed: the registry closed or reset the connection (e.g. it stopped or died); the
+//                message names the registry address and the request.
+//   timeout:     the registry did not answer within the request's bound (10 s for simple
+//                requests, the call's own timeout plus 2 s for wait_for() and barrier()).
+//   protocol:    the registry sent a malformed reply.
+//   io:          a local socket call failed.
+// After any of these four the connection is unusable and every later call fails with
+// peer_failed naming the first failure; membership of this client ends with it. Errors the
+// registry decides (not_found, already_exists, timeout of a wait, invalid_argument) leave the
+// connection usable.
+//
+// Names are non-empty UTF-8 text of at most kMaxNameBytes; values are arbitrary bytes of at most
+// kMaxValueBytes. A call that breaks these bounds throws invalid_argument and sends nothing.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "dfi/registry/limits.hpp"
+
+namespace dfi::registry {
+
+class Client {
+ public:
+  // Connects to `host_port` ("127.0.0.1:7420", "[::1]:7420", "node0:7420") and presents `token`.
+  // Connection attempts are retried (the server may still be starting) until connect_timeout.
+  // Errors:
+  //   invalid_argument: host_port is not "host:port"; the registry rejected the token
+  //                     ("... rejected the connection: registry: bad token").
+  //   timeout: no connection within connect_timeout ("registry at 127.0.0.1:7420 unreachable
+  //            after 3000 ms: Connection refused").
+  //   io:      the host name cannot be resolved, or a socket call failed.
+  //   retry:   the registry has too many connections.
+  //   protocol / peer_failed: the registry answered the hello with garbage or hung up.
+  Client(std::string host_port, std::string token, std::chrono::milliseconds connect_timeout);
+  // Closes the connection; the registry then drops this client's memberships and barrier
+  // arrivals.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  Client(Client&&) = delete;
+  Client& operator=(Client&&) = delete;
+
+  // The registry address given at construction. Thread-safe; never fails.
+  const std::string& address() const noexcept;
+
+  // Stores `value` under `name`, waking every wait_for(name). When the record exists, replaces it
+  // if `replace`, else throws already_exists ("registry: record 'X' already exists").
+  void publish(const std::string& name, std::string_view value, bool replace = false);
+
+  // The value of `name`; throws not_found ("registry: no record 'X'") if there is none.
+  std::string lookup(const std::string& name);
+
+  // The value of `name`, or nullopt if there is none.
+  std::optional<std::string> try_lookup(const std::string& name);
+
+  // The value of `name`, waiting up to `timeout` (clamped to kMaxWaitTimeout) for it to be
+  // published. Throws timeout ("registry: record 'X' not published within N ms"); a negative
+  // timeout is invalid_argument. Holds the connection while waiting.
+  std::string wait_for(const std::string& name, std::chrono::milliseconds timeout);
+
+  // Deletes `name`; throws not_found if there is none.
+  void remove(const std::string& name);
+
+  // Registers this client as member `rank` (>= 0) with `info` (arbitrary bytes, at most
+  // kMaxInfoBytes) until this client's connection closes. Throws already_exists when a live
+  // connection already joined that rank, invalid_argument when the registry holds kMaxMembers.
+  void join(int rank, std::string_view info);
+
+  // The current members: rank -> info.
+  std::map<int, std::string> members();
+
+  // Returns once `count` clients (this one included) have called barrier(name, count) in the
+  // current round; the next `count` arrivals form the next round. Holds the connection while
+  // waiting. If a waiting participant disconnects, its arrival is withdrawn.
+  // Errors: timeout ("registry: barrier 'X' timed out after N ms with 2 of 4 arrived"; this
+  // client's arrival is withdrawn); invalid_argument if count < 1, count exceeds the server's
+  // connection limit, count differs from the count of participants already waiting, or timeout
+  // is negative. `timeout` is clamped to kMaxWaitTimeout.
+  void barrier(const std::string& name, int count, std::chrono::milliseconds timeout);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dfi::registry

@@ -1,0 +1,74 @@
+// The embedded registry server: named binary records, node membership and barriers.
+//
+// Rank 0 of a cluster runs one Server; every rank (rank 0 included) talks to it through a
+// dfi::registry::Client. A typical start-up:
+//
+//   registry::Server server({.bind_host = "127.0.0.1", .port = 7420});   // rank 0 only
+//   registry::Client client(server.address(), token, std::chrono::seconds(30));
+//   client.join(rank, hostname);
+//   client.publish("flow/join/worker/" + std::to_string(rank), worker_address);
+//   client.barrier("flow/join/ready", size, std::chrono::seconds(30));
+//   std::string peer = client.lookup("flow/join/worker/3");
+//
+// The server serves every connection from one background thread (a poll loop), so no request can
+// block another: wait and barrier requests are parked until their record appears, their barrier
+// fills or their timeout passes. The server survives anything a client sends (garbage bytes,
+// oversized or truncated frames, invalid JSON, unknown operations, missing fields): it answers
+// with an error frame when it can and closes only that connection. Records live in memory only
+// and disappear with the server.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dfi/registry/limits.hpp"
+
+namespace dfi::registry {
+
+struct ServerOptions {
+  // Address to listen on. Loopback ("127.0.0.1", "::1", "localhost") keeps the registry private
+  // to this host; any other address exposes it and then requires a token.
+  std::string bind_host = "127.0.0.1";
+  // TCP port; 0 picks any free port (read it back with Server::port()).
+  std::uint16_t port = 0;
+  // Shared secret every client must present in its hello; empty means none (loopback only).
+  std::string token;
+  // Connections beyond this many are answered with a `retry` error and closed.
+  std::size_t max_connections = kDefaultMaxConnections;
+};
+
+class Server {
+ public:
+  // Binds, listens and starts serving before returning, so clients may connect at once.
+  // Errors (dfi::Error):
+  //   invalid_argument: bind_host is empty; max_connections is 0; bind_host is not a loopback
+  //                     address and token is empty (an exposed registry needs a token).
+  //   io: bind_host cannot be resolved; the socket cannot be created, bound (message names
+  //       host:port and the system error) or listened on; the serving thread cannot start.
+  explicit Server(ServerOptions options);
+  // Stops the server (see stop()).
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  Server(Server&&) = delete;
+  Server& operator=(Server&&) = delete;
+
+  // The port actually bound. Thread-safe; never fails.
+  std::uint16_t port() const noexcept;
+  // "host:port" (IPv6 hosts in brackets), suitable for Client. Thread-safe; never fails.
+  const std::string& address() const noexcept;
+
+  // Stops serving and returns promptly, even while clients are blocked in wait or barrier: those
+  // receive a peer_failed error frame when possible, then every connection is closed and the
+  // serving thread is joined. Idempotent and thread-safe; never throws.
+  void stop() noexcept;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dfi::registry

@@ -1,0 +1,102 @@
+#include "dfi/cluster/node.hpp"
+
+#include "dfi/common/config.hpp"
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/progress_thread.hpp"
+#include "dfi/launch/environment.hpp"
+#include "dfi/registry/client.hpp"
+#include "dfi/registry/server.hpp"
+
+namespace dfi::cluster {
+namespace {
+
+std::string address_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/address"; }
+
+// Splits "host:port"; throws invalid_argument naming DFI_REGISTRY otherwise.
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw Error(Errc::invalid_argument, "registry address '" + text + "' is not host:port (DFI_REGISTRY)");
+  }
+  int port = 0;
+  try {
+    port = std::stoi(text.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (port <= 0 || port > 65535) {
+    throw Error(Errc::invalid_argument, "registry address '" + text + "' has no valid port (DFI_REGISTRY)");
+  }
+  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+}  // namespace
+
+NodeOptions node_options_from_environment() {
+  NodeOptions options;
+  launch::LaunchInfo info = launch::discover_launch();
+  options.rank = info.rank;
+  options.size = info.size;
+  options.registry = config::get_string("registry");
+  options.token = config::get_string("registry_token");
+  options.embed_registry = config::get_int("registry_external") == 0;
+  options.registry_timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
+  options.fabric = fabric::context_options_from_config();
+  return options;
+}
+
+Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
+  if (rank_ < 0 || size_ <= 0 || rank_ >= size_) {
+    throw Error(Errc::invalid_argument, "cluster: rank " + std::to_string(rank_) + " of size " +
+                                            std::to_string(size_) + " is not a valid position");
+  }
+  if (options.registry.empty()) options.registry = config::get_string("registry");
+  if (options.token.empty()) options.token = config::get_string("registry_token");
+  registry_timeout_ = options.registry_timeout.count() > 0
+                          ? options.registry_timeout
+                          : std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
+
+  if (rank_ == 0 && options.embed_registry) {
+    auto [host, port] = split_host_port(options.registry);
+    server_ = std::make_unique<registry::Server>(registry::ServerOptions{host, port, options.token});
+  }
+  client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
+
+  context_ = std::make_unique<fabric::Context>(options.fabric);
+  service_ = std::make_unique<fabric::Worker>(*context_, "rank " + std::to_string(rank_) + " service");
+  if (options.setup_service) options.setup_service(*service_);
+  client_->publish(address_record(rank_), service_->address(), /*replace=*/true);
+  progress_ = std::make_unique<fabric::ProgressThread>(*service_);
+  client_->join(rank_, context_->describe());
+  barrier("dfi/node/up");
+}
+
+Node::~Node() {
+  progress_.reset();  // the service worker is ours again before it is destroyed
+}
+
+std::string Node::peer_address(int rank) {
+  if (rank < 0 || rank >= size_) {
+    throw Error(Errc::invalid_argument, "cluster: rank " + std::to_string(rank) +
+                                            " is outside the cluster of " + std::to_string(size_));
+  }
+  {
+    std::lock_guard lock(addresses_mutex_);
+    auto it = addresses_.find(rank);
+    if (it != addresses_.end()) return it->second;
+  }
+  std::string address = client_->wait_for(address_record(rank), registry_timeout_);
+  std::lock_guard lock(addresses_mutex_);
+  addresses_.emplace(rank, address);
+  return address;
+}
+
+fabric::Endpoint Node::connect(fabric::Worker& worker, int rank) {
+  return worker.connect(rank, peer_address(rank));
+}
+
+void Node::barrier(const std::string& name) { client_->barrier(name, size_, registry_timeout_); }
+
+void Node::finish() { barrier("dfi/node/finish"); }
+
+}  // namespace dfi::cluster

@@ -1,0 +1,110 @@
+#include "dfi/fabric/context.hpp"
+
+#include <cstdlib>
+
+#include "dfi/common/config.hpp"
+#include "internal.hpp"
+
+namespace dfi::fabric {
+
+std::string ucx_error_text(ucs_status_t status) { return ucs_status_string(status); }
+
+Transport parse_transport(std::string_view text) {
+  if (text == "auto") return Transport::automatic;
+  if (text == "shm") return Transport::shm;
+  if (text == "tcp") return Transport::tcp;
+  throw Error(Errc::invalid_argument,
+              "unknown transport '" + std::string(text) + "' (expected shm, tcp or auto)");
+}
+
+std::string_view transport_name(Transport transport) noexcept {
+  switch (transport) {
+    case Transport::automatic: return "auto";
+    case Transport::shm: return "shm";
+    case Transport::tcp: return "tcp";
+  }
+  return "unknown";
+}
+
+ContextOptions context_options_from_config() {
+  ContextOptions options;
+  options.transport = parse_transport(config::get_string("transport"));
+  options.keepalive = std::chrono::milliseconds(config::get_int("keepalive_ms"));
+  options.op_timeout = std::chrono::milliseconds(config::get_int("op_timeout_ms"));
+  options.net_devices = config::get_string("net_devices");
+  return options;
+}
+
+namespace {
+
+Capabilities capabilities_of(Transport transport) {
+  switch (transport) {
+    case Transport::shm: return {.native_one_sided = true, .needs_target_progress = false, .can_map_remote = true};
+    case Transport::tcp: return {.native_one_sided = false, .needs_target_progress = true, .can_map_remote = false};
+    case Transport::automatic: break;
+  }
+  // Unknown mix of transports: assume the weakest so flows stay correct.
+  return {.native_one_sided = false, .needs_target_progress = true, .can_map_remote = false};
+}
+
+void modify(ucp_config_t* config, const char* name, const std::string& value) {
+  ucs_status_t status = ucp_config_modify(config, name, value.c_str());
+  if (status != UCS_OK) {
+    ucp_config_release(config);
+    throw Error(Errc::fatal, "fabric: cannot set UCX_" + std::string(name) + "=" + value + ": " +
+                                 ucx_error_text(status));
+  }
+}
+
+}  // namespace
+
+Context::Context(ContextOptions options)
+    : options_(std::move(options)), capabilities_(capabilities_of(options_.transport)),
+      impl_(std::make_unique<Impl>()) {
+  // Peer failure detection turns shm off unless the mm transports allow error handling
+  // (UCX-NOTES.md). These are transport settings ucp_config_modify cannot reach, so they go
+  // through the environment, without overriding a user's explicit choice.
+  ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+  ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) {
+    throw Error(Errc::fatal, "fabric: cannot read UCX configuration: " + ucx_error_text(status));
+  }
+  if (options_.transport == Transport::shm) modify(config, "TLS", "sm,self");
+  if (options_.transport == Transport::tcp) {
+    modify(config, "TLS", "tcp,self");
+    // Keep TCP traffic on loopback unless told otherwise (netns clusters name their veth).
+    std::string devices = options_.net_devices;
+    if (devices.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) devices = "lo";
+    if (!devices.empty()) modify(config, "NET_DEVICES", devices);
+  }
+  modify(config, "KEEPALIVE_INTERVAL", std::to_string(options_.keepalive.count()) + "ms");
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;
+  status = ucp_init(&params, config, &impl_->context);
+  ucp_config_release(config);
+  if (status != UCS_OK) {
+    throw Error(Errc::fatal, "fabric: cannot initialise UCX (transport " +
+                                 std::string(transport_name(options_.transport)) + "): " +
+                                 ucx_error_text(status));
+  }
+}
+
+Context::~Context() {
+  if (impl_ && impl_->context != nullptr) ucp_cleanup(impl_->context);
+}
+
+std::string Context::describe() const {
+  std::string text = "transport=" + std::string(transport_name(options_.transport));
+  text += capabilities_.native_one_sided ? " one-sided=native" : " one-sided=emulated";
+  text += capabilities_.needs_target_progress ? " target-progress=needed" : " target-progress=none";
+  text += capabilities_.can_map_remote ? " map-remote=yes" : " map-remote=no";
+  return text;
+}
+
+}  // namespace dfi::fabric

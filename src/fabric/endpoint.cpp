@@ -1,0 +1,285 @@
+#include "dfi/fabric/endpoint.hpp"
+
+#include <utility>
+
+#include "dfi/common/deadline.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "internal.hpp"
+
+namespace dfi::fabric {
+namespace detail {
+
+Status EndpointState::fail(Errc code, std::string_view what, std::string_view reason) {
+  if (failure.is_ok()) {
+    failure = Status(code, "fabric: " + std::string(what) + " to " + peer_name + " (worker '" +
+                               worker->name + "') failed: " + std::string(reason));
+  }
+  return failure;
+}
+
+Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
+  if (request == nullptr) return {};
+  if (UCS_PTR_IS_ERR(request)) {
+    return fail(Errc::peer_failed, what, ucx_error_text(UCS_PTR_STATUS(request)));
+  }
+  Deadline deadline(worker->op_timeout);
+  bool forced = false;
+  unsigned spins = 0;
+  ucs_status_t status;
+  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    ucp_worker_progress(worker->worker);
+    if ((++spins & 1023u) != 0 || forced || !deadline.expired()) continue;
+    // The peer did not answer within op_timeout: treat it as dead. Force-closing the endpoint
+    // completes every outstanding request (with an error), so the loop ends.
+    (void)fail(Errc::timeout, what,
+         "no completion within " + std::to_string(worker->op_timeout.count()) + " ms");
+    forced = true;
+    close();
+  }
+  ucp_request_free(request);
+  if (status != UCS_OK) return fail(Errc::peer_failed, what, ucx_error_text(status));
+  return {};
+}
+
+Status EndpointState::wait_pending(std::string_view what) {
+  Status result;
+  for (void* request : pending) {
+    Status s = wait(request, what);
+    if (result.is_ok() && !s.is_ok()) result = s;
+  }
+  pending.clear();
+  return result;
+}
+
+void EndpointState::close() noexcept {
+  if (ep == nullptr) return;
+  ucp_ep_h closing = ep;
+  ep = nullptr;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = failure.is_ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(closing, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  Deadline deadline(worker->op_timeout);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && !deadline.expired()) {
+    ucp_worker_progress(worker->worker);
+  }
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+    // A flush-close that cannot finish (peer gone silent): force it, which never waits on the peer.
+    ucp_request_cancel(worker->worker, request);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker->worker);
+  }
+  ucp_request_free(request);
+}
+
+EndpointState::~EndpointState() {
+  if (ep != nullptr) {
+    (void)wait_pending("close");
+    close();
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// RemoteMemory
+
+RemoteMemory::~RemoteMemory() { release(); }
+
+RemoteMemory::RemoteMemory(RemoteMemory&& other) noexcept { *this = std::move(other); }
+
+RemoteMemory& RemoteMemory::operator=(RemoteMemory&& other) noexcept {
+  if (this != &other) {
+    release();
+    endpoint_ = std::move(other.endpoint_);
+    rkey_ = std::exchange(other.rkey_, nullptr);
+    address_ = std::exchange(other.address_, 0);
+    size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, nullptr);
+  }
+  return *this;
+}
+
+void RemoteMemory::release() noexcept {
+  if (rkey_ != nullptr) {
+    ucp_rkey_destroy(static_cast<ucp_rkey_h>(rkey_));
+    rkey_ = nullptr;
+    mapped_ = nullptr;
+  }
+  endpoint_.reset();  // may close the endpoint if this was the last user
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoint
+
+namespace {
+
+std::string range_text(std::size_t bytes, std::size_t offset) {
+  return std::to_string(bytes) + " B at offset " + std::to_string(offset);
+}
+
+}  // namespace
+
+detail::EndpointState& Endpoint::state() const {
+  if (!state_) throw Error(Errc::invalid_argument, "fabric: use of an empty or closed endpoint");
+  return *state_;
+}
+
+int Endpoint::peer() const noexcept { return state_ ? state_->peer : -1; }
+
+const std::string& Endpoint::peer_name() const noexcept {
+  static const std::string kNone = "no peer";
+  return state_ ? state_->peer_name : kNone;
+}
+
+Status Endpoint::status() const { return state().failure; }
+
+RemoteMemory Endpoint::attach(const RegionDescriptor& descriptor) {
+  detail::EndpointState& s = state();
+  if (s.ep == nullptr) s.failure.throw_if_error();
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t status = ucp_ep_rkey_unpack(s.ep, descriptor.packed_key.data(), &rkey);
+  if (status != UCS_OK) {
+    throw Error(Errc::protocol, "fabric: cannot unpack the memory key of " + s.peer_name + " (" +
+                                    std::to_string(descriptor.packed_key.size()) + " B): " +
+                                    ucx_error_text(status));
+  }
+  RemoteMemory remote;
+  remote.endpoint_ = state_;
+  remote.rkey_ = rkey;
+  remote.address_ = descriptor.address;
+  remote.size_ = descriptor.size;
+  void* mapped = nullptr;
+  if (ucp_rkey_ptr(rkey, descriptor.address, &mapped) == UCS_OK) remote.mapped_ = mapped;
+  return remote;
+}
+
+namespace {
+
+// Common checks before an operation: healthy endpoint, attached key, range inside the region.
+Status check(detail::EndpointState& s, const RemoteMemory& remote, std::size_t bytes,
+             std::size_t offset, std::string_view what) {
+  if (!s.failure.is_ok()) return s.failure;
+  if (!remote.valid()) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + s.peer_name +
+                                        ": remote memory is not attached"};
+  }
+  if (offset > remote.size() || bytes > remote.size() - offset) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " of " +
+                                        range_text(bytes, offset) + " is outside the " +
+                                        std::to_string(remote.size()) + " B region of " +
+                                        s.peer_name};
+  }
+  return {};
+}
+
+}  // namespace
+
+Status Endpoint::put(const void* source, std::size_t bytes, const RemoteMemory& remote,
+                     std::size_t offset) {
+  detail::EndpointState& s = state();
+  if (Status c = check(s, remote, bytes, offset, "put"); !c) return c;
+  ucp_request_param_t param{};
+  return s.wait(ucp_put_nbx(s.ep, source, bytes, remote.address() + offset,
+                            static_cast<ucp_rkey_h>(remote.rkey_), &param),
+                "put");
+}
+
+Status Endpoint::put_nbi(const void* source, std::size_t bytes, const RemoteMemory& remote,
+                         std::size_t offset) {
+  detail::EndpointState& s = state();
+  if (Status c = check(s, remote, bytes, offset, "put"); !c) return c;
+  ucp_request_param_t param{};
+  ucs_status_ptr_t request = ucp_put_nbx(s.ep, source, bytes, remote.address() + offset,
+                                         static_cast<ucp_rkey_h>(remote.rkey_), &param);
+  if (UCS_PTR_IS_ERR(request)) return s.fail(Errc::peer_failed, "put", ucx_error_text(UCS_PTR_STATUS(request)));
+  if (request != nullptr) s.pending.push_back(request);
+  return {};
+}
+
+Status Endpoint::get(void* destination, std::size_t bytes, const RemoteMemory& remote,
+                     std::size_t offset) {
+  detail::EndpointState& s = state();
+  if (Status c = check(s, remote, bytes, offset, "get"); !c) return c;
+  ucp_request_param_t param{};
+  return s.wait(ucp_get_nbx(s.ep, destination, bytes, remote.address() + offset,
+                            static_cast<ucp_rkey_h>(remote.rkey_), &param),
+                "get");
+}
+
+namespace {
+
+Status atomic(detail::EndpointState& s, const RemoteMemory& remote, void* rkey, std::size_t offset,
+              ucp_atomic_op_t op, const std::uint64_t* operand, std::uint64_t* reply,
+              std::string_view what) {
+  if (Status c = check(s, remote, sizeof(std::uint64_t), offset, what); !c) return c;
+  if ((remote.address() + offset) % sizeof(std::uint64_t) != 0) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + s.peer_name +
+                                        ": offset " + std::to_string(offset) + " is not 8-byte aligned"};
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  param.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
+  if (reply != nullptr) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    param.reply_buffer = reply;
+  }
+  return s.wait(ucp_atomic_op_nbx(s.ep, op, operand, 1, remote.address() + offset,
+                                  static_cast<ucp_rkey_h>(rkey), &param),
+                what);
+}
+
+}  // namespace
+
+Status Endpoint::fetch_add(const RemoteMemory& remote, std::size_t offset, std::uint64_t value,
+                           std::uint64_t* old) {
+  return atomic(state(), remote, remote.rkey_, offset, UCP_ATOMIC_OP_ADD, &value, old, "fetch-add");
+}
+
+Status Endpoint::compare_swap(const RemoteMemory& remote, std::size_t offset,
+                              std::uint64_t expected, std::uint64_t desired, std::uint64_t* old) {
+  // UCX CSWAP: buffer = compare value; reply buffer = new value in, old value out.
+  std::uint64_t swap_value = desired;
+  Status status = atomic(state(), remote, remote.rkey_, offset, UCP_ATOMIC_OP_CSWAP, &expected, &swap_value,
+                         "compare-and-swap");
+  if (status && old != nullptr) *old = swap_value;
+  return status;
+}
+
+Status Endpoint::swap(const RemoteMemory& remote, std::size_t offset, std::uint64_t value,
+                      std::uint64_t* old) {
+  std::uint64_t previous = 0;
+  Status status = atomic(state(), remote, remote.rkey_, offset, UCP_ATOMIC_OP_SWAP, &value, &previous, "swap");
+  if (status && old != nullptr) *old = previous;
+  return status;
+}
+
+Status Endpoint::flush() {
+  detail::EndpointState& s = state();
+  if (Status p = s.wait_pending("put"); !p) return p;
+  if (!s.failure.is_ok()) return s.failure;
+  ucp_request_param_t param{};
+  return s.wait(ucp_ep_flush_nbx(s.ep, &param), "flush");
+}
+
+Status Endpoint::am_send(std::uint16_t id, std::span<const std::byte> data) {
+  detail::EndpointState& s = state();
+  if (!s.failure.is_ok()) return s.failure;
+  if (data.size() > kMaxAmBytes) {
+    return {Errc::invalid_argument, "fabric: active message " + std::to_string(id) + " to " +
+                                        s.peer_name + " of " + std::to_string(data.size()) +
+                                        " B exceeds the limit of " + std::to_string(kMaxAmBytes) + " B"};
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  return s.wait(ucp_am_send_nbx(s.ep, id, nullptr, 0, data.data(), data.size(), &param),
+                "active message");
+}
+
+void Endpoint::close() {
+  if (!state_) return;
+  state_.reset();  // the state closes the UCX endpoint once no RemoteMemory uses it
+}
+
+}  // namespace dfi::fabric

@@ -1,0 +1,66 @@
+// Private to the fabric layer: the UCX handles behind the public fabric types.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/context.hpp"
+#include "dfi/fabric/worker.hpp"
+
+namespace dfi::fabric {
+
+struct Context::Impl {
+  ucp_context_h context = nullptr;
+};
+
+struct Worker::Impl {
+  struct HandlerSlot {
+    std::uint16_t id;
+    AmHandler handler;
+  };
+
+  Context* context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::string name;
+  int event_fd = -1;
+  std::chrono::milliseconds op_timeout{0};
+  std::unordered_map<std::uint16_t, std::unique_ptr<HandlerSlot>> handlers;
+
+  ~Impl();
+};
+
+// "ucs status text" for messages.
+std::string ucx_error_text(ucs_status_t status);
+
+namespace detail {
+
+// One UCX endpoint and its failure state. Shared by the Endpoint and every RemoteMemory attached
+// to it, so that remote keys are always destroyed before the endpoint is closed.
+struct EndpointState {
+  std::shared_ptr<Worker::Impl> worker;
+  ucp_ep_h ep = nullptr;
+  int peer = -1;
+  std::string peer_name;
+  Status failure;                  // ok while healthy
+  std::vector<void*> pending;      // requests from put_nbi, completed by flush()
+
+  ~EndpointState();
+
+  // Waits for `request` from an operation described by `what`; bounded by the op timeout.
+  Status wait(ucs_status_ptr_t request, std::string_view what);
+  // Records the first failure of this endpoint and returns it.
+  Status fail(Errc code, std::string_view what, std::string_view reason);
+  // Completes every request from put_nbi.
+  Status wait_pending(std::string_view what);
+  void close() noexcept;
+};
+
+}  // namespace detail
+}  // namespace dfi::fabric

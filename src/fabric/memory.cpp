@@ -1,0 +1,102 @@
+#include "dfi/fabric/memory.hpp"
+
+#include <cstring>
+#include <utility>
+
+#include "internal.hpp"
+
+namespace dfi::fabric {
+namespace {
+
+void append_u64(std::string& out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+std::uint64_t read_u64(std::string_view in) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= std::uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return value;
+}
+
+}  // namespace
+
+std::string RegionDescriptor::serialize() const {
+  std::string out;
+  out.reserve(16 + packed_key.size());
+  append_u64(out, address);
+  append_u64(out, size);
+  out += packed_key;
+  return out;
+}
+
+RegionDescriptor RegionDescriptor::parse(std::string_view blob) {
+  if (blob.size() <= 16) {
+    throw Error(Errc::protocol, "fabric: region descriptor of " + std::to_string(blob.size()) +
+                                    " B is too short (expected 16 B header and a key)");
+  }
+  RegionDescriptor d;
+  d.address = read_u64(blob.substr(0, 8));
+  d.size = read_u64(blob.substr(8, 8));
+  d.packed_key = std::string(blob.substr(16));
+  return d;
+}
+
+MemoryRegion::MemoryRegion(Context& context, std::size_t bytes) : context_(&context), size_(bytes) {
+  if (bytes == 0) throw Error(Errc::invalid_argument, "fabric: cannot allocate a 0-byte region");
+  ucp_context_h ctx = context.impl().context;
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  params.address = nullptr;
+  params.length = bytes;
+  params.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t status = ucp_mem_map(ctx, &params, &memh);
+  if (status != UCS_OK) {
+    throw Error(Errc::fatal, "fabric: cannot allocate a registered region of " +
+                                 std::to_string(bytes) + " B: " + ucx_error_text(status));
+  }
+  memh_ = memh;
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  status = ucp_mem_query(memh, &attr);
+  void* key = nullptr;
+  std::size_t key_size = 0;
+  if (status == UCS_OK) status = ucp_rkey_pack(ctx, memh, &key, &key_size);
+  if (status != UCS_OK) {
+    release();
+    throw Error(Errc::fatal, "fabric: cannot describe a registered region: " + ucx_error_text(status));
+  }
+  data_ = attr.address;
+  std::memset(data_, 0, bytes);
+  descriptor_.address = reinterpret_cast<std::uint64_t>(data_);
+  descriptor_.size = bytes;
+  descriptor_.packed_key.assign(static_cast<const char*>(key), key_size);
+  ucp_rkey_buffer_release(key);
+}
+
+MemoryRegion::~MemoryRegion() { release(); }
+
+MemoryRegion::MemoryRegion(MemoryRegion&& other) noexcept { *this = std::move(other); }
+
+MemoryRegion& MemoryRegion::operator=(MemoryRegion&& other) noexcept {
+  if (this != &other) {
+    release();
+    context_ = std::exchange(other.context_, nullptr);
+    memh_ = std::exchange(other.memh_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    descriptor_ = std::move(other.descriptor_);
+  }
+  return *this;
+}
+
+void MemoryRegion::release() noexcept {
+  if (memh_ != nullptr) {
+    ucp_mem_unmap(context_->impl().context, static_cast<ucp_mem_h>(memh_));
+    memh_ = nullptr;
+    data_ = nullptr;
+  }
+}
+
+}  // namespace dfi::fabric

@@ -1,0 +1,179 @@
+#include "dfi/fabric/worker.hpp"
+
+#include <poll.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "dfi/fabric/endpoint.hpp"
+#include "internal.hpp"
+
+namespace dfi::fabric {
+namespace {
+
+// Runs the handler installed for one AM id. Data arrives eagerly (DFI sends AMs with the EAGER
+// flag); a rendezvous message from a foreign sender is dropped with a log line.
+ucs_status_t on_am(void* arg, const void* /*header*/, std::size_t /*header_length*/, void* data,
+                   std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* slot = static_cast<Worker::Impl::HandlerSlot*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    std::fprintf(stderr, "dfi fabric: dropped rendezvous active message %u (%zu B > eager limit)\n",
+                 unsigned{slot->id}, length);
+    return UCS_OK;
+  }
+  void* reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+  AmReplier replier(reply_ep);
+  AmMessage message{slot->id, {static_cast<const std::byte*>(data), length}};
+  slot->handler(message, replier);
+  return UCS_OK;
+}
+
+void on_reply_sent(void* request, ucs_status_t /*status*/, void* user_data) {
+  delete[] static_cast<std::byte*>(user_data);
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+Worker::Impl::~Impl() {
+  if (worker != nullptr) ucp_worker_destroy(worker);
+}
+
+Status AmReplier::reply(std::uint16_t id, std::span<const std::byte> data) {
+  if (reply_ep_ == nullptr) {
+    return {Errc::invalid_argument, "fabric: active message has no reply endpoint (sender did not ask for replies)"};
+  }
+  if (data.size() > kMaxAmBytes) {
+    return {Errc::invalid_argument, "fabric: reply of " + std::to_string(data.size()) +
+                                        " B exceeds the active-message limit of " +
+                                        std::to_string(kMaxAmBytes) + " B"};
+  }
+  // UCX 1.13 needs the buffer until the send completes, which may be after this handler returns.
+  auto* copy = new std::byte[data.size() + 1];
+  std::memcpy(copy, data.data(), data.size());
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  param.cb.send = on_reply_sent;
+  param.user_data = copy;
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(static_cast<ucp_ep_h>(reply_ep_), id, nullptr, 0, copy, data.size(), &param);
+  if (request == nullptr) {
+    delete[] copy;
+    return {};
+  }
+  if (UCS_PTR_IS_ERR(request)) {
+    delete[] copy;
+    return {Errc::peer_failed, "fabric: reply to active message " + std::to_string(id) +
+                                   " failed: " + ucx_error_text(UCS_PTR_STATUS(request))};
+  }
+  return {};  // on_reply_sent frees the copy and the request
+}
+
+Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl>()) {
+  impl_->context = &context;
+  impl_->name = std::move(name);
+  impl_->op_timeout = context.options().op_timeout;
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
+  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  params.events = UCP_WAKEUP_RMA | UCP_WAKEUP_AMO | UCP_WAKEUP_TX | UCP_WAKEUP_RX;
+  ucs_status_t status = ucp_worker_create(context.impl().context, &params, &impl_->worker);
+  if (status == UCS_OK) status = ucp_worker_get_efd(impl_->worker, &impl_->event_fd);
+  if (status != UCS_OK) {
+    throw Error(Errc::fatal, "fabric: cannot create worker '" + impl_->name + "': " + ucx_error_text(status));
+  }
+}
+
+Worker::~Worker() = default;
+
+const std::string& Worker::name() const noexcept { return impl_->name; }
+Context& Worker::context() noexcept { return *impl_->context; }
+
+std::string Worker::address() const {
+  ucp_address_t* address = nullptr;
+  std::size_t length = 0;
+  ucs_status_t status = ucp_worker_get_address(impl_->worker, &address, &length);
+  if (status != UCS_OK) {
+    throw Error(Errc::fatal, "fabric: cannot get the address of worker '" + impl_->name + "': " +
+                                 ucx_error_text(status));
+  }
+  std::string blob(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(impl_->worker, address);
+  return blob;
+}
+
+unsigned Worker::progress() { return ucp_worker_progress(impl_->worker); }
+
+namespace {
+
+void on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* state = static_cast<detail::EndpointState*>(arg);
+  (void)state->fail(Errc::peer_failed, "connection", ucx_error_text(status));
+}
+
+}  // namespace
+
+Endpoint Worker::connect(int peer_rank, std::string_view peer_address) {
+  auto state = std::make_shared<detail::EndpointState>();
+  state->worker = impl_;
+  state->peer = peer_rank;
+  state->peer_name = "rank " + std::to_string(peer_rank);
+  if (peer_address.empty()) {
+    throw Error(Errc::invalid_argument, "fabric: worker '" + impl_->name + "' cannot connect to " +
+                                            state->peer_name + ": empty address");
+  }
+  // UCX reads the address blob but takes a non-const pointer; copy it into aligned storage.
+  std::string address(peer_address);
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = on_endpoint_error;
+  params.err_handler.arg = state.get();
+  ucs_status_t status = ucp_ep_create(impl_->worker, &params, &state->ep);
+  if (status != UCS_OK) {
+    state->ep = nullptr;
+    throw Error(Errc::peer_failed, "fabric: worker '" + impl_->name + "' cannot connect to " +
+                                       state->peer_name + ": " + ucx_error_text(status));
+  }
+  return Endpoint(std::move(state));
+}
+
+void Worker::set_am_handler(std::uint16_t id, AmHandler handler) {
+  auto slot = std::make_unique<Impl::HandlerSlot>(Impl::HandlerSlot{id, std::move(handler)});
+  ucp_am_handler_param_t params{};
+  params.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  params.id = id;
+  params.cb = on_am;
+  params.arg = slot.get();
+  ucs_status_t status = ucp_worker_set_am_recv_handler(impl_->worker, &params);
+  if (status != UCS_OK) {
+    throw Error(Errc::fatal, "fabric: worker '" + impl_->name + "' cannot install handler for active message " +
+                                 std::to_string(id) + ": " + ucx_error_text(status));
+  }
+  impl_->handlers[id] = std::move(slot);  // replaces (and frees) any previous handler
+}
+
+Status Worker::fence() {
+  ucs_status_t status = ucp_worker_fence(impl_->worker);
+  if (status != UCS_OK) {
+    return {Errc::fatal, "fabric: fence on worker '" + impl_->name + "' failed: " + ucx_error_text(status)};
+  }
+  return {};
+}
+
+bool Worker::wait_for_event(std::chrono::milliseconds timeout) {
+  if (ucp_worker_progress(impl_->worker) != 0) return true;
+  ucs_status_t status = ucp_worker_arm(impl_->worker);
+  if (status == UCS_ERR_BUSY) return true;  // events arrived meanwhile
+  pollfd fd{impl_->event_fd, POLLIN, 0};
+  int ready = ::poll(&fd, 1, static_cast<int>(timeout.count()));
+  return ready > 0;
+}
+
+void Worker::signal() { ucp_worker_signal(impl_->worker); }
+
+}  // namespace dfi::fabric

@@ -1,0 +1,59 @@
+// Internal: small POSIX socket helpers shared by the registry server and client.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+struct sockaddr;
+
+namespace dfi::registry::net {
+
+// Owns one file descriptor; closes it on destruction. Movable, not copyable.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) noexcept : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+  int release() noexcept {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+// strerror(err) without the thread-safety problems of strerror.
+std::string errno_text(int err);
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// Parses "host:port" or "[v6-host]:port". Throws dfi::Error(invalid_argument) naming the text.
+HostPort split_host_port(std::string_view text);
+
+// "host:port", with the host in brackets when it contains ':'.
+std::string join_host_port(std::string_view host, std::uint16_t port);
+
+// True for 127.0.0.0/8, ::1 and IPv4-mapped 127.0.0.0/8.
+bool is_loopback(const sockaddr* address);
+
+// Best-effort socket options; failures are ignored (they only cost latency).
+void set_no_delay(int fd) noexcept;
+
+}  // namespace dfi::registry::net

@@ -1,0 +1,873 @@
+// The registry server: one poll loop thread owns every connection and all registry state, so
+// requests need no locks and a parked wait or barrier blocks nobody. Only stop() crosses threads,
+// through a self-pipe.
+//
+// A connection moves through phases: open (requests are read and answered one at a time),
+// closing (a final reply is being flushed), draining (our side is shut down; the peer's leftover
+// input is discarded until it closes or kLingerTimeout passes, so it receives the final reply
+// instead of a reset), dead (reaped at the end of the loop pass). Every wait in the loop has a
+// deadline: hello, an incomplete frame, a reply the peer does not read, a parked request.
+#include "dfi/registry/server.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "net.hpp"
+#include "protocol.hpp"
+
+namespace dfi::registry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using protocol::Json;
+
+constexpr auto kHelloTimeout = std::chrono::seconds(10);   // connect -> hello
+constexpr auto kFrameTimeout = std::chrono::seconds(10);   // first byte -> complete frame
+constexpr auto kWriteTimeout = std::chrono::seconds(10);   // reply queued -> reply sent
+constexpr auto kLingerTimeout = std::chrono::seconds(1);   // final reply sent -> close
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);  // after EMFILE and friends
+constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::size_t kRejectSlack = 64;  // rejected connections lingering beyond the limit
+constexpr int kListenBacklog = 128;
+
+enum class Phase { open, closing, draining, dead };
+enum class Pending { none, wait, barrier };
+
+struct Connection {
+  std::uint64_t id = 0;
+  net::Fd fd;
+  Phase phase = Phase::open;
+  bool authenticated = false;
+  bool eof = false;  // the peer shut down its sending side
+  Clock::time_point opened;
+
+  std::string in;                                 // received, not yet parsed
+  std::optional<Clock::time_point> frame_since;   // when the incomplete frame in `in` began
+  std::string out;                                // queued reply bytes
+  std::size_t out_sent = 0;
+  std::optional<Clock::time_point> out_since;     // when `out` first could not be sent
+  Clock::time_point linger_until;
+
+  Pending pending = Pending::none;                // a parked wait or barrier
+  std::string pending_name;
+  std::int64_t pending_timeout_ms = 0;
+  Clock::time_point pending_deadline;
+
+  std::set<int> ranks;                            // memberships held by this connection
+
+  bool has_output() const { return out_sent < out.size(); }
+};
+
+struct Member {
+  std::uint64_t connection = 0;
+  std::string info;
+};
+
+struct BarrierRound {
+  int count = 0;
+  std::vector<std::uint64_t> arrived;
+};
+
+bool tokens_equal(const std::string& a, const std::string& b) {
+  // Compare every byte regardless of where they differ, so timing does not leak the token.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = static_cast<unsigned char>(diff | (x ^ y));
+  }
+  return diff == 0;
+}
+
+int ms_until(Clock::time_point now, Clock::time_point at) {
+  if (at <= now) return 0;
+  // Round up so the loop does not wake just before a deadline and spin.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(at - now).count();
+  return static_cast<int>(std::min<long long>(ms, INT_MAX));
+}
+
+std::string quoted(std::string_view name) { return "'" + protocol::clip(name, 200) + "'"; }
+
+// Thrown inside request handling for a malformed request; ends the connection.
+struct ProtocolViolation {
+  std::string message;
+};
+
+// All registry state and connections; used only by the loop thread (run()) after construction.
+class Loop {
+ public:
+  Loop(net::Fd listen_fd, int wake_fd, std::string address, ServerOptions options)
+      : listen_fd_(std::move(listen_fd)),
+        wake_fd_(wake_fd),
+        address_(std::move(address)),
+        options_(std::move(options)),
+        read_buffer_(kReadChunk) {}
+
+  void run();
+
+ private:
+  void build_poll_set(Clock::time_point now);
+  int poll_timeout(Clock::time_point now) const;
+  void accept_all(Clock::time_point now);
+  void on_events(Connection& c, short revents, Clock::time_point now);
+  void read_some(Connection& c, Clock::time_point now);
+  void drain_some(Connection& c);
+  void process_input(Connection& c, Clock::time_point now);
+  void expire(Connection& c, Clock::time_point now);
+  void shutdown_all();
+
+  void handle(Connection& c, const Json& request, Clock::time_point now);
+  void handle_hello(Connection& c, const Json& request);
+  void handle_publish(Connection& c, const Json& request);
+  void handle_lookup(Connection& c, const Json& request);
+  void handle_wait(Connection& c, const Json& request, Clock::time_point now);
+  void handle_remove(Connection& c, const Json& request);
+  void handle_join(Connection& c, const Json& request);
+  void handle_members(Connection& c);
+  void handle_barrier(Connection& c, const Json& request, Clock::time_point now);
+
+  void reply(Connection& c, const Json& message);
+  void reply_error(Connection& c, Errc code, const std::string& message);
+  // Finishes c's parked request with `message`.
+  void complete_pending(Connection& c, const Json& message);
+  // Replies with a protocol error, then closes the connection.
+  void fail(Connection& c, const std::string& message);
+  // Ends c's registry presence (memberships, barrier arrival, parked request).
+  void release_state(Connection& c);
+  void begin_close(Connection& c);
+  void drop(Connection& c);
+  void flush(Connection& c);
+  void start_draining(Connection& c);
+  void withdraw_arrival(Connection& c);
+  std::size_t open_connections() const;
+
+  net::Fd listen_fd_;
+  int wake_fd_;
+  std::string address_;
+  ServerOptions options_;
+  std::vector<char> read_buffer_;
+  std::vector<pollfd> poll_set_;
+  std::vector<std::uint64_t> poll_ids_;  // connection id of poll_set_[i + 2]
+  Clock::time_point accept_paused_until_{};
+
+  std::map<std::uint64_t, Connection> connections_;
+  std::uint64_t next_id_ = 1;
+  std::map<std::string, std::string> records_;
+  std::map<int, Member> members_;
+  std::map<std::string, BarrierRound> barriers_;
+};
+
+// ---- loop -------------------------------------------------------------------------------------
+
+void Loop::run() {
+  for (;;) {
+    Clock::time_point now = Clock::now();
+    build_poll_set(now);
+    const int ready = ::poll(poll_set_.data(), poll_set_.size(), poll_timeout(now));
+    if (ready < 0) {
+      if (errno != EINTR) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    if (poll_set_[0].revents != 0) break;  // stop() was called
+    now = Clock::now();
+    if ((poll_set_[1].revents & POLLIN) != 0) accept_all(now);
+
+    // Phase 1: socket I/O for every ready connection, so hang-ups seen in this pass are applied
+    // (memberships dropped, arrivals withdrawn) before any request of this pass is answered.
+    for (std::size_t i = 0; i < poll_ids_.size(); ++i) {
+      const short revents = poll_set_[i + 2].revents;
+      if (revents == 0) continue;
+      auto it = connections_.find(poll_ids_[i]);
+      if (it != connections_.end()) on_events(it->second, revents, now);
+    }
+    // Phase 2: requests, then deadlines.
+    for (auto& [id, c] : connections_) process_input(c, now);
+    now = Clock::now();
+    for (auto& [id, c] : connections_) expire(c, now);
+    std::erase_if(connections_, [](const auto& entry) { return entry.second.phase == Phase::dead; });
+  }
+  shutdown_all();
+}
+
+void Loop::build_poll_set(Clock::time_point now) {
+  poll_set_.clear();
+  poll_ids_.clear();
+  poll_set_.push_back({wake_fd_, POLLIN, 0});
+  const bool accepting = now >= accept_paused_until_;
+  poll_set_.push_back({accepting ? listen_fd_.get() : -1, POLLIN, 0});
+  for (const auto& [id, c] : connections_) {
+    short events = 0;
+    switch (c.phase) {
+      case Phase::open:
+        if (c.has_output()) {
+          events = POLLOUT;
+        } else if (c.pending != Pending::none) {
+          events = POLLRDHUP;  // only watch for the peer going away
+        } else {
+          events = POLLIN | POLLRDHUP;
+        }
+        break;
+      case Phase::closing: events = POLLOUT; break;
+      case Phase::draining: events = POLLIN; break;
+      case Phase::dead: continue;
+    }
+    poll_set_.push_back({c.fd.get(), events, 0});
+    poll_ids_.push_back(id);
+  }
+}
+
+int Loop::poll_timeout(Clock::time_point now) const {
+  std::optional<Clock::time_point> next;
+  auto consider = [&](Clock::time_point at) {
+    if (!next || at < *next) next = at;
+  };
+  if (now < accept_paused_until_) consider(accept_paused_until_);
+  for (const auto& [id, c] : connections_) {
+    if (c.phase == Phase::draining) consider(c.linger_until);
+    if (c.out_since) consider(*c.out_since + kWriteTimeout);
+    if (c.phase != Phase::open) continue;
+    if (!c.authenticated) consider(c.opened + kHelloTimeout);
+    if (c.pending != Pending::none) consider(c.pending_deadline);
+    if (c.frame_since && c.pending == Pending::none) consider(*c.frame_since + kFrameTimeout);
+  }
+  return next ? ms_until(now, *next) : -1;
+}
+
+std::size_t Loop::open_connections() const {
+  return static_cast<std::size_t>(std::count_if(connections_.begin(), connections_.end(),
+      [](const auto& entry) { return entry.second.phase == Phase::open; }));
+}
+
+void Loop::accept_all(Clock::time_point now) {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        // Out of descriptors or memory: stop accepting for a moment instead of spinning on a
+        // listen socket that stays readable.
+        accept_paused_until_ = now + kAcceptBackoff;
+      }
+      return;
+    }
+    net::Fd owned(fd);
+    if (connections_.size() >= options_.max_connections + kRejectSlack) continue;  // closes it
+    net::set_no_delay(fd);
+    const std::uint64_t id = next_id_++;
+    Connection& c = connections_[id];
+    c.id = id;
+    c.fd = std::move(owned);
+    c.opened = now;
+    if (open_connections() > options_.max_connections) {
+      reply_error(c, Errc::retry, "registry at " + address_ + ": too many connections (limit " +
+                                      std::to_string(options_.max_connections) + ")");
+      begin_close(c);
+    }
+  }
+}
+
+void Loop::on_events(Connection& c, short revents, Clock::time_point now) {
+  if (c.phase == Phase::dead) return;
+  if ((revents & POLLNVAL) != 0) {
+    drop(c);
+    return;
+  }
+  if (c.phase == Phase::draining) {
+    drain_some(c);
+    return;
+  }
+  if ((revents & POLLERR) != 0) {
+    drop(c);
+    return;
+  }
+  if ((revents & POLLOUT) != 0) flush(c);
+  if (c.phase != Phase::open) return;
+  if ((revents & (POLLIN | POLLHUP | POLLRDHUP)) != 0) {
+    if (c.pending != Pending::none || c.has_output()) {
+      // The peer hung up while its request is parked (or while we still owe it a reply).
+      if ((revents & (POLLHUP | POLLRDHUP)) != 0) drop(c);
+      return;
+    }
+    read_some(c, now);
+  }
+}
+
+void Loop::read_some(Connection& c, Clock::time_point now) {
+  for (;;) {
+    const ssize_t n = ::recv(c.fd.get(), read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      if (c.in.empty()) c.frame_since = now;
+      c.in.append(read_buffer_.data(), static_cast<std::size_t>(n));
+      return;  // one chunk per pass bounds `in`; poll is level-triggered
+    }
+    if (n == 0) {
+      c.eof = true;
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    drop(c);
+    return;
+  }
+}
+
+void Loop::drain_some(Connection& c) {
+  for (;;) {
+    const ssize_t n = ::recv(c.fd.get(), read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    if (n > 0) return;  // discarded; come back on the next pass
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    c.phase = Phase::dead;  // EOF or error: the peer has our reply or is gone
+    return;
+  }
+}
+
+void Loop::process_input(Connection& c, Clock::time_point now) {
+  while (c.phase == Phase::open && c.pending == Pending::none && !c.has_output() &&
+         c.in.size() >= protocol::kHeaderBytes) {
+    const std::uint32_t length = protocol::get_length(c.in.data());
+    if (length > kMaxRequestBytes) {
+      fail(c, "registry: frame of " + std::to_string(length) + " bytes exceeds the limit of " +
+                  std::to_string(kMaxRequestBytes) + " bytes");
+      return;
+    }
+    if (c.in.size() < protocol::kHeaderBytes + length) break;
+    std::optional<Json> request = protocol::parse_object(
+        std::string_view(c.in).substr(protocol::kHeaderBytes, length));
+    c.in.erase(0, protocol::kHeaderBytes + length);
+    c.frame_since = c.in.empty() ? std::nullopt : std::optional(now);
+    if (!request) {
+      fail(c, "registry: frame is not a JSON object");
+      return;
+    }
+    try {
+      handle(c, *request, now);
+    } catch (const ProtocolViolation& violation) {
+      fail(c, violation.message);
+      return;
+    } catch (const std::exception& e) {
+      // Defensive: a bug or allocation failure in one request must not take the server down.
+      fail(c, std::string("registry: internal error: ") + e.what());
+      return;
+    }
+  }
+  if (c.phase == Phase::open && c.eof) {
+    // Nothing more will arrive; answer what we could and close (withdrawing parked requests).
+    begin_close(c);
+  }
+}
+
+void Loop::expire(Connection& c, Clock::time_point now) {
+  if (c.phase == Phase::dead) return;
+  if (c.out_since && now >= *c.out_since + kWriteTimeout) {
+    drop(c);  // the peer does not read its replies
+    return;
+  }
+  if (c.phase == Phase::draining) {
+    if (now >= c.linger_until) c.phase = Phase::dead;
+    return;
+  }
+  if (c.phase != Phase::open) return;
+  if (!c.authenticated && now >= c.opened + kHelloTimeout) {
+    fail(c, "registry: no hello within " +
+                std::to_string(std::chrono::milliseconds(kHelloTimeout).count()) + " ms");
+    return;
+  }
+  if (c.pending == Pending::none && c.frame_since && now >= *c.frame_since + kFrameTimeout) {
+    fail(c, "registry: frame incomplete after " +
+                std::to_string(std::chrono::milliseconds(kFrameTimeout).count()) + " ms");
+    return;
+  }
+  if (c.pending == Pending::wait && now >= c.pending_deadline) {
+    complete_pending(c, protocol::error_reply(
+                            Errc::timeout, "registry: record " + quoted(c.pending_name) +
+                                               " not published within " +
+                                               std::to_string(c.pending_timeout_ms) + " ms"));
+  } else if (c.pending == Pending::barrier && now >= c.pending_deadline) {
+    const BarrierRound& round = barriers_.at(c.pending_name);
+    const std::string message =
+        "registry: barrier " + quoted(c.pending_name) + " timed out after " +
+        std::to_string(c.pending_timeout_ms) + " ms with " +
+        std::to_string(round.arrived.size()) + " of " + std::to_string(round.count) + " arrived";
+    withdraw_arrival(c);
+    complete_pending(c, protocol::error_reply(Errc::timeout, message));
+  }
+}
+
+void Loop::shutdown_all() {
+  const Json stopping = protocol::error_reply(
+      Errc::peer_failed, "registry at " + address_ + " is shutting down");
+  for (auto& [id, c] : connections_) {
+    if (c.phase == Phase::open && c.pending != Pending::none) {
+      // Best effort, never blocking: the reply is small and the socket buffer usually has room.
+      const std::string frame = protocol::encode_reply(stopping);
+      (void)::send(c.fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    ::shutdown(c.fd.get(), SHUT_RDWR);
+  }
+  connections_.clear();
+}
+
+// ---- connection state -------------------------------------------------------------------------
+
+void Loop::reply(Connection& c, const Json& message) {
+  if (c.phase != Phase::open) return;
+  c.out += protocol::encode_reply(message);
+  flush(c);
+}
+
+void Loop::reply_error(Connection& c, Errc code, const std::string& message) {
+  reply(c, protocol::error_reply(code, message));
+}
+
+void Loop::complete_pending(Connection& c, const Json& message) {
+  c.pending = Pending::none;
+  c.pending_name.clear();
+  if (!c.in.empty()) c.frame_since = Clock::now();  // pipelined input waited with the request
+  reply(c, message);
+}
+
+void Loop::fail(Connection& c, const std::string& message) {
+  reply_error(c, Errc::protocol, message);
+  begin_close(c);
+}
+
+void Loop::release_state(Connection& c) {
+  if (c.pending == Pending::barrier) withdraw_arrival(c);
+  c.pending = Pending::none;
+  for (int rank : c.ranks) {
+    auto it = members_.find(rank);
+    if (it != members_.end() && it->second.connection == c.id) members_.erase(it);
+  }
+  c.ranks.clear();
+}
+
+void Loop::begin_close(Connection& c) {
+  if (c.phase != Phase::open) return;
+  release_state(c);
+  c.phase = Phase::closing;
+  c.in.clear();
+  c.frame_since.reset();
+  flush(c);
+}
+
+void Loop::drop(Connection& c) {
+  release_state(c);
+  c.phase = Phase::dead;
+}
+
+void Loop::flush(Connection& c) {
+  while (c.has_output()) {
+    const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out_sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!c.out_since) c.out_since = Clock::now();
+      return;
+    }
+    drop(c);
+    return;
+  }
+  c.out.clear();
+  c.out_sent = 0;
+  c.out_since.reset();
+  if (c.phase == Phase::closing) start_draining(c);
+}
+
+void Loop::start_draining(Connection& c) {
+  ::shutdown(c.fd.get(), SHUT_WR);
+  c.phase = Phase::draining;
+  c.linger_until = Clock::now() + kLingerTimeout;
+}
+
+void Loop::withdraw_arrival(Connection& c) {
+  auto it = barriers_.find(c.pending_name);
+  if (it == barriers_.end()) return;
+  std::erase(it->second.arrived, c.id);
+  if (it->second.arrived.empty()) barriers_.erase(it);
+}
+
+// ---- requests ---------------------------------------------------------------------------------
+
+const std::string& need_string(const Json& request, const char* op, const char* key) {
+  const std::string* value = protocol::find_string(request, key);
+  if (value == nullptr) {
+    throw ProtocolViolation{std::string("registry: '") + op + "' request needs string field '" +
+                            key + "'"};
+  }
+  return *value;
+}
+
+std::int64_t need_int(const Json& request, const char* op, const char* key) {
+  std::optional<std::int64_t> value = protocol::find_int(request, key);
+  if (!value) {
+    throw ProtocolViolation{std::string("registry: '") + op + "' request needs integer field '" +
+                            key + "'"};
+  }
+  return *value;
+}
+
+std::string need_base64(const Json& request, const char* op, const char* key) {
+  std::optional<std::string> value = protocol::base64_decode(need_string(request, op, key));
+  if (!value) {
+    throw ProtocolViolation{std::string("registry: field '") + key + "' of '" + op +
+                            "' is not base64"};
+  }
+  return std::move(*value);
+}
+
+// nullopt (after replying invalid_argument) when the name is unusable.
+bool check_name(const std::string& name, std::string& why) {
+  if (name.empty()) {
+    why = "registry: name is empty";
+    return false;
+  }
+  if (name.size() > kMaxNameBytes) {
+    why = "registry: name of " + std::to_string(name.size()) + " bytes exceeds the limit of " +
+          std::to_string(kMaxNameBytes);
+    return false;
+  }
+  return true;
+}
+
+void Loop::handle(Connection& c, const Json& request, Clock::time_point now) {
+  const std::string* op = protocol::find_string(request, "op");
+  if (op == nullptr) throw ProtocolViolation{"registry: request has no string field 'op'"};
+  if (!c.authenticated) {
+    if (*op != "hello") {
+      throw ProtocolViolation{"registry: expected 'hello' as the first request, got '" +
+                              protocol::clip(*op) + "'"};
+    }
+    handle_hello(c, request);
+    return;
+  }
+  if (*op == "publish") {
+    handle_publish(c, request);
+  } else if (*op == "lookup") {
+    handle_lookup(c, request);
+  } else if (*op == "wait") {
+    handle_wait(c, request, now);
+  } else if (*op == "remove") {
+    handle_remove(c, request);
+  } else if (*op == "join") {
+    handle_join(c, request);
+  } else if (*op == "members") {
+    handle_members(c);
+  } else if (*op == "barrier") {
+    handle_barrier(c, request, now);
+  } else if (*op == "hello") {
+    throw ProtocolViolation{"registry: second 'hello' on one connection"};
+  } else {
+    throw ProtocolViolation{"registry: unknown op '" + protocol::clip(*op) + "'"};
+  }
+}
+
+void Loop::handle_hello(Connection& c, const Json& request) {
+  const std::int64_t version = need_int(request, "hello", "version");
+  if (version != protocol::kVersion) {
+    throw ProtocolViolation{"registry: client speaks protocol version " +
+                            std::to_string(version) + ", this server speaks " +
+                            std::to_string(protocol::kVersion)};
+  }
+  const std::string* token = protocol::find_string(request, "token");
+  if (!tokens_equal(token != nullptr ? *token : std::string(), options_.token)) {
+    reply_error(c, Errc::invalid_argument, "registry: bad token");
+    begin_close(c);
+    return;
+  }
+  c.authenticated = true;
+  reply(c, Json{{"ok", true}, {"version", protocol::kVersion}});
+}
+
+void Loop::handle_publish(Connection& c, const Json& request) {
+  const std::string& name = need_string(request, "publish", "name");
+  std::string value = need_base64(request, "publish", "value");
+  bool replace = false;
+  if (request.contains("replace")) {
+    std::optional<bool> flag = protocol::find_bool(request, "replace");
+    if (!flag) throw ProtocolViolation{"registry: field 'replace' of 'publish' is not a boolean"};
+    replace = *flag;
+  }
+  std::string why;
+  if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
+  if (value.size() > kMaxValueBytes) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: value of record " + quoted(name) + " is " +
+                           std::to_string(value.size()) + " bytes, over the limit of " +
+                           std::to_string(kMaxValueBytes));
+  }
+  auto [it, inserted] = records_.try_emplace(name);
+  if (!inserted && !replace) {
+    return reply_error(c, Errc::already_exists, "registry: record " + quoted(name) +
+                                                    " already exists");
+  }
+  it->second = std::move(value);
+  reply(c, protocol::ok_reply());
+
+  Json woken;  // built once, shared by every waiter
+  for (auto& [id, other] : connections_) {
+    if (other.phase != Phase::open || other.pending != Pending::wait ||
+        other.pending_name != name) {
+      continue;
+    }
+    if (woken.is_null()) woken = Json{{"ok", true}, {"value", protocol::base64_encode(it->second)}};
+    complete_pending(other, woken);
+  }
+}
+
+void Loop::handle_lookup(Connection& c, const Json& request) {
+  const std::string& name = need_string(request, "lookup", "name");
+  auto it = records_.find(name);
+  if (it == records_.end()) {
+    return reply_error(c, Errc::not_found, "registry: no record " + quoted(name));
+  }
+  reply(c, Json{{"ok", true}, {"value", protocol::base64_encode(it->second)}});
+}
+
+std::int64_t need_timeout(const Json& request, const char* op) {
+  const std::int64_t timeout_ms = need_int(request, op, "timeout_ms");
+  return std::min<std::int64_t>(timeout_ms, kMaxWaitTimeout.count());
+}
+
+void Loop::handle_wait(Connection& c, const Json& request, Clock::time_point now) {
+  const std::string& name = need_string(request, "wait", "name");
+  const std::int64_t timeout_ms = need_timeout(request, "wait");
+  if (timeout_ms < 0) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: wait for " + quoted(name) + " with negative timeout");
+  }
+  auto it = records_.find(name);
+  if (it != records_.end()) {
+    return reply(c, Json{{"ok", true}, {"value", protocol::base64_encode(it->second)}});
+  }
+  if (timeout_ms == 0) {
+    return reply_error(c, Errc::timeout,
+                       "registry: record " + quoted(name) + " not published within 0 ms");
+  }
+  c.pending = Pending::wait;
+  c.pending_name = name;
+  c.pending_timeout_ms = timeout_ms;
+  c.pending_deadline = now + std::chrono::milliseconds(timeout_ms);
+}
+
+void Loop::handle_remove(Connection& c, const Json& request) {
+  const std::string& name = need_string(request, "remove", "name");
+  if (records_.erase(name) == 0) {
+    return reply_error(c, Errc::not_found, "registry: no record " + quoted(name));
+  }
+  reply(c, protocol::ok_reply());
+}
+
+void Loop::handle_join(Connection& c, const Json& request) {
+  const std::int64_t rank = need_int(request, "join", "rank");
+  std::string info = need_base64(request, "join", "info");
+  if (rank < 0 || rank > INT_MAX) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: rank " + std::to_string(rank) + " is out of range");
+  }
+  if (info.size() > kMaxInfoBytes) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: info of rank " + std::to_string(rank) + " is " +
+                           std::to_string(info.size()) + " bytes, over the limit of " +
+                           std::to_string(kMaxInfoBytes));
+  }
+  const int r = static_cast<int>(rank);
+  if (members_.contains(r)) {
+    return reply_error(c, Errc::already_exists,
+                       "registry: rank " + std::to_string(r) + " is already a member");
+  }
+  if (members_.size() >= kMaxMembers) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: membership is full (" + std::to_string(kMaxMembers) +
+                           " members)");
+  }
+  members_.emplace(r, Member{c.id, std::move(info)});
+  c.ranks.insert(r);
+  reply(c, protocol::ok_reply());
+}
+
+void Loop::handle_members(Connection& c) {
+  Json list = Json::array();
+  for (const auto& [rank, member] : members_) {
+    list.push_back(Json{{"rank", rank}, {"info", protocol::base64_encode(member.info)}});
+  }
+  reply(c, Json{{"ok", true}, {"members", std::move(list)}});
+}
+
+void Loop::handle_barrier(Connection& c, const Json& request, Clock::time_point now) {
+  const std::string& name = need_string(request, "barrier", "name");
+  const std::int64_t count = need_int(request, "barrier", "count");
+  const std::int64_t timeout_ms = need_timeout(request, "barrier");
+  std::string why;
+  if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
+  if (count < 1 || static_cast<std::uint64_t>(count) > options_.max_connections) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: barrier " + quoted(name) + " count " + std::to_string(count) +
+                           " must be 1.." + std::to_string(options_.max_connections));
+  }
+  if (timeout_ms < 0) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: barrier " + quoted(name) + " with negative timeout");
+  }
+  BarrierRound& round = barriers_[name];
+  if (round.arrived.empty()) round.count = static_cast<int>(count);
+  if (round.count != count) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: barrier " + quoted(name) + " called with count " +
+                           std::to_string(count) + " while " + std::to_string(round.count) +
+                           " participants are expected by those already waiting");
+  }
+  c.pending = Pending::barrier;
+  c.pending_name = name;
+  c.pending_timeout_ms = timeout_ms;
+  c.pending_deadline = now + std::chrono::milliseconds(timeout_ms);
+  round.arrived.push_back(c.id);
+  if (round.arrived.size() < static_cast<std::size_t>(round.count)) return;
+
+  // Round complete: release everyone and forget the round, so the next arrivals start afresh.
+  const std::vector<std::uint64_t> released = std::move(round.arrived);
+  barriers_.erase(name == c.pending_name ? c.pending_name : name);
+  const Json ok = protocol::ok_reply();
+  for (std::uint64_t id : released) {
+    auto it = connections_.find(id);
+    if (it != connections_.end() && it->second.pending == Pending::barrier) {
+      complete_pending(it->second, ok);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- Server -----------------------------------------------------------------------------------
+
+class Server::Impl {
+ public:
+  explicit Impl(ServerOptions options);
+  ~Impl() { stop(); }
+  void stop() noexcept;
+
+  std::uint16_t port_ = 0;
+  std::string address_;
+
+ private:
+  net::Fd wake_read_;
+  net::Fd wake_write_;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+  std::mutex stop_mutex_;
+  bool stopped_ = false;
+};
+
+Server::Impl::Impl(ServerOptions options) {
+  if (options.bind_host.empty()) {
+    throw Error(Errc::invalid_argument, "registry: bind_host is empty");
+  }
+  if (options.max_connections == 0) {
+    throw Error(Errc::invalid_argument, "registry: max_connections must be at least 1");
+  }
+  const std::string requested = net::join_host_port(options.bind_host, options.port);
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port_text = std::to_string(options.port);
+  const int rc = ::getaddrinfo(options.bind_host.c_str(), port_text.c_str(), &hints, &found);
+  if (rc != 0) {
+    throw Error(Errc::io, "registry: cannot resolve bind host '" + options.bind_host +
+                              "': " + ::gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  const addrinfo* ai = list.get();
+
+  if (!net::is_loopback(ai->ai_addr) && options.token.empty()) {
+    throw Error(Errc::invalid_argument,
+                "registry: binding " + requested +
+                    " exposes the registry beyond this host; a token is required "
+                    "(set DFI_REGISTRY_TOKEN) or bind a loopback address such as 127.0.0.1");
+  }
+
+  net::Fd listen_fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                             ai->ai_protocol));
+  if (!listen_fd.valid()) {
+    throw Error(Errc::io, "registry: cannot create a socket for " + requested + ": " +
+                              net::errno_text(errno));
+  }
+  int one = 1;
+  (void)::setsockopt(listen_fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(listen_fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+    throw Error(Errc::io, "registry: cannot bind " + requested + ": " + net::errno_text(errno));
+  }
+  if (::listen(listen_fd.get(), kListenBacklog) != 0) {
+    throw Error(Errc::io, "registry: cannot listen on " + requested + ": " +
+                              net::errno_text(errno));
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof(bound);
+  if (::getsockname(listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) {
+    throw Error(Errc::io, "registry: getsockname on " + requested + ": " + net::errno_text(errno));
+  }
+  if (bound.ss_family == AF_INET6) {
+    port_ = ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port);
+  } else {
+    port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+  }
+  address_ = net::join_host_port(options.bind_host, port_);
+
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    throw Error(Errc::io, "registry at " + address_ + ": pipe2: " + net::errno_text(errno));
+  }
+  wake_read_.reset(pipe_fds[0]);
+  wake_write_.reset(pipe_fds[1]);
+
+  loop_ = std::make_unique<Loop>(std::move(listen_fd), wake_read_.get(), address_,
+                                 std::move(options));
+  try {
+    thread_ = std::thread([loop = loop_.get()] { loop->run(); });
+  } catch (const std::system_error& e) {
+    throw Error(Errc::io, "registry at " + address_ + ": cannot start the server thread: " +
+                              e.what());
+  }
+}
+
+void Server::Impl::stop() noexcept {
+  std::lock_guard lock(stop_mutex_);
+  if (stopped_) return;
+  stopped_ = true;
+  const char byte = 1;
+  while (::write(wake_write_.get(), &byte, 1) < 0 && errno == EINTR) {
+  }
+  if (thread_.joinable()) thread_.join();
+  loop_.reset();  // closes the listening socket now rather than at destruction
+}
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Server::~Server() = default;
+std::uint16_t Server::port() const noexcept { return impl_->port_; }
+const std::string& Server::address() const noexcept { return impl_->address_; }
+void Server::stop() noexcept { impl_->stop(); }
+
+}  // namespace dfi::registry

@@ -1,0 +1,77 @@
+// The `dfi` command: local clusters, fabric self-check, configuration.
+//
+//   dfi cluster run --nodes 4 --transport shm -- dfi fabric check
+//   dfi cluster run --nodes 3 --netns -- dfi fabric check --quick
+//   dfi info --config
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "dfi/common/config.hpp"
+#include "dfi/common/error.hpp"
+#include "dfi/launch/local_cluster.hpp"
+#include "fabric_check.hpp"
+
+namespace {
+
+int print_config() {
+  std::printf("%-22s %-26s %-16s %s\n", "setting", "environment", "value", "meaning");
+  for (const dfi::config::Entry& e : dfi::config::entries()) {
+    std::string value = dfi::config::get_string(e.name);
+    std::printf("%-22.*s %-26.*s %-16s %.*s\n", static_cast<int>(e.name.size()), e.name.data(),
+                static_cast<int>(e.env.size()), e.env.data(), value.empty() ? "(empty)" : value.c_str(),
+                static_cast<int>(e.help.size()), e.help.data());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dfi — Data Flow Interface: flows between threads of many machines"};
+  app.require_subcommand(1);
+
+  auto* cluster = app.add_subcommand("cluster", "Local multi-process clusters");
+  cluster->require_subcommand(1);
+  auto* run = cluster->add_subcommand("run", "Start N ranks of PROGRAM with rank/size/registry in their environment");
+  dfi::launch::ClusterOptions cluster_options;
+  double timeout_s = 0;
+  double grace_s = 3;
+  run->add_option("--nodes,-n", cluster_options.nodes, "Number of ranks")->required()->check(CLI::Range(1, 256));
+  run->add_option("--transport", cluster_options.transport, "shm or tcp")->check(CLI::IsMember({"shm", "tcp"}));
+  run->add_flag("--netns", cluster_options.netns, "One network namespace per rank, joined by a bridge (TCP; needs root)");
+  run->add_option("--timeout", timeout_s, "Kill the cluster after this many seconds (0 = never)");
+  run->add_option("--grace", grace_s, "Seconds the other ranks get to finish after one fails");
+  run->add_option("program", cluster_options.argv, "PROGRAM ARGS... (after --)")->required();
+
+  auto* fabric = app.add_subcommand("fabric", "Fabric tools");
+  fabric->require_subcommand(1);
+  auto* check = fabric->add_subcommand("check", "put/get/atomics/AM between all ranks, verified and timed");
+  dfi::tools::FabricCheckOptions check_options;
+  check->add_flag("--quick", check_options.quick, "Fewer repetitions");
+  check->add_flag("--json", check_options.json, "One JSON object per pair");
+  check->add_option("--message", check_options.bandwidth_message, "Bandwidth message size in bytes");
+
+  auto* info = app.add_subcommand("info", "Configuration and environment");
+  bool show_config = false;
+  info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*run) {
+      if (cluster_options.netns) cluster_options.transport = "tcp";
+      cluster_options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+      cluster_options.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+      return dfi::launch::run_cluster(cluster_options, std::cout, std::cerr);
+    }
+    if (*check) return dfi::tools::run_fabric_check(check_options, std::cout, std::cerr);
+    if (*info) return print_config();
+  } catch (const dfi::Error& e) {
+    std::cerr << "dfi: " << e.what() << '\n';
+    return 2;
+  }
+  return 0;
+}

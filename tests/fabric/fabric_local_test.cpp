@@ -1,0 +1,181 @@
+// Fabric tests inside one process: a client worker talks to a service worker served by a
+// ProgressThread, over shm and over TCP loopback. Fast, and the body the TSan build runs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "dfi/fabric/context.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "dfi/fabric/progress_thread.hpp"
+#include "dfi/fabric/worker.hpp"
+
+namespace dfi::fabric {
+namespace {
+
+constexpr std::uint16_t kEcho = 7;
+constexpr std::uint16_t kEchoReply = 8;
+
+class FabricLocal : public ::testing::TestWithParam<Transport> {
+ protected:
+  void SetUp() override {
+    ContextOptions options;
+    options.transport = GetParam();
+    options.op_timeout = std::chrono::seconds(10);
+    context_ = std::make_unique<Context>(options);
+    region_ = std::make_unique<MemoryRegion>(*context_, 1 << 20);
+    service_ = std::make_unique<Worker>(*context_, "service");
+    service_->set_am_handler(kEcho, [](const AmMessage& m, AmReplier& r) { (void)r.reply(kEchoReply, m.data); });
+    progress_ = std::make_unique<ProgressThread>(*service_);
+    client_ = std::make_unique<Worker>(*context_, "client");
+  }
+  void TearDown() override {
+    client_.reset();
+    progress_.reset();
+    service_.reset();
+    region_.reset();
+    context_.reset();
+  }
+
+  std::unique_ptr<Context> context_;
+  std::unique_ptr<MemoryRegion> region_;
+  std::unique_ptr<Worker> service_;
+  std::unique_ptr<ProgressThread> progress_;
+  std::unique_ptr<Worker> client_;
+};
+
+TEST_P(FabricLocal, PutThenGetRoundTrips) {
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::vector<std::uint8_t> out(100000), in(100000);
+  std::iota(out.begin(), out.end(), 3);
+  ASSERT_TRUE(ep.put(out.data(), out.size(), remote, 128));
+  ASSERT_TRUE(ep.flush());
+  EXPECT_EQ(std::memcmp(static_cast<std::uint8_t*>(region_->data()) + 128, out.data(), out.size()), 0);
+  ASSERT_TRUE(ep.get(in.data(), in.size(), remote, 128));
+  EXPECT_EQ(in, out);
+}
+
+TEST_P(FabricLocal, NonBlockingPutsAreVisibleAfterFlush) {
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::vector<std::uint64_t> words(512);
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    words[i] = i * 0x9e3779b97f4a7c15ull;
+    ASSERT_TRUE(ep.put_nbi(&words[i], 8, remote, i * 8));
+  }
+  ASSERT_TRUE(ep.flush());
+  EXPECT_EQ(std::memcmp(region_->data(), words.data(), words.size() * 8), 0);
+}
+
+TEST_P(FabricLocal, AtomicsReturnPreviousValues) {
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::uint64_t old = 99;
+  ASSERT_TRUE(ep.swap(remote, 8, 10, &old));
+  EXPECT_EQ(old, 0u);
+  ASSERT_TRUE(ep.fetch_add(remote, 8, 5, &old));
+  EXPECT_EQ(old, 10u);
+  ASSERT_TRUE(ep.compare_swap(remote, 8, 14, 100, &old));  // fails: value is 15
+  EXPECT_EQ(old, 15u);
+  ASSERT_TRUE(ep.compare_swap(remote, 8, 15, 100, &old));
+  EXPECT_EQ(old, 15u);
+  std::uint64_t now = 0;
+  ASSERT_TRUE(ep.get(&now, 8, remote, 8));
+  EXPECT_EQ(now, 100u);
+}
+
+TEST_P(FabricLocal, ThreadsWithOwnWorkersAddExactly) {
+  constexpr int kThreads = 4, kAdds = 500;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Worker worker(*context_, "thread " + std::to_string(t));
+      Endpoint ep = worker.connect(1, service_->address());
+      RemoteMemory remote = ep.attach(region_->descriptor());
+      for (int i = 0; i < kAdds; ++i) {
+        if (!ep.fetch_add(remote, 16, 1)) failures.fetch_add(1);
+      }
+      if (!ep.flush()) failures.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::uint64_t total = 0;
+  ASSERT_TRUE(ep.get(&total, 8, remote, 16));
+  EXPECT_EQ(total, std::uint64_t{kThreads} * kAdds);
+}
+
+TEST_P(FabricLocal, ActiveMessageIsEchoedByTheHandler) {
+  std::vector<std::byte> received;
+  client_->set_am_handler(kEchoReply, [&](const AmMessage& m, AmReplier&) {
+    received.assign(m.data.begin(), m.data.end());
+  });
+  Endpoint ep = client_->connect(1, service_->address());
+  const char text[] = "hello, service";
+  ASSERT_TRUE(ep.am_send(kEcho, std::as_bytes(std::span(text))));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (received.empty() && std::chrono::steady_clock::now() < deadline) client_->progress();
+  ASSERT_EQ(received.size(), sizeof text);
+  EXPECT_EQ(std::memcmp(received.data(), text, sizeof text), 0);
+}
+
+TEST_P(FabricLocal, OutOfRangeAccessIsRejectedAndNamesThePeer) {
+  Endpoint ep = client_->connect(5, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::uint64_t word = 0;
+  Status s = ep.put(&word, 8, remote, region_->size() - 4);
+  EXPECT_EQ(s.code(), Errc::invalid_argument);
+  EXPECT_NE(s.message().find("rank 5"), std::string::npos) << s.message();
+  s = ep.fetch_add(remote, 3, 1);
+  EXPECT_EQ(s.code(), Errc::invalid_argument);
+  EXPECT_NE(s.message().find("aligned"), std::string::npos) << s.message();
+  EXPECT_TRUE(ep.status());  // a rejected call does not fail the endpoint
+}
+
+TEST_P(FabricLocal, OversizedActiveMessageIsRejected) {
+  Endpoint ep = client_->connect(1, service_->address());
+  std::vector<std::byte> big(kMaxAmBytes + 1);
+  EXPECT_EQ(ep.am_send(kEcho, big).code(), Errc::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FabricLocal, ::testing::Values(Transport::shm, Transport::tcp),
+                         [](const auto& info) { return std::string(transport_name(info.param)); });
+
+TEST(FabricDescriptor, SerializeParseRoundTrip) {
+  RegionDescriptor d{0x1234567890abcdefull, 4096, std::string("\x00\x01key", 5)};
+  RegionDescriptor back = RegionDescriptor::parse(d.serialize());
+  EXPECT_EQ(back.address, d.address);
+  EXPECT_EQ(back.size, d.size);
+  EXPECT_EQ(back.packed_key, d.packed_key);
+}
+
+TEST(FabricDescriptor, TruncatedBlobIsAProtocolError) {
+  try {
+    (void)RegionDescriptor::parse("short");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol);
+  }
+}
+
+TEST(FabricTransport, UnknownNameIsRejected) {
+  EXPECT_EQ(parse_transport("shm"), Transport::shm);
+  EXPECT_THROW((void)parse_transport("infiniband"), Error);
+}
+
+TEST(FabricWorker, EmptyPeerAddressIsRejected) {
+  Context context(ContextOptions{.transport = Transport::shm});
+  Worker worker(context, "w");
+  EXPECT_THROW((void)worker.connect(1, ""), Error);
+}
+
+}  // namespace
+}  // namespace dfi::fabric
