@@ -189,9 +189,10 @@ std::optional<std::string> find_program(const std::string& name) {
   while (begin <= path.size()) {
     std::size_t end = path.find(':', begin);
     if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(begin, end - begin);
-    if (dir.empty()) dir = ".";  // POSIX: an empty PATH entry is the current directory
-    std::string candidate = dir + "/" + name;
+    // POSIX: an empty PATH entry is the current directory.
+    std::string candidate = end > begin ? path.substr(begin, end - begin) : std::string(".");
+    candidate += '/';
+    candidate += name;
     if (is_executable_file(candidate)) return candidate;
     begin = end + 1;
   }
@@ -322,8 +323,11 @@ CommandResult run_command(const std::vector<std::string>& argv, const Deadline& 
       ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
       static_cast<void>(wait_for_exit(pid));
-      throw Error(Errc::timeout, "`" + join_command(argv) + "` did not finish in time; output: " +
-                                     result.output);
+      std::string message = join_command(argv);
+      message.insert(0, 1, '`');
+      message += "` did not finish in time; output: ";
+      message += result.output;
+      throw Error(Errc::timeout, message);
     }
     if (ready <= 0) continue;
     const ssize_t n = ::read(output.read.get(), buffer, sizeof buffer);

@@ -27,8 +27,8 @@ std::string errno_text(int err) {
 
 HostPort split_host_port(std::string_view text) {
   auto bad = [&](const char* why) {
-    return Error(Errc::invalid_argument, "registry address '" + std::string(text) +
-                                             "' is not host:port (" + why + ")");
+    return Error(Errc::invalid_argument,
+                 "registry address '" + std::string(text) + "' is not host:port (" + why + ")");
   };
   std::string_view host;
   std::string_view port;
@@ -75,8 +75,7 @@ bool is_loopback(const sockaddr* address) {
     sockaddr_in6 v6{};
     std::memcpy(&v6, address, sizeof(v6));
     const unsigned char* b = v6.sin6_addr.s6_addr;
-    static constexpr unsigned char kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0,
-                                                    0, 0, 0, 0, 0, 0, 0, 1};
+    static constexpr unsigned char kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     static constexpr unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (std::memcmp(b, kLoopback, 16) == 0) return true;
     return std::memcmp(b, kMappedPrefix, 12) == 0 && b[12] == 127;

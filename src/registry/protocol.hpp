@@ -19,11 +19,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "dfi/common/error.hpp"
 
@@ -65,5 +64,7 @@ std::optional<bool> find_bool(const Json& object, const char* key);
 
 // `text` cut to at most `limit` bytes (with "..." appended when cut), for error messages.
 std::string clip(std::string_view text, std::size_t limit = 80);
+// 'name', clipped, for error messages ("registry: no record 'x'").
+std::string quote_name(std::string_view name);
 
 }  // namespace dfi::registry::protocol

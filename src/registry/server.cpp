@@ -37,10 +37,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using protocol::Json;
 
-constexpr auto kHelloTimeout = std::chrono::seconds(10);   // connect -> hello
-constexpr auto kFrameTimeout = std::chrono::seconds(10);   // first byte -> complete frame
-constexpr auto kWriteTimeout = std::chrono::seconds(10);   // reply queued -> reply sent
-constexpr auto kLingerTimeout = std::chrono::seconds(1);   // final reply sent -> close
+constexpr auto kHelloTimeout = std::chrono::seconds(10);         // connect -> hello
+constexpr auto kFrameTimeout = std::chrono::seconds(10);         // first byte -> complete frame
+constexpr auto kWriteTimeout = std::chrono::seconds(10);         // reply queued -> reply sent
+constexpr auto kLingerTimeout = std::chrono::seconds(1);         // final reply sent -> close
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);  // after EMFILE and friends
 constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kRejectSlack = 64;  // rejected connections lingering beyond the limit
@@ -57,19 +57,19 @@ struct Connection {
   bool eof = false;  // the peer shut down its sending side
   Clock::time_point opened;
 
-  std::string in;                                 // received, not yet parsed
-  std::optional<Clock::time_point> frame_since;   // when the incomplete frame in `in` began
-  std::string out;                                // queued reply bytes
+  std::string in;                                // received, not yet parsed
+  std::optional<Clock::time_point> frame_since;  // when the incomplete frame in `in` began
+  std::string out;                               // queued reply bytes
   std::size_t out_sent = 0;
-  std::optional<Clock::time_point> out_since;     // when `out` first could not be sent
+  std::optional<Clock::time_point> out_since;  // when `out` first could not be sent
   Clock::time_point linger_until;
 
-  Pending pending = Pending::none;                // a parked wait or barrier
+  Pending pending = Pending::none;  // a parked wait or barrier
   std::string pending_name;
   std::int64_t pending_timeout_ms = 0;
   Clock::time_point pending_deadline;
 
-  std::set<int> ranks;                            // memberships held by this connection
+  std::set<int> ranks;  // memberships held by this connection
 
   bool has_output() const { return out_sent < out.size(); }
 };
@@ -102,8 +102,6 @@ int ms_until(Clock::time_point now, Clock::time_point at) {
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(at - now).count();
   return static_cast<int>(std::min<long long>(ms, INT_MAX));
 }
-
-std::string quoted(std::string_view name) { return "'" + protocol::clip(name, 200) + "'"; }
 
 // Thrown inside request handling for a malformed request; ends the connection.
 struct ProtocolViolation {
@@ -201,7 +199,8 @@ void Loop::run() {
     for (auto& [id, c] : connections_) process_input(c, now);
     now = Clock::now();
     for (auto& [id, c] : connections_) expire(c, now);
-    std::erase_if(connections_, [](const auto& entry) { return entry.second.phase == Phase::dead; });
+    std::erase_if(connections_,
+                  [](const auto& entry) { return entry.second.phase == Phase::dead; });
   }
   shutdown_all();
 }
@@ -251,8 +250,9 @@ int Loop::poll_timeout(Clock::time_point now) const {
 }
 
 std::size_t Loop::open_connections() const {
-  return static_cast<std::size_t>(std::count_if(connections_.begin(), connections_.end(),
-      [](const auto& entry) { return entry.second.phase == Phase::open; }));
+  return static_cast<std::size_t>(
+      std::count_if(connections_.begin(), connections_.end(),
+                    [](const auto& entry) { return entry.second.phase == Phase::open; }));
 }
 
 void Loop::accept_all(Clock::time_point now) {
@@ -276,8 +276,9 @@ void Loop::accept_all(Clock::time_point now) {
     c.fd = std::move(owned);
     c.opened = now;
     if (open_connections() > options_.max_connections) {
-      reply_error(c, Errc::retry, "registry at " + address_ + ": too many connections (limit " +
-                                      std::to_string(options_.max_connections) + ")");
+      reply_error(c, Errc::retry,
+                  "registry at " + address_ + ": too many connections (limit " +
+                      std::to_string(options_.max_connections) + ")");
       begin_close(c);
     }
   }
@@ -349,8 +350,8 @@ void Loop::process_input(Connection& c, Clock::time_point now) {
       return;
     }
     if (c.in.size() < protocol::kHeaderBytes + length) break;
-    std::optional<Json> request = protocol::parse_object(
-        std::string_view(c.in).substr(protocol::kHeaderBytes, length));
+    std::optional<Json> request =
+        protocol::parse_object(std::string_view(c.in).substr(protocol::kHeaderBytes, length));
     c.in.erase(0, protocol::kHeaderBytes + length);
     c.frame_since = c.in.empty() ? std::nullopt : std::optional(now);
     if (!request) {
@@ -396,24 +397,25 @@ void Loop::expire(Connection& c, Clock::time_point now) {
     return;
   }
   if (c.pending == Pending::wait && now >= c.pending_deadline) {
-    complete_pending(c, protocol::error_reply(
-                            Errc::timeout, "registry: record " + quoted(c.pending_name) +
-                                               " not published within " +
-                                               std::to_string(c.pending_timeout_ms) + " ms"));
+    complete_pending(
+        c, protocol::error_reply(Errc::timeout, "registry: record " +
+                                                    protocol::quote_name(c.pending_name) +
+                                                    " not published within " +
+                                                    std::to_string(c.pending_timeout_ms) + " ms"));
   } else if (c.pending == Pending::barrier && now >= c.pending_deadline) {
     const BarrierRound& round = barriers_.at(c.pending_name);
-    const std::string message =
-        "registry: barrier " + quoted(c.pending_name) + " timed out after " +
-        std::to_string(c.pending_timeout_ms) + " ms with " +
-        std::to_string(round.arrived.size()) + " of " + std::to_string(round.count) + " arrived";
+    const std::string message = "registry: barrier " + protocol::quote_name(c.pending_name) +
+                                " timed out after " + std::to_string(c.pending_timeout_ms) +
+                                " ms with " + std::to_string(round.arrived.size()) + " of " +
+                                std::to_string(round.count) + " arrived";
     withdraw_arrival(c);
     complete_pending(c, protocol::error_reply(Errc::timeout, message));
   }
 }
 
 void Loop::shutdown_all() {
-  const Json stopping = protocol::error_reply(
-      Errc::peer_failed, "registry at " + address_ + " is shutting down");
+  const Json stopping =
+      protocol::error_reply(Errc::peer_failed, "registry at " + address_ + " is shutting down");
   for (auto& [id, c] : connections_) {
     if (c.phase == Phase::open && c.pending != Pending::none) {
       // Best effort, never blocking: the reply is small and the socket buffer usually has room.
@@ -537,7 +539,7 @@ std::string need_base64(const Json& request, const char* op, const char* key) {
   return std::move(*value);
 }
 
-// nullopt (after replying invalid_argument) when the name is unusable.
+// False, with the reason in `why`, when `name` cannot name a record or barrier.
 bool check_name(const std::string& name, std::string& why) {
   if (name.empty()) {
     why = "registry: name is empty";
@@ -586,9 +588,8 @@ void Loop::handle(Connection& c, const Json& request, Clock::time_point now) {
 void Loop::handle_hello(Connection& c, const Json& request) {
   const std::int64_t version = need_int(request, "hello", "version");
   if (version != protocol::kVersion) {
-    throw ProtocolViolation{"registry: client speaks protocol version " +
-                            std::to_string(version) + ", this server speaks " +
-                            std::to_string(protocol::kVersion)};
+    throw ProtocolViolation{"registry: client speaks protocol version " + std::to_string(version) +
+                            ", this server speaks " + std::to_string(protocol::kVersion)};
   }
   const std::string* token = protocol::find_string(request, "token");
   if (!tokens_equal(token != nullptr ? *token : std::string(), options_.token)) {
@@ -613,14 +614,14 @@ void Loop::handle_publish(Connection& c, const Json& request) {
   if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
   if (value.size() > kMaxValueBytes) {
     return reply_error(c, Errc::invalid_argument,
-                       "registry: value of record " + quoted(name) + " is " +
+                       "registry: value of record " + protocol::quote_name(name) + " is " +
                            std::to_string(value.size()) + " bytes, over the limit of " +
                            std::to_string(kMaxValueBytes));
   }
   auto [it, inserted] = records_.try_emplace(name);
   if (!inserted && !replace) {
-    return reply_error(c, Errc::already_exists, "registry: record " + quoted(name) +
-                                                    " already exists");
+    return reply_error(c, Errc::already_exists,
+                       "registry: record " + protocol::quote_name(name) + " already exists");
   }
   it->second = std::move(value);
   reply(c, protocol::ok_reply());
@@ -640,7 +641,7 @@ void Loop::handle_lookup(Connection& c, const Json& request) {
   const std::string& name = need_string(request, "lookup", "name");
   auto it = records_.find(name);
   if (it == records_.end()) {
-    return reply_error(c, Errc::not_found, "registry: no record " + quoted(name));
+    return reply_error(c, Errc::not_found, "registry: no record " + protocol::quote_name(name));
   }
   reply(c, Json{{"ok", true}, {"value", protocol::base64_encode(it->second)}});
 }
@@ -653,17 +654,21 @@ std::int64_t need_timeout(const Json& request, const char* op) {
 void Loop::handle_wait(Connection& c, const Json& request, Clock::time_point now) {
   const std::string& name = need_string(request, "wait", "name");
   const std::int64_t timeout_ms = need_timeout(request, "wait");
+  std::string why;
+  if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
   if (timeout_ms < 0) {
-    return reply_error(c, Errc::invalid_argument,
-                       "registry: wait for " + quoted(name) + " with negative timeout");
+    return reply_error(
+        c, Errc::invalid_argument,
+        "registry: wait for " + protocol::quote_name(name) + " with negative timeout");
   }
   auto it = records_.find(name);
   if (it != records_.end()) {
     return reply(c, Json{{"ok", true}, {"value", protocol::base64_encode(it->second)}});
   }
   if (timeout_ms == 0) {
-    return reply_error(c, Errc::timeout,
-                       "registry: record " + quoted(name) + " not published within 0 ms");
+    return reply_error(
+        c, Errc::timeout,
+        "registry: record " + protocol::quote_name(name) + " not published within 0 ms");
   }
   c.pending = Pending::wait;
   c.pending_name = name;
@@ -674,7 +679,7 @@ void Loop::handle_wait(Connection& c, const Json& request, Clock::time_point now
 void Loop::handle_remove(Connection& c, const Json& request) {
   const std::string& name = need_string(request, "remove", "name");
   if (records_.erase(name) == 0) {
-    return reply_error(c, Errc::not_found, "registry: no record " + quoted(name));
+    return reply_error(c, Errc::not_found, "registry: no record " + protocol::quote_name(name));
   }
   reply(c, protocol::ok_reply());
 }
@@ -698,9 +703,9 @@ void Loop::handle_join(Connection& c, const Json& request) {
                        "registry: rank " + std::to_string(r) + " is already a member");
   }
   if (members_.size() >= kMaxMembers) {
-    return reply_error(c, Errc::invalid_argument,
-                       "registry: membership is full (" + std::to_string(kMaxMembers) +
-                           " members)");
+    return reply_error(
+        c, Errc::invalid_argument,
+        "registry: membership is full (" + std::to_string(kMaxMembers) + " members)");
   }
   members_.emplace(r, Member{c.id, std::move(info)});
   c.ranks.insert(r);
@@ -723,18 +728,20 @@ void Loop::handle_barrier(Connection& c, const Json& request, Clock::time_point 
   if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
   if (count < 1 || static_cast<std::uint64_t>(count) > options_.max_connections) {
     return reply_error(c, Errc::invalid_argument,
-                       "registry: barrier " + quoted(name) + " count " + std::to_string(count) +
-                           " must be 1.." + std::to_string(options_.max_connections));
+                       "registry: barrier " + protocol::quote_name(name) + " count " +
+                           std::to_string(count) + " must be 1.." +
+                           std::to_string(options_.max_connections));
   }
   if (timeout_ms < 0) {
-    return reply_error(c, Errc::invalid_argument,
-                       "registry: barrier " + quoted(name) + " with negative timeout");
+    return reply_error(
+        c, Errc::invalid_argument,
+        "registry: barrier " + protocol::quote_name(name) + " with negative timeout");
   }
   BarrierRound& round = barriers_[name];
   if (round.arrived.empty()) round.count = static_cast<int>(count);
   if (round.count != count) {
     return reply_error(c, Errc::invalid_argument,
-                       "registry: barrier " + quoted(name) + " called with count " +
+                       "registry: barrier " + protocol::quote_name(name) + " called with count " +
                            std::to_string(count) + " while " + std::to_string(round.count) +
                            " participants are expected by those already waiting");
   }
@@ -747,7 +754,7 @@ void Loop::handle_barrier(Connection& c, const Json& request, Clock::time_point 
 
   // Round complete: release everyone and forget the round, so the next arrivals start afresh.
   const std::vector<std::uint64_t> released = std::move(round.arrived);
-  barriers_.erase(name == c.pending_name ? c.pending_name : name);
+  barriers_.erase(name);
   const Json ok = protocol::ok_reply();
   for (std::uint64_t id : released) {
     auto it = connections_.find(id);
@@ -809,8 +816,8 @@ Server::Impl::Impl(ServerOptions options) {
                     "(set DFI_REGISTRY_TOKEN) or bind a loopback address such as 127.0.0.1");
   }
 
-  net::Fd listen_fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                             ai->ai_protocol));
+  net::Fd listen_fd(
+      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
   if (!listen_fd.valid()) {
     throw Error(Errc::io, "registry: cannot create a socket for " + requested + ": " +
                               net::errno_text(errno));
@@ -821,8 +828,8 @@ Server::Impl::Impl(ServerOptions options) {
     throw Error(Errc::io, "registry: cannot bind " + requested + ": " + net::errno_text(errno));
   }
   if (::listen(listen_fd.get(), kListenBacklog) != 0) {
-    throw Error(Errc::io, "registry: cannot listen on " + requested + ": " +
-                              net::errno_text(errno));
+    throw Error(Errc::io,
+                "registry: cannot listen on " + requested + ": " + net::errno_text(errno));
   }
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof(bound);
@@ -843,13 +850,13 @@ Server::Impl::Impl(ServerOptions options) {
   wake_read_.reset(pipe_fds[0]);
   wake_write_.reset(pipe_fds[1]);
 
-  loop_ = std::make_unique<Loop>(std::move(listen_fd), wake_read_.get(), address_,
-                                 std::move(options));
+  loop_ =
+      std::make_unique<Loop>(std::move(listen_fd), wake_read_.get(), address_, std::move(options));
   try {
     thread_ = std::thread([loop = loop_.get()] { loop->run(); });
   } catch (const std::system_error& e) {
-    throw Error(Errc::io, "registry at " + address_ + ": cannot start the server thread: " +
-                              e.what());
+    throw Error(Errc::io,
+                "registry at " + address_ + ": cannot start the server thread: " + e.what());
   }
 }
 

@@ -61,7 +61,7 @@ TEST_P(FabricCluster, KilledRankIsReportedWithinTwoSeconds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FabricCluster, ::testing::Values("shm", "tcp"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace dfi

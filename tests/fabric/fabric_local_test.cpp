@@ -147,7 +147,7 @@ TEST_P(FabricLocal, OversizedActiveMessageIsRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FabricLocal, ::testing::Values(Transport::shm, Transport::tcp),
-                         [](const auto& info) { return std::string(transport_name(info.param)); });
+                         [](const auto& param_info) { return std::string(transport_name(param_info.param)); });
 
 TEST(FabricDescriptor, SerializeParseRoundTrip) {
   RegionDescriptor d{0x1234567890abcdefull, 4096, std::string("\x00\x01key", 5)};
@@ -172,7 +172,9 @@ TEST(FabricTransport, UnknownNameIsRejected) {
 }
 
 TEST(FabricWorker, EmptyPeerAddressIsRejected) {
-  Context context(ContextOptions{.transport = Transport::shm});
+  ContextOptions options;
+  options.transport = Transport::shm;
+  Context context(options);
   Worker worker(context, "w");
   EXPECT_THROW((void)worker.connect(1, ""), Error);
 }

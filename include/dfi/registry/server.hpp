@@ -34,7 +34,7 @@ struct ServerOptions {
   // TCP port; 0 picks any free port (read it back with Server::port()).
   std::uint16_t port = 0;
   // Shared secret every client must present in its hello; empty means none (loopback only).
-  std::string token;
+  std::string token{};
   // Connections beyond this many are answered with a `retry` error and closed.
   std::size_t max_connections = kDefaultMaxConnections;
 };

@@ -1,0 +1,438 @@
+#include "dfi/registry/client.hpp"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <mutex>
+#include <thread>
+
+#include "dfi/common/deadline.hpp"
+#include "dfi/common/error.hpp"
+#include "net.hpp"
+#include "protocol.hpp"
+
+namespace dfi::registry {
+namespace {
+
+using protocol::Json;
+using std::chrono::milliseconds;
+
+// Bound on a simple request (and on the hello) once connected.
+constexpr milliseconds kRequestTimeout{10'000};
+// Added to a wait or barrier timeout: the server answers at its timeout; this covers scheduling.
+constexpr milliseconds kReplySlack{2'000};
+// Pause between connection attempts while the server is not up yet, doubling up to the cap.
+constexpr milliseconds kFirstRetryPause{10};
+constexpr milliseconds kMaxRetryPause{200};
+
+int poll_ms(const Deadline& deadline) {
+  return static_cast<int>(std::min<long long>(deadline.remaining_ms(), INT_MAX));
+}
+
+void check_name(const std::string& name) {
+  if (name.empty()) throw Error(Errc::invalid_argument, "registry: record name is empty");
+  if (name.size() > kMaxNameBytes) {
+    throw Error(Errc::invalid_argument, "registry: name " + protocol::quote_name(name) + " of " +
+                                            std::to_string(name.size()) +
+                                            " bytes exceeds the limit of " +
+                                            std::to_string(kMaxNameBytes));
+  }
+}
+
+std::int64_t timeout_ms(milliseconds timeout, const char* what, const std::string& name) {
+  if (timeout.count() < 0) {
+    throw Error(Errc::invalid_argument, std::string("registry: ") + what + " " +
+                                            protocol::quote_name(name) + " with negative timeout");
+  }
+  return std::min(timeout, kMaxWaitTimeout).count();
+}
+
+// One connection attempt to `ai` bounded by `deadline`; returns the socket or sets `error`.
+net::Fd try_connect(const addrinfo* ai, const Deadline& deadline, std::string& error) {
+  net::Fd fd(
+      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+  if (!fd.valid()) {
+    error = "socket: " + net::errno_text(errno);
+    return {};
+  }
+  int rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
+  if (rc != 0 && errno != EINPROGRESS && errno != EINTR) {
+    error = net::errno_text(errno);
+    return {};
+  }
+  if (rc != 0) {
+    for (;;) {
+      pollfd p{fd.get(), POLLOUT, 0};
+      rc = ::poll(&p, 1, poll_ms(deadline));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0) {
+        error = "poll: " + net::errno_text(errno);
+        return {};
+      }
+      if (rc == 0) {
+        if (!deadline.expired()) continue;
+        error = "connection attempt timed out";
+        return {};
+      }
+      break;
+    }
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
+    if (so_error != 0) {
+      error = net::errno_text(so_error);
+      return {};
+    }
+  }
+  net::set_no_delay(fd.get());
+  return fd;
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  Impl(std::string host_port, std::string token, milliseconds connect_timeout);
+
+  // Sends `request` and returns the reply object (ok or not). Transport failures throw and leave
+  // the connection broken. `what` describes the request for messages ("lookup of 'x'").
+  Json call(const Json& request, const std::string& what, milliseconds reply_timeout);
+  // Throws the registry's error carried by a not-ok reply.
+  [[noreturn]] void throw_reply_error(const Json& reply, const std::string& what) const;
+  std::string reply_value(const Json& reply, const std::string& what) const;
+
+  const std::string address_;
+
+ private:
+  void connect(milliseconds connect_timeout);
+  void hello(const std::string& token);
+  Json exchange(const std::string& frame, const std::string& what, milliseconds reply_timeout);
+  void send_all(std::string_view bytes, const Deadline& deadline, const std::string& what);
+  void recv_exact(char* out, std::size_t size, const Deadline& deadline, const std::string& what,
+                  milliseconds reply_timeout);
+  Error protocol_error(const std::string& what, const std::string& detail) const;
+
+  net::HostPort target_;
+  std::mutex mutex_;    // one request at a time
+  net::Fd fd_;          // guarded by mutex_
+  std::string broken_;  // guarded by mutex_; the failure that made fd_ unusable
+};
+
+Client::Impl::Impl(std::string host_port, std::string token, milliseconds connect_timeout)
+    : address_(std::move(host_port)), target_(net::split_host_port(address_)) {
+  connect(connect_timeout);
+  hello(token);
+}
+
+void Client::Impl::connect(milliseconds connect_timeout) {
+  const Deadline deadline(std::max(connect_timeout, milliseconds(0)));
+  const std::string port_text = std::to_string(target_.port);
+  std::string last_error = "no attempt made";
+  milliseconds pause = kFirstRetryPause;
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(target_.host.c_str(), port_text.c_str(), &hints, &found);
+    if (rc == 0) {
+      std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+      for (const addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
+        net::Fd fd = try_connect(ai, deadline, last_error);
+        if (fd.valid()) {
+          fd_ = std::move(fd);
+          return;
+        }
+      }
+    } else if (rc == EAI_AGAIN) {
+      last_error = std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    } else {
+      throw Error(Errc::io,
+                  "registry at " + address_ + ": cannot resolve host '" + target_.host +
+                      "': " + (rc == EAI_SYSTEM ? net::errno_text(errno) : ::gai_strerror(rc)));
+    }
+    if (deadline.expired()) {
+      throw Error(Errc::timeout, "registry at " + address_ + " unreachable after " +
+                                     std::to_string(connect_timeout.count()) +
+                                     " ms: " + last_error);
+    }
+    std::this_thread::sleep_for(std::min(pause, milliseconds(deadline.remaining_ms())));
+    pause = std::min(pause * 2, kMaxRetryPause);
+  }
+}
+
+void Client::Impl::hello(const std::string& token) {
+  const Json request{{"op", "hello"}, {"token", token}, {"version", protocol::kVersion}};
+  const std::string what = "hello";
+  std::string frame;
+  try {
+    frame = protocol::encode_frame(request, kMaxRequestBytes);
+  } catch (const Error&) {
+    throw Error(Errc::invalid_argument, "registry at " + address_ + ": token is not valid UTF-8");
+  }
+  const Json reply = exchange(frame, what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) {
+    const std::optional<Errc> code =
+        protocol::errc_from_name(*protocol::find_string(reply, "code"));
+    throw Error(code.value_or(Errc::protocol),
+                "registry at " + address_ +
+                    " rejected the connection: " + *protocol::find_string(reply, "error"));
+  }
+}
+
+Json Client::Impl::call(const Json& request, const std::string& what, milliseconds reply_timeout) {
+  const std::string frame = protocol::encode_frame(request, kMaxRequestBytes);
+  std::lock_guard lock(mutex_);
+  if (!broken_.empty()) {
+    throw Error(Errc::peer_failed, "registry at " + address_ + ": cannot send " + what +
+                                       ", the connection failed earlier: " + broken_);
+  }
+  try {
+    return exchange(frame, what, reply_timeout);
+  } catch (const Error& e) {
+    broken_ = e.what();
+    fd_.reset();  // the server drops our memberships and arrivals
+    throw;
+  }
+}
+
+Json Client::Impl::exchange(const std::string& frame, const std::string& what,
+                            milliseconds reply_timeout) {
+  const Deadline deadline(reply_timeout);
+  send_all(frame, deadline, what);
+  char header[protocol::kHeaderBytes];
+  recv_exact(header, sizeof(header), deadline, what, reply_timeout);
+  const std::uint32_t length = protocol::get_length(header);
+  if (length > kMaxReplyBytes) {
+    throw protocol_error(what, "reply of " + std::to_string(length) + " bytes exceeds the limit");
+  }
+  std::string body(length, '\0');
+  recv_exact(body.data(), body.size(), deadline, what, reply_timeout);
+  std::optional<Json> reply = protocol::parse_object(body);
+  if (!reply) throw protocol_error(what, "reply is not a JSON object");
+  const std::optional<bool> ok = protocol::find_bool(*reply, "ok");
+  if (!ok) throw protocol_error(what, "reply has no boolean 'ok'");
+  if (!*ok && (protocol::find_string(*reply, "code") == nullptr ||
+               protocol::find_string(*reply, "error") == nullptr)) {
+    throw protocol_error(what, "error reply lacks 'code' or 'error'");
+  }
+  return std::move(*reply);
+}
+
+void Client::Impl::send_all(std::string_view bytes, const Deadline& deadline,
+                            const std::string& what) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_.get(), POLLOUT, 0};
+      const int rc = ::poll(&p, 1, poll_ms(deadline));
+      if (rc < 0 && errno != EINTR) {
+        throw Error(Errc::io, "registry at " + address_ + ": poll during " + what +
+                                  " failed: " + net::errno_text(errno));
+      }
+      if (rc == 0 && deadline.expired()) {
+        throw Error(Errc::timeout,
+                    "registry at " + address_ + " did not accept " + what + " in time");
+      }
+      continue;
+    }
+    const int err = errno;
+    if (err == EPIPE || err == ECONNRESET || err == ENOTCONN) {
+      throw Error(Errc::peer_failed, "registry at " + address_ + " closed the connection (" +
+                                         net::errno_text(err) + ") before " + what);
+    }
+    throw Error(Errc::io, "registry at " + address_ + ": send of " + what +
+                              " failed: " + net::errno_text(err));
+  }
+}
+
+void Client::Impl::recv_exact(char* out, std::size_t size, const Deadline& deadline,
+                              const std::string& what, milliseconds reply_timeout) {
+  std::size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::recv(fd_.get(), out + got, size - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      throw Error(Errc::peer_failed,
+                  "registry at " + address_ + " closed the connection during " + what);
+    }
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      const int rc = ::poll(&p, 1, poll_ms(deadline));
+      if (rc < 0 && errno != EINTR) {
+        throw Error(Errc::io, "registry at " + address_ + ": poll during " + what +
+                                  " failed: " + net::errno_text(errno));
+      }
+      if (rc == 0 && deadline.expired()) {
+        throw Error(Errc::timeout, "registry at " + address_ + " did not answer " + what +
+                                       " within " + std::to_string(reply_timeout.count()) + " ms");
+      }
+      continue;
+    }
+    if (err == ECONNRESET || err == EPIPE || err == ENOTCONN) {
+      throw Error(Errc::peer_failed, "registry at " + address_ + " reset the connection during " +
+                                         what + ": " + net::errno_text(err));
+    }
+    throw Error(Errc::io, "registry at " + address_ + ": recv during " + what +
+                              " failed: " + net::errno_text(err));
+  }
+}
+
+Error Client::Impl::protocol_error(const std::string& what, const std::string& detail) const {
+  return Error(Errc::protocol,
+               "registry at " + address_ + " sent a malformed reply to " + what + ": " + detail);
+}
+
+void Client::Impl::throw_reply_error(const Json& reply, const std::string& what) const {
+  const std::string& code_name = *protocol::find_string(reply, "code");
+  const std::string& message = *protocol::find_string(reply, "error");
+  const std::optional<Errc> code = protocol::errc_from_name(code_name);
+  if (!code || *code == Errc::ok) {
+    throw protocol_error(what,
+                         "unknown error code '" + protocol::clip(code_name) + "': " + message);
+  }
+  throw Error(*code, message);
+}
+
+std::string Client::Impl::reply_value(const Json& reply, const std::string& what) const {
+  const std::string* text = protocol::find_string(reply, "value");
+  if (text == nullptr) throw protocol_error(what, "reply has no string 'value'");
+  std::optional<std::string> value = protocol::base64_decode(*text);
+  if (!value) throw protocol_error(what, "'value' is not base64");
+  return std::move(*value);
+}
+
+// ---- Client -----------------------------------------------------------------------------------
+
+Client::Client(std::string host_port, std::string token, milliseconds connect_timeout)
+    : impl_(std::make_unique<Impl>(std::move(host_port), std::move(token), connect_timeout)) {}
+
+Client::~Client() = default;
+
+const std::string& Client::address() const noexcept { return impl_->address_; }
+
+void Client::publish(const std::string& name, std::string_view value, bool replace) {
+  check_name(name);
+  if (value.size() > kMaxValueBytes) {
+    throw Error(Errc::invalid_argument, "registry: value of record " + protocol::quote_name(name) +
+                                            " is " + std::to_string(value.size()) +
+                                            " bytes, over the limit of " +
+                                            std::to_string(kMaxValueBytes));
+  }
+  const std::string what = "publish of " + protocol::quote_name(name);
+  const Json reply = impl_->call(Json{{"op", "publish"},
+                                      {"name", name},
+                                      {"value", protocol::base64_encode(value)},
+                                      {"replace", replace}},
+                                 what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+}
+
+std::string Client::lookup(const std::string& name) {
+  std::optional<std::string> value = try_lookup(name);
+  if (!value) throw Error(Errc::not_found, "registry: no record " + protocol::quote_name(name));
+  return std::move(*value);
+}
+
+std::optional<std::string> Client::try_lookup(const std::string& name) {
+  check_name(name);
+  const std::string what = "lookup of " + protocol::quote_name(name);
+  const Json reply = impl_->call(Json{{"op", "lookup"}, {"name", name}}, what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) {
+    if (*protocol::find_string(reply, "code") == errc_name(Errc::not_found)) return std::nullopt;
+    impl_->throw_reply_error(reply, what);
+  }
+  return impl_->reply_value(reply, what);
+}
+
+std::string Client::wait_for(const std::string& name, milliseconds timeout) {
+  check_name(name);
+  const std::int64_t ms = timeout_ms(timeout, "wait for", name);
+  const std::string what = "wait for " + protocol::quote_name(name);
+  const Json reply = impl_->call(Json{{"op", "wait"}, {"name", name}, {"timeout_ms", ms}}, what,
+                                 milliseconds(ms) + kReplySlack);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  return impl_->reply_value(reply, what);
+}
+
+void Client::remove(const std::string& name) {
+  check_name(name);
+  const std::string what = "remove of " + protocol::quote_name(name);
+  const Json reply = impl_->call(Json{{"op", "remove"}, {"name", name}}, what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+}
+
+void Client::join(int rank, std::string_view info) {
+  if (rank < 0) {
+    throw Error(Errc::invalid_argument,
+                "registry: cannot join as rank " + std::to_string(rank) + ": ranks are >= 0");
+  }
+  if (info.size() > kMaxInfoBytes) {
+    throw Error(Errc::invalid_argument, "registry: info of rank " + std::to_string(rank) + " is " +
+                                            std::to_string(info.size()) +
+                                            " bytes, over the limit of " +
+                                            std::to_string(kMaxInfoBytes));
+  }
+  const std::string what = "join of rank " + std::to_string(rank);
+  const Json reply =
+      impl_->call(Json{{"op", "join"}, {"rank", rank}, {"info", protocol::base64_encode(info)}},
+                  what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+}
+
+std::map<int, std::string> Client::members() {
+  const std::string what = "members";
+  const Json reply = impl_->call(Json{{"op", "members"}}, what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  auto list = reply.find("members");
+  if (list == reply.end() || !list->is_array()) {
+    throw Error(Errc::protocol, "registry at " + address() +
+                                    " sent a malformed reply to members: no 'members' array");
+  }
+  std::map<int, std::string> out;
+  for (const Json& entry : *list) {
+    const std::optional<std::int64_t> rank =
+        entry.is_object() ? protocol::find_int(entry, "rank") : std::nullopt;
+    const std::string* info = entry.is_object() ? protocol::find_string(entry, "info") : nullptr;
+    std::optional<std::string> decoded =
+        info != nullptr ? protocol::base64_decode(*info) : std::nullopt;
+    if (!rank || *rank < 0 || *rank > INT_MAX || !decoded) {
+      throw Error(Errc::protocol,
+                  "registry at " + address() + " sent a malformed reply to members: bad entry");
+    }
+    out.emplace(static_cast<int>(*rank), std::move(*decoded));
+  }
+  return out;
+}
+
+void Client::barrier(const std::string& name, int count, milliseconds timeout) {
+  check_name(name);
+  if (count < 1) {
+    throw Error(Errc::invalid_argument, "registry: barrier " + protocol::quote_name(name) +
+                                            " count " + std::to_string(count) +
+                                            " must be at least 1");
+  }
+  const std::int64_t ms = timeout_ms(timeout, "barrier", name);
+  const std::string what = "barrier " + protocol::quote_name(name);
+  const Json reply =
+      impl_->call(Json{{"op", "barrier"}, {"name", name}, {"count", count}, {"timeout_ms", ms}},
+                  what, milliseconds(ms) + kReplySlack);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+}
+
+}  // namespace dfi::registry

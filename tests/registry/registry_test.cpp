@@ -1,0 +1,698 @@
+// Registry server and client: records, waits, membership, barriers, security and robustness
+// against hostile or broken peers. Everything runs in-process over loopback TCP.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "dfi/registry/client.hpp"
+#include "dfi/registry/server.hpp"
+
+namespace dfi::registry {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kConnectTimeout = 5s;
+constexpr auto kLongWait = 5s;
+
+long long ms_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// Runs `f`, which must throw dfi::Error; returns it (or a fatal-coded error after a failure).
+Error capture_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected dfi::Error, got std::exception: " << e.what();
+    return Error(Errc::fatal, e.what());
+  }
+  ADD_FAILURE() << "expected dfi::Error, nothing was thrown";
+  return Error(Errc::fatal, "nothing thrown");
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::unique_ptr<Client> connect_to(const Server& server, const std::string& token = "") {
+  return std::make_unique<Client>(server.address(), token, kConnectTimeout);
+}
+
+std::string frame(std::string_view body) {
+  const auto n = static_cast<std::uint32_t>(body.size());
+  std::string out{static_cast<char>(n >> 24), static_cast<char>((n >> 16) & 0xff),
+                  static_cast<char>((n >> 8) & 0xff), static_cast<char>(n & 0xff)};
+  out.append(body);
+  return out;
+}
+
+constexpr std::string_view kHello = R"({"op":"hello","token":"","version":1})";
+
+// A hand-driven TCP connection, for speaking (broken) protocol to the server.
+class RawConnection {
+ public:
+  explicit RawConnection(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    EXPECT_GE(fd_, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr generic{};
+    static_assert(sizeof(generic) == sizeof(address));
+    std::memcpy(&generic, &address, sizeof(address));
+    EXPECT_EQ(::connect(fd_, &generic, sizeof(address)), 0) << std::strerror(errno);
+  }
+  ~RawConnection() { close(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  void send_bytes(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;  // the server may already have closed us; that is allowed
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+  void send_frame(std::string_view body) { send_bytes(frame(body)); }
+
+  // The next frame's body, or nullopt on EOF, error or timeout.
+  std::optional<std::string> read_frame(std::chrono::milliseconds timeout = 2000ms) {
+    char header[4];
+    if (!read_exact(header, 4, timeout)) return std::nullopt;
+    const std::uint32_t n = (std::uint32_t{static_cast<unsigned char>(header[0])} << 24) |
+                            (std::uint32_t{static_cast<unsigned char>(header[1])} << 16) |
+                            (std::uint32_t{static_cast<unsigned char>(header[2])} << 8) |
+                            std::uint32_t{static_cast<unsigned char>(header[3])};
+    if (n > (1u << 24)) return std::nullopt;
+    std::string body(n, '\0');
+    if (!read_exact(body.data(), n, timeout)) return std::nullopt;
+    return body;
+  }
+
+  // True once the server closed the connection (EOF or reset) within `timeout`.
+  bool closed_by_server(std::chrono::milliseconds timeout = 2000ms) {
+    const auto deadline = Clock::now() + timeout;
+    char sink[4096];
+    while (Clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = ::recv(fd_, sink, sizeof(sink), 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+
+  void shutdown_sending() { ::shutdown(fd_, SHUT_WR); }
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  bool read_exact(char* out, std::size_t size, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::size_t got = 0;
+    while (got < size) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      const ssize_t n = ::recv(fd_, out + got, size - got, 0);
+      if (n <= 0) return false;
+      got += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  int fd_;
+};
+
+// Polls `condition` until it holds or `timeout` passes.
+bool eventually(const std::function<bool()>& condition,
+                std::chrono::milliseconds timeout = 2000ms) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return condition();
+}
+
+std::string all_bytes() {
+  std::string value;
+  for (int i = 0; i < 256; ++i) value.push_back(static_cast<char>(i));
+  return value;
+}
+
+// ---- records ----------------------------------------------------------------------------------
+
+TEST(Registry, AddressNamesLoopbackAndPort) {
+  Server server(ServerOptions{});
+  EXPECT_NE(server.port(), 0);
+  EXPECT_EQ(server.address(), "127.0.0.1:" + std::to_string(server.port()));
+}
+
+TEST(Registry, PublishLookupRoundtripsBinaryValues) {
+  Server server(ServerOptions{});
+  auto writer = connect_to(server);
+  auto reader = connect_to(server);
+  writer->publish("bytes", all_bytes());
+  writer->publish("empty", "");
+  EXPECT_EQ(reader->lookup("bytes"), all_bytes());
+  EXPECT_EQ(reader->lookup("empty"), "");
+  EXPECT_EQ(reader->try_lookup("bytes"), std::optional<std::string>(all_bytes()));
+}
+
+TEST(Registry, LargestValueRoundtripsAndLargerIsRejected) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  std::string big(kMaxValueBytes, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 % 251);
+  client->publish("big", big);
+  EXPECT_EQ(client->lookup("big"), big);
+  const Error e = capture_error([&] { client->publish("bigger", big + "x"); });
+  EXPECT_EQ(e.code(), Errc::invalid_argument);
+  EXPECT_TRUE(contains(e.what(), "'bigger'")) << e.what();
+  EXPECT_EQ(client->lookup("big"), big);  // the connection is still usable
+}
+
+TEST(Registry, LookupOfUnknownNameIsNotFound) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  const Error e = capture_error([&] { (void)client->lookup("nope"); });
+  EXPECT_EQ(e.code(), Errc::not_found);
+  EXPECT_STREQ(e.what(), "registry: no record 'nope'");
+  EXPECT_EQ(client->try_lookup("nope"), std::nullopt);
+}
+
+TEST(Registry, DuplicatePublishIsAlreadyExistsAndKeepsTheValue) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  client->publish("dup", "first");
+  const Error e = capture_error([&] { client->publish("dup", "second"); });
+  EXPECT_EQ(e.code(), Errc::already_exists);
+  EXPECT_STREQ(e.what(), "registry: record 'dup' already exists");
+  EXPECT_EQ(client->lookup("dup"), "first");
+}
+
+TEST(Registry, ReplaceOverwrites) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  client->publish("r", "one");
+  client->publish("r", "two", /*replace=*/true);
+  EXPECT_EQ(client->lookup("r"), "two");
+  client->publish("fresh", "x", /*replace=*/true);  // replace of a missing record creates it
+  EXPECT_EQ(client->lookup("fresh"), "x");
+}
+
+TEST(Registry, RemoveDeletesAndRemovingTwiceIsNotFound) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  client->publish("gone", "v");
+  client->remove("gone");
+  EXPECT_EQ(client->try_lookup("gone"), std::nullopt);
+  const Error e = capture_error([&] { client->remove("gone"); });
+  EXPECT_EQ(e.code(), Errc::not_found);
+  EXPECT_STREQ(e.what(), "registry: no record 'gone'");
+}
+
+TEST(Registry, InvalidNamesAreRejectedBeforeSending) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  EXPECT_EQ(capture_error([&] { client->publish("", "v"); }).code(), Errc::invalid_argument);
+  EXPECT_EQ(
+      capture_error([&] { client->publish(std::string(kMaxNameBytes + 1, 'n'), "v"); }).code(),
+      Errc::invalid_argument);
+  EXPECT_EQ(capture_error([&] { client->publish("bad\xff utf8", "v"); }).code(),
+            Errc::invalid_argument);
+  EXPECT_EQ(capture_error([&] { client->barrier("b", 0, 10ms); }).code(), Errc::invalid_argument);
+  EXPECT_EQ(capture_error([&] { (void)client->wait_for("w", -1ms); }).code(),
+            Errc::invalid_argument);
+  client->publish("ok", "v");  // none of the above broke the connection
+  EXPECT_EQ(client->lookup("ok"), "v");
+}
+
+TEST(Registry, OneClientIsSafeToShareBetweenThreads) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < kEach; ++i) {
+          std::string name = "t";
+          name += std::to_string(t);
+          name += '/';
+          name += std::to_string(i);
+          client->publish(name, name);
+          if (client->lookup(name) != name) ++failures;
+        }
+      } catch (const std::exception&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(client->lookup("t3/49"), "t3/49");
+}
+
+// ---- waits ------------------------------------------------------------------------------------
+
+TEST(Registry, WaitForIsSatisfiedByALaterPublishFromAnotherClient) {
+  Server server(ServerOptions{});
+  auto waiter = connect_to(server);
+  auto publisher = connect_to(server);
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    publisher->publish("late", all_bytes());
+  });
+  const auto start = Clock::now();
+  EXPECT_EQ(waiter->wait_for("late", kLongWait), all_bytes());
+  EXPECT_LT(ms_since(start), 3000);
+  later.join();
+  // A record that already exists is returned at once.
+  EXPECT_EQ(waiter->wait_for("late", 0ms), all_bytes());
+}
+
+TEST(Registry, WaitForTimesOutWithinBound) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  const auto start = Clock::now();
+  const Error e = capture_error([&] { (void)client->wait_for("never", 200ms); });
+  const long long elapsed = ms_since(start);
+  EXPECT_EQ(e.code(), Errc::timeout);
+  EXPECT_STREQ(e.what(), "registry: record 'never' not published within 200 ms");
+  EXPECT_GE(elapsed, 190);
+  EXPECT_LT(elapsed, 1500);
+  client->publish("after", "v");  // the connection survives a timed-out wait
+  EXPECT_EQ(client->lookup("after"), "v");
+}
+
+// ---- barriers ---------------------------------------------------------------------------------
+
+TEST(Registry, BarrierReleasesFourThreadsTogetherAndIsReusable) {
+  Server server(ServerOptions{});
+  constexpr int kThreads = 4;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int t = 0; t < kThreads; ++t) clients.push_back(connect_to(server));
+  std::atomic<int> arrived[2] = {0, 0};
+  int seen[2][kThreads] = {};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int round = 0; round < 2; ++round) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20 * t));  // stagger arrivals
+          ++arrived[round];
+          clients[t]->barrier("phase", kThreads, kLongWait);
+          seen[round][t] = arrived[round].load();
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << t << ": " << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int round = 0; round < 2; ++round) {
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(seen[round][t], kThreads)
+          << "round " << round << " thread " << t << " left the barrier before everyone arrived";
+    }
+  }
+}
+
+TEST(Registry, BarrierTimeoutCountsArrivals) {
+  Server server(ServerOptions{});
+  auto first = connect_to(server);
+  auto second = connect_to(server);
+  std::optional<Error> first_error;
+  std::thread early(
+      [&] { first_error = capture_error([&] { first->barrier("slow", 4, 300ms); }); });
+  std::this_thread::sleep_for(100ms);
+  const auto start = Clock::now();
+  const Error second_error = capture_error([&] { second->barrier("slow", 4, 300ms); });
+  EXPECT_LT(ms_since(start), 1500);
+  early.join();
+  ASSERT_TRUE(first_error.has_value());
+  EXPECT_EQ(first_error->code(), Errc::timeout);
+  EXPECT_EQ(second_error.code(), Errc::timeout);
+  // Whoever arrived first saw two arrivals at its timeout; the other was then alone.
+  const std::string messages = std::string(first_error->what()) + "|" + second_error.what();
+  EXPECT_TRUE(contains(messages,
+                       "registry: barrier 'slow' timed out after 300 ms with 2 of 4 "
+                       "arrived"))
+      << messages;
+  EXPECT_TRUE(contains(messages, "with 1 of 4 arrived")) << messages;
+
+  // Timed-out arrivals were withdrawn: a fresh round with another count works.
+  std::thread partner([&] { first->barrier("slow", 2, kLongWait); });
+  second->barrier("slow", 2, kLongWait);
+  partner.join();
+}
+
+TEST(Registry, BarrierCountMismatchIsInvalidArgument) {
+  Server server(ServerOptions{});
+  auto waiting = connect_to(server);
+  auto other = connect_to(server);
+  std::thread t([&] { (void)capture_error([&] { waiting->barrier("m", 3, 300ms); }); });
+  std::this_thread::sleep_for(100ms);
+  const Error e = capture_error([&] { other->barrier("m", 2, 300ms); });
+  EXPECT_EQ(e.code(), Errc::invalid_argument);
+  EXPECT_TRUE(contains(e.what(), "count 2")) << e.what();
+  t.join();
+}
+
+TEST(Registry, BarrierArrivalIsWithdrawnWhenItsConnectionDrops) {
+  Server server(ServerOptions{});
+  {
+    RawConnection quitter(server.port());
+    quitter.send_frame(kHello);
+    ASSERT_TRUE(quitter.read_frame().has_value());
+    quitter.send_frame(R"({"op":"barrier","name":"w","count":2,"timeout_ms":10000})");
+    std::this_thread::sleep_for(100ms);  // let the server register the arrival
+  }                                      // closes: the arrival must be withdrawn
+  std::this_thread::sleep_for(100ms);
+  auto client = connect_to(server);
+  const Error e = capture_error([&] { client->barrier("w", 2, 300ms); });
+  EXPECT_EQ(e.code(), Errc::timeout);
+  EXPECT_TRUE(contains(e.what(), "with 1 of 2 arrived")) << e.what();
+}
+
+// ---- membership -------------------------------------------------------------------------------
+
+TEST(Registry, MembershipEndsWhenTheConnectionCloses) {
+  Server server(ServerOptions{});
+  auto a = connect_to(server);
+  auto b = connect_to(server);
+  const std::string binary_info("\0\xff\x01", 3);
+  a->join(0, "host-a");
+  b->join(1, binary_info);
+  EXPECT_EQ(a->members(), (std::map<int, std::string>{{0, "host-a"}, {1, binary_info}}));
+
+  const Error e = capture_error([&] { b->join(0, "impostor"); });
+  EXPECT_EQ(e.code(), Errc::already_exists);
+  EXPECT_TRUE(contains(e.what(), "rank 0")) << e.what();
+
+  b.reset();  // disconnect: rank 1 leaves
+  EXPECT_TRUE(eventually([&] { return a->members().size() == 1; }));
+  EXPECT_EQ(a->members(), (std::map<int, std::string>{{0, "host-a"}}));
+
+  auto c = connect_to(server);
+  c->join(1, "host-c");  // the rank is free again
+  EXPECT_EQ(c->members(), (std::map<int, std::string>{{0, "host-a"}, {1, "host-c"}}));
+}
+
+// ---- security ---------------------------------------------------------------------------------
+
+TEST(Registry, NonLoopbackBindRequiresAToken) {
+  const Error e = capture_error([] { Server exposed(ServerOptions{.bind_host = "0.0.0.0"}); });
+  EXPECT_EQ(e.code(), Errc::invalid_argument);
+  EXPECT_TRUE(contains(e.what(), "token")) << e.what();
+  EXPECT_TRUE(contains(e.what(), "0.0.0.0")) << e.what();
+
+  Server with_token(ServerOptions{.bind_host = "0.0.0.0", .token = "s3cret"});
+  Client client("127.0.0.1:" + std::to_string(with_token.port()), "s3cret", kConnectTimeout);
+  client.publish("x", "y");
+  EXPECT_EQ(client.lookup("x"), "y");
+
+  Server local(ServerOptions{.bind_host = "localhost"});  // loopback by name: no token needed
+  EXPECT_NE(local.port(), 0);
+}
+
+TEST(Registry, BadTokenIsRejected) {
+  Server server(ServerOptions{.token = "right"});
+  for (const std::string token : {"wrong", "", "righ", "right "}) {
+    const Error e = capture_error([&] { Client client(server.address(), token, kConnectTimeout); });
+    EXPECT_EQ(e.code(), Errc::invalid_argument) << token;
+    EXPECT_TRUE(contains(e.what(), "registry: bad token")) << e.what();
+    EXPECT_TRUE(contains(e.what(), server.address())) << e.what();
+  }
+  auto client = connect_to(server, "right");
+  client->publish("x", "y");
+  EXPECT_EQ(client->lookup("x"), "y");
+}
+
+TEST(Registry, BindFailureNamesTheAddress) {
+  Server first(ServerOptions{});
+  const Error e = capture_error([&] { Server second(ServerOptions{.port = first.port()}); });
+  EXPECT_EQ(e.code(), Errc::io);
+  EXPECT_TRUE(contains(e.what(), "127.0.0.1:" + std::to_string(first.port()))) << e.what();
+  EXPECT_TRUE(contains(e.what(), "in use")) << e.what();
+}
+
+TEST(Registry, ConnectionsBeyondTheLimitAreRefused) {
+  Server server(ServerOptions{.max_connections = 2});
+  auto a = connect_to(server);
+  auto b = connect_to(server);
+  const Error e = capture_error([&] { connect_to(server); });
+  EXPECT_EQ(e.code(), Errc::retry);
+  EXPECT_TRUE(contains(e.what(), "too many connections")) << e.what();
+  a->publish("still", "served");
+  a.reset();
+  std::unique_ptr<Client> c;
+  EXPECT_TRUE(eventually([&] {
+    try {
+      c = connect_to(server);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }));
+  EXPECT_EQ(b->lookup("still"), "served");
+}
+
+// ---- robustness -------------------------------------------------------------------------------
+
+// Sends `request` after a hello and expects an error reply containing `expected`, then a close.
+void expect_rejected(std::uint16_t port, std::string_view request, const std::string& expected,
+                     bool hello_first = true) {
+  SCOPED_TRACE(std::string(request.substr(0, 80)));
+  RawConnection raw(port);
+  if (hello_first) {
+    raw.send_frame(kHello);
+    const std::optional<std::string> hello = raw.read_frame();
+    ASSERT_TRUE(hello.has_value());
+    EXPECT_TRUE(contains(*hello, R"("ok":true)")) << *hello;
+  }
+  raw.send_bytes(request);
+  const std::optional<std::string> reply = raw.read_frame();
+  ASSERT_TRUE(reply.has_value()) << "no error reply";
+  EXPECT_TRUE(contains(*reply, R"("ok":false)")) << *reply;
+  EXPECT_TRUE(contains(*reply, expected)) << *reply;
+  EXPECT_TRUE(raw.closed_by_server()) << "the server kept a broken connection open";
+}
+
+TEST(Registry, ServerSurvivesGarbageAndServesOthers) {
+  Server server(ServerOptions{});
+  auto bystander = connect_to(server);  // connected throughout: must be unaffected
+  bystander->publish("before", "1");
+  bystander->join(7, "bystander");
+
+  {  // random bytes, then hang up
+    std::mt19937 rng(42);
+    std::string noise(4096, '\0');
+    for (char& ch : noise) ch = static_cast<char>(rng() & 0xff);
+    RawConnection raw(server.port());
+    raw.send_bytes(noise);
+  }
+  // A 4 GB length prefix.
+  expect_rejected(server.port(), std::string(4, '\xff'), "exceeds the limit", false);
+  expect_rejected(server.port(), frame("this is not json"), "not a JSON object", false);
+  expect_rejected(server.port(), frame(""), "not a JSON object", false);
+  expect_rejected(server.port(), frame("[1,2,3]"), "not a JSON object", false);
+  expect_rejected(server.port(), frame(std::string(200000, '[')), "not a JSON object", false);
+  expect_rejected(server.port(), frame("{\"op\":\"\xff\xfe\"}"), "not a JSON object", false);
+  expect_rejected(server.port(), frame(R"({"op":"lookup","name":"before"})"), "expected 'hello'",
+                  false);
+  expect_rejected(server.port(), frame(R"({"op":"hello","token":"","version":99})"), "version 99",
+                  false);
+  expect_rejected(server.port(), frame(R"({"op":"hello","token":""})"), "version", false);
+  expect_rejected(server.port(), frame(R"({"op":"frobnicate"})"), "unknown op 'frobnicate'");
+  expect_rejected(server.port(), frame(R"({"name":"x"})"), "no string field 'op'");
+  expect_rejected(server.port(), frame(R"({"op":42})"), "no string field 'op'");
+  expect_rejected(server.port(), frame(R"({"op":"publish"})"), "field 'name'");
+  expect_rejected(server.port(), frame(R"({"op":"publish","name":"x","value":"!!"})"),
+                  "not base64");
+  expect_rejected(server.port(), frame(R"({"op":"publish","name":"x","value":"AB=="})"),
+                  "not base64");
+  expect_rejected(server.port(),
+                  frame(R"({"op":"publish","name":"x","value":"AA==","replace":"yes"})"),
+                  "'replace'");
+  expect_rejected(server.port(), frame(R"({"op":"join","rank":1.5,"info":""})"), "'rank'");
+  expect_rejected(server.port(),
+                  frame(R"({"op":"barrier","name":"b","count":18446744073709551615,)"
+                        R"("timeout_ms":1})"),
+                  "'count'");
+  expect_rejected(server.port(), frame(R"({"op":"wait","name":"x"})"), "'timeout_ms'");
+  expect_rejected(server.port(), frame(kHello), "second 'hello'");
+
+  {  // half a frame, then hang up
+    RawConnection raw(server.port());
+    raw.send_frame(kHello);
+    ASSERT_TRUE(raw.read_frame().has_value());
+    raw.send_bytes(frame(R"({"op":"lookup","name":"before"})").substr(0, 12));
+  }
+  {  // half a header, then hang up
+    RawConnection raw(server.port());
+    raw.send_bytes(std::string("\0\0", 2));
+  }
+  {  // semantic errors keep the connection: two requests on one raw connection
+    RawConnection raw(server.port());
+    raw.send_frame(kHello);
+    ASSERT_TRUE(raw.read_frame().has_value());
+    raw.send_frame(R"({"op":"wait","name":"x","timeout_ms":-5})");
+    const std::optional<std::string> first = raw.read_frame();
+    ASSERT_TRUE(first.has_value());
+    EXPECT_TRUE(contains(*first, "invalid_argument")) << *first;
+    raw.send_frame(R"({"op":"lookup","name":"before"})");
+    const std::optional<std::string> second = raw.read_frame();
+    ASSERT_TRUE(second.has_value());
+    EXPECT_TRUE(contains(*second, R"("value":"MQ==")")) << *second;
+  }
+
+  EXPECT_EQ(bystander->lookup("before"), "1");
+  EXPECT_EQ(bystander->members(), (std::map<int, std::string>{{7, "bystander"}}));
+  auto fresh = connect_to(server);
+  fresh->publish("after", "2");
+  EXPECT_EQ(fresh->lookup("after"), "2");
+  EXPECT_EQ(fresh->lookup("before"), "1");
+}
+
+// A small, seeded protocol fuzzer: mutated requests after a valid hello. Whatever arrives, once
+// the peer half-closes the server must close the connection, and it must keep serving others.
+TEST(Registry, MutatedRequestsNeverBreakTheServer) {
+  Server server(ServerOptions{});
+  auto bystander = connect_to(server);
+  bystander->publish("kept", "safe");
+  const std::vector<std::string> seeds = {
+      R"({"op":"publish","name":"f","value":"AAEC","replace":true})",
+      R"({"op":"lookup","name":"kept"})",
+      R"({"op":"wait","name":"f","timeout_ms":50})",
+      R"({"op":"remove","name":"f"})",
+      R"({"op":"join","rank":3,"info":"aGk="})",
+      R"({"op":"members"})",
+      R"({"op":"barrier","name":"fz","count":2,"timeout_ms":50})",
+  };
+  std::mt19937 rng(1234);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  constexpr int kCases = 1000;
+  for (int i = 0; i < kCases; ++i) {
+    std::string body = seeds[pick(seeds.size())];
+    switch (pick(4)) {
+      case 0:  // overwrite a few bytes
+        for (std::size_t k = 0, n = 1 + pick(3); k < n; ++k) {
+          body[pick(body.size())] = static_cast<char>(rng() & 0xff);
+        }
+        break;
+      case 1: body.resize(pick(body.size())); break;  // truncate
+      case 2: body.insert(pick(body.size()), body.substr(pick(body.size()))); break;
+      case 3: body.insert(pick(body.size()), 1, "{}[]\",:0-e\\"[pick(11)]); break;
+    }
+    std::string bytes = frame(body);
+    if (pick(8) == 0) bytes[3] = static_cast<char>(rng() & 0xff);  // lie about the length
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + body);
+    RawConnection raw(server.port());
+    raw.send_frame(kHello);
+    raw.send_bytes(bytes);
+    raw.shutdown_sending();
+    ASSERT_TRUE(raw.closed_by_server()) << "server kept a finished connection open";
+  }
+  EXPECT_EQ(bystander->lookup("kept"), "safe");
+  auto fresh = connect_to(server);
+  fresh->publish("still", "serving");
+  EXPECT_EQ(fresh->lookup("still"), "serving");
+}
+
+TEST(Registry, UnreachableServerFailsWithinTheConnectTimeout) {
+  std::uint16_t port = 0;
+  {
+    Server probe(ServerOptions{});
+    port = probe.port();
+  }  // now nothing listens there
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const auto start = Clock::now();
+  const Error e = capture_error([&] { Client client(address, "", 300ms); });
+  const long long elapsed = ms_since(start);
+  EXPECT_EQ(e.code(), Errc::timeout);
+  EXPECT_EQ(std::string(e.what()),
+            "registry at " + address + " unreachable after 300 ms: Connection refused");
+  EXPECT_GE(elapsed, 290);
+  EXPECT_LT(elapsed, 1500);
+
+  EXPECT_EQ(capture_error([] { Client client("no-port-here", "", 100ms); }).code(),
+            Errc::invalid_argument);
+}
+
+TEST(Registry, StopWhileClientsWaitFailsThemQuickly) {
+  auto server = std::make_unique<Server>(ServerOptions{});
+  const std::string address = server->address();
+  auto waiter = connect_to(*server);
+  auto barrier_waiter = connect_to(*server);
+  auto idle = connect_to(*server);
+  std::optional<Error> wait_error;
+  std::optional<Error> barrier_error;
+  Clock::time_point wait_failed_at;
+  Clock::time_point barrier_failed_at;
+  std::thread t1([&] {
+    wait_error = capture_error([&] { (void)waiter->wait_for("never", 10s); });
+    wait_failed_at = Clock::now();
+  });
+  std::thread t2([&] {
+    barrier_error = capture_error([&] { barrier_waiter->barrier("never", 3, 10s); });
+    barrier_failed_at = Clock::now();
+  });
+  std::this_thread::sleep_for(150ms);
+  const auto stop_at = Clock::now();
+  server->stop();
+  EXPECT_LT(ms_since(stop_at), 1000) << "stop() did not return promptly";
+  t1.join();
+  t2.join();
+  for (const auto& [error, at] :
+       {std::pair{wait_error, wait_failed_at}, std::pair{barrier_error, barrier_failed_at}}) {
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(error->code(), Errc::peer_failed) << error->what();
+    EXPECT_TRUE(contains(error->what(), address)) << error->what();
+    EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(at - stop_at).count(), 1000);
+  }
+  // An idle client learns on its next request, naming the registry; later calls fail fast too.
+  const Error idle_error = capture_error([&] { (void)idle->lookup("x"); });
+  EXPECT_EQ(idle_error.code(), Errc::peer_failed);
+  EXPECT_TRUE(contains(idle_error.what(), address)) << idle_error.what();
+  const Error again = capture_error([&] { (void)waiter->lookup("x"); });
+  EXPECT_EQ(again.code(), Errc::peer_failed);
+  EXPECT_TRUE(contains(again.what(), address)) << again.what();
+  server.reset();  // stop() already ran; destruction is a no-op
+}
+
+}  // namespace
+}  // namespace dfi::registry
