@@ -1,5 +1,7 @@
 #include "dfi/cluster/node.hpp"
 
+#include <map>
+
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/progress_thread.hpp"
@@ -69,10 +71,59 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
   progress_ = std::make_unique<fabric::ProgressThread>(*service_);
   client_->join(rank_, context_->describe());
   barrier("dfi/node/up");
+  watch_client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
+  watcher_ = std::thread([this, interval = options.liveness_interval] { watch(interval); });
 }
 
 Node::~Node() {
+  stop_watcher();
   progress_.reset();  // the service worker is ours again before it is destroyed
+}
+
+void Node::watch(std::chrono::milliseconds interval) {
+  std::unique_lock lock(watcher_mutex_);
+  while (!watcher_wake_.wait_for(lock, interval, [this] { return watcher_stop_; })) {
+    lock.unlock();
+    std::map<int, std::string> members;
+    bool registry_lost = false;
+    std::string registry_error;
+    try {
+      members = watch_client_->members();
+    } catch (const Error& e) {
+      registry_lost = true;
+      registry_error = e.what();
+    }
+    lock.lock();
+    if (watcher_stop_) break;
+    if (registry_lost) {
+      // The embedded registry lives in rank 0: losing it means rank 0 is gone.
+      context_->mark_peer_failed(0, "rank 0 (registry host) is unreachable: " + registry_error);
+      break;
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && members.find(r) == members.end()) {
+        context_->mark_peer_failed(r, "rank " + std::to_string(r) +
+                                          " left the cluster (its registry connection closed: process died?)");
+      }
+    }
+  }
+}
+
+void Node::stop_watcher() {
+  {
+    std::lock_guard lock(watcher_mutex_);
+    watcher_stop_ = true;
+  }
+  watcher_wake_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::vector<int> Node::failed_ranks() const {
+  std::vector<int> failed;
+  for (int r = 0; r < size_; ++r) {
+    if (!context_->peer_failure(r).empty()) failed.push_back(r);
+  }
+  return failed;
 }
 
 std::string Node::peer_address(int rank) {
@@ -97,6 +148,9 @@ fabric::Endpoint Node::connect(fabric::Worker& worker, int rank) {
 
 void Node::barrier(const std::string& name) { client_->barrier(name, size_, registry_timeout_); }
 
-void Node::finish() { barrier("dfi/node/finish"); }
+void Node::finish() {
+  barrier("dfi/node/finish");
+  stop_watcher();
+}
 
 }  // namespace dfi::cluster

@@ -18,6 +18,8 @@ constexpr std::array kEntries{
           "Upper bound for any single fabric wait (put/get/atomic/flush/AM completion)"},
     Entry{"keepalive_ms", "DFI_KEEPALIVE_MS", "300",
           "UCX keepalive interval; a dead peer on shm is detected within a few intervals"},
+    Entry{"debug_endpoints", "DFI_DEBUG_ENDPOINTS", "0",
+          "1: print UCX's lane configuration of every endpoint to stderr when it is created"},
     Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",
           "host:port of the registry; rank 0 embeds the server there unless DFI_REGISTRY_EXTERNAL=1"},
     Entry{"registry_token", "DFI_REGISTRY_TOKEN", "",

@@ -99,6 +99,20 @@ Context::~Context() {
   if (impl_ && impl_->context != nullptr) ucp_cleanup(impl_->context);
 }
 
+void Context::mark_peer_failed(int rank, const std::string& reason) {
+  {
+    std::lock_guard lock(impl_->failures_mutex);
+    if (!impl_->failures.emplace(rank, reason).second) return;
+  }
+  failure_epoch_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::string Context::peer_failure(int rank) const {
+  std::lock_guard lock(impl_->failures_mutex);
+  auto it = impl_->failures.find(rank);
+  return it == impl_->failures.end() ? std::string() : it->second;
+}
+
 std::string Context::describe() const {
   std::string text = "transport=" + std::string(transport_name(options_.transport));
   text += capabilities_.native_one_sided ? " one-sided=native" : " one-sided=emulated";

@@ -17,6 +17,20 @@ Status EndpointState::fail(Errc code, std::string_view what, std::string_view re
   return failure;
 }
 
+const Status& EndpointState::check_peer() {
+  Context& context = *worker->context;
+  const std::uint64_t epoch = context.failure_epoch();
+  if (epoch != seen_epoch) {
+    seen_epoch = epoch;
+    std::string reason = context.peer_failure(peer);
+    if (!reason.empty()) {
+      (void)fail(Errc::peer_failed, "operation", reason);
+      close();  // completes anything still outstanding towards the dead peer
+    }
+  }
+  return failure;
+}
+
 Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   if (request == nullptr) return {};
   if (UCS_PTR_IS_ERR(request)) {
@@ -28,7 +42,12 @@ Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   ucs_status_t status;
   while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
     ucp_worker_progress(worker->worker);
-    if ((++spins & 1023u) != 0 || forced || !deadline.expired()) continue;
+    if ((++spins & 1023u) != 0 || forced) continue;
+    if (!check_peer().is_ok()) {
+      forced = true;  // check_peer closed the endpoint; the request completes with an error
+      continue;
+    }
+    if (!deadline.expired()) continue;
     // The peer did not answer within op_timeout: treat it as dead. Force-closing the endpoint
     // completes every outstanding request (with an error), so the loop ends.
     (void)fail(Errc::timeout, what,
@@ -132,7 +151,7 @@ const std::string& Endpoint::peer_name() const noexcept {
   return state_ ? state_->peer_name : kNone;
 }
 
-Status Endpoint::status() const { return state().failure; }
+Status Endpoint::status() const { return state().check_peer(); }
 
 RemoteMemory Endpoint::attach(const RegionDescriptor& descriptor) {
   detail::EndpointState& s = state();
@@ -159,7 +178,7 @@ namespace {
 // Common checks before an operation: healthy endpoint, attached key, range inside the region.
 Status check(detail::EndpointState& s, const RemoteMemory& remote, std::size_t bytes,
              std::size_t offset, std::string_view what) {
-  if (!s.failure.is_ok()) return s.failure;
+  if (!s.check_peer().is_ok()) return s.failure;
   if (!remote.valid()) {
     return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + s.peer_name +
                                         ": remote memory is not attached"};
@@ -257,14 +276,14 @@ Status Endpoint::swap(const RemoteMemory& remote, std::size_t offset, std::uint6
 Status Endpoint::flush() {
   detail::EndpointState& s = state();
   if (Status p = s.wait_pending("put"); !p) return p;
-  if (!s.failure.is_ok()) return s.failure;
+  if (!s.check_peer().is_ok()) return s.failure;
   ucp_request_param_t param{};
   return s.wait(ucp_ep_flush_nbx(s.ep, &param), "flush");
 }
 
 Status Endpoint::am_send(std::uint16_t id, std::span<const std::byte> data) {
   detail::EndpointState& s = state();
-  if (!s.failure.is_ok()) return s.failure;
+  if (!s.check_peer().is_ok()) return s.failure;
   if (data.size() > kMaxAmBytes) {
     return {Errc::invalid_argument, "fabric: active message " + std::to_string(id) + " to " +
                                         s.peer_name + " of " + std::to_string(data.size()) +

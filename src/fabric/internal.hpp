@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -18,6 +19,8 @@ namespace dfi::fabric {
 
 struct Context::Impl {
   ucp_context_h context = nullptr;
+  mutable std::mutex failures_mutex;
+  std::unordered_map<int, std::string> failures;  // rank -> reason, guarded by failures_mutex
 };
 
 struct Worker::Impl {
@@ -49,12 +52,16 @@ struct EndpointState {
   int peer = -1;
   std::string peer_name;
   Status failure;                  // ok while healthy
+  std::uint64_t seen_epoch = 0;    // Context::failure_epoch() when last checked
   std::vector<void*> pending;      // requests from put_nbi, completed by flush()
 
   ~EndpointState();
 
   // Waits for `request` from an operation described by `what`; bounded by the op timeout.
   Status wait(ucs_status_ptr_t request, std::string_view what);
+  // Picks up a failure declared through Context::mark_peer_failed; returns the endpoint's status.
+  // One atomic load when nothing changed.
+  const Status& check_peer();
   // Records the first failure of this endpoint and returns it.
   Status fail(Errc code, std::string_view what, std::string_view reason);
   // Completes every request from put_nbi.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "dfi/common/config.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "internal.hpp"
 
@@ -138,6 +139,7 @@ Endpoint Worker::connect(int peer_rank, std::string_view peer_address) {
     throw Error(Errc::peer_failed, "fabric: worker '" + impl_->name + "' cannot connect to " +
                                        state->peer_name + ": " + ucx_error_text(status));
   }
+  if (config::get_int("debug_endpoints") != 0) ucp_ep_print_info(state->ep, stderr);
   return Endpoint(std::move(state));
 }
 

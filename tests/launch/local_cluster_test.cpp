@@ -149,8 +149,9 @@ TEST(RunCluster, NonZeroExitIsReportedAndFailsTheRun) {
   const auto r = run(options);
   EXPECT_EQ(r.code, kExitRankFailed) << describe(r);
   EXPECT_TRUE(contains(r.err, "dfi cluster: rank 2 exited with status 3\n")) << describe(r);
-  EXPECT_FALSE(contains(r.err, "rank 0")) << describe(r);
-  EXPECT_FALSE(contains(r.err, "rank 1")) << describe(r);
+  // The healthy ranks may still be running when rank 2 fails (the launcher then says it waits
+  // for them), but none of them may be reported as failed.
+  EXPECT_FALSE(std::regex_search(r.err, std::regex("rank [01] (exited|\\(pid)"))) << describe(r);
   EXPECT_TRUE(contains(r.out, "[rank 0] ok\n")) << describe(r);
 }
 

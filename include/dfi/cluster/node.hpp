@@ -6,6 +6,11 @@
 // one-sided operations and active messages, served by a progress thread, publishes that
 // worker's address, and waits until every rank has done the same.
 //
+// Liveness: a rank's registry connection closes when its process dies. A watcher thread polls
+// the membership and declares vanished ranks failed in the fabric context, so every operation
+// towards them returns Errc::peer_failed naming the rank, on every transport, within about
+// `liveness_interval` (UCX's own detection still applies where the transport has it).
+//
 //   dfi::cluster::Node node;                       // blocks until all ranks are up
 //   dfi::fabric::Worker worker(node.fabric(), "t0");
 //   dfi::fabric::Endpoint ep = node.connect(worker, (node.rank() + 1) % node.size());
@@ -20,7 +25,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <condition_variable>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
@@ -45,6 +53,7 @@ struct NodeOptions {
   bool embed_registry = true;             // rank 0 runs the server (DFI_REGISTRY_EXTERNAL=1 turns off)
   std::chrono::milliseconds registry_timeout{0};  // 0: DFI_REGISTRY_TIMEOUT_MS
   fabric::ContextOptions fabric;          // defaults from the settings table
+  std::chrono::milliseconds liveness_interval{100};  // membership poll period
   // Installs active-message handlers on the service worker before its progress thread starts.
   std::function<void(fabric::Worker&)> setup_service;
 };
@@ -78,8 +87,12 @@ class Node {
   void barrier(const std::string& name);
 
   // Final barrier: after it no peer touches this process's memory any more. Rank 0 hosts the
-  // registry, so it must not leave before the others are done with it.
+  // registry, so it must not leave before the others are done with it. Stops the liveness
+  // watcher, since ranks now leave on purpose.
   void finish();
+
+  // Ranks declared failed so far (empty while all are alive). Thread-safe.
+  std::vector<int> failed_ranks() const;
 
  private:
   int rank_ = -1;
@@ -90,8 +103,16 @@ class Node {
   std::unique_ptr<fabric::Context> context_;
   std::unique_ptr<fabric::Worker> service_;
   std::unique_ptr<fabric::ProgressThread> progress_;
+  std::unique_ptr<registry::Client> watch_client_;
+  std::thread watcher_;
+  std::mutex watcher_mutex_;
+  std::condition_variable watcher_wake_;
+  bool watcher_stop_ = false;  // guarded by watcher_mutex_
   std::mutex addresses_mutex_;
   std::unordered_map<int, std::string> addresses_;  // guarded by addresses_mutex_
+
+  void watch(std::chrono::milliseconds interval);
+  void stop_watcher();
 };
 
 }  // namespace dfi::cluster

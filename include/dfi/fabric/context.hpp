@@ -11,7 +11,9 @@
 //   fabric::Endpoint ep = mine.connect(peer_rank, peer_service_address);
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -65,10 +67,20 @@ class Context {
   // One line describing transport and capabilities, for logs and `dfi fabric check`.
   std::string describe() const;
 
+  // Declares `rank` dead (e.g. its cluster membership vanished). Every endpoint to that rank
+  // fails its current and later operations with Errc::peer_failed and `reason`. Thread-safe;
+  // the first reason for a rank is kept.
+  void mark_peer_failed(int rank, const std::string& reason);
+  // The reason `rank` was declared dead, or an empty string. Thread-safe.
+  std::string peer_failure(int rank) const;
+  // Changes whenever a peer is declared dead; endpoints compare it to skip the lookup.
+  std::uint64_t failure_epoch() const noexcept { return failure_epoch_.load(std::memory_order_acquire); }
+
   struct Impl;  // defined in src/fabric; opaque above the fabric layer
   Impl& impl() noexcept { return *impl_; }
 
  private:
+  std::atomic<std::uint64_t> failure_epoch_{0};
   ContextOptions options_;
   Capabilities capabilities_;
   std::unique_ptr<Impl> impl_;
