@@ -20,6 +20,8 @@ constexpr std::array kEntries{
           "UCX keepalive interval; a dead peer on shm is detected within a few intervals"},
     Entry{"debug_endpoints", "DFI_DEBUG_ENDPOINTS", "0",
           "1: print UCX's lane configuration of every endpoint to stderr when it is created"},
+    Entry{"flow_timeout_ms", "DFI_FLOW_TIMEOUT_MS", "60000",
+          "Longest a push waits for ring space or a consume waits for data (0 = forever)"},
     Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",
           "host:port of the registry; rank 0 embeds the server there unless DFI_REGISTRY_EXTERNAL=1"},
     Entry{"registry_token", "DFI_REGISTRY_TOKEN", "",

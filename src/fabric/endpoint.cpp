@@ -129,6 +129,48 @@ void RemoteMemory::release() noexcept {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Request
+
+Request::~Request() {
+  if (request_ != nullptr) (void)wait();
+}
+
+Request::Request(Request&& other) noexcept { *this = std::move(other); }
+
+Request& Request::operator=(Request&& other) noexcept {
+  if (this != &other) {
+    if (request_ != nullptr) (void)wait();
+    endpoint_ = std::move(other.endpoint_);
+    request_ = std::exchange(other.request_, nullptr);
+    status_ = std::move(other.status_);
+    what_ = other.what_;
+  }
+  return *this;
+}
+
+bool Request::done() {
+  if (request_ == nullptr) return true;
+  ucp_worker_progress(endpoint_->worker->worker);
+  (void)endpoint_->check_peer();  // a dead peer force-closes the endpoint, completing the request
+  ucs_status_t status = ucp_request_check_status(request_);
+  if (status == UCS_INPROGRESS) return false;
+  ucp_request_free(request_);
+  request_ = nullptr;
+  if (status != UCS_OK) status_ = endpoint_->fail(Errc::peer_failed, what_, ucx_error_text(status));
+  endpoint_.reset();
+  return true;
+}
+
+Status Request::wait() {
+  if (request_ != nullptr) {
+    status_ = endpoint_->wait(request_, what_);
+    request_ = nullptr;
+    endpoint_.reset();
+  }
+  return status_;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Endpoint
 
 namespace {
@@ -214,6 +256,48 @@ Status Endpoint::put_nbi(const void* source, std::size_t bytes, const RemoteMemo
   if (UCS_PTR_IS_ERR(request)) return s.fail(Errc::peer_failed, "put", ucx_error_text(UCS_PTR_STATUS(request)));
   if (request != nullptr) s.pending.push_back(request);
   return {};
+}
+
+Request Endpoint::put_async(const void* source, std::size_t bytes, const RemoteMemory& remote,
+                            std::size_t offset) {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "put";
+  if (Status c = check(s, remote, bytes, offset, "put"); !c) {
+    request.status_ = c;
+    return request;
+  }
+  ucp_request_param_t param{};
+  ucs_status_ptr_t r = ucp_put_nbx(s.ep, source, bytes, remote.address() + offset,
+                                   static_cast<ucp_rkey_h>(remote.rkey_), &param);
+  if (UCS_PTR_IS_ERR(r)) {
+    request.status_ = s.fail(Errc::peer_failed, "put", ucx_error_text(UCS_PTR_STATUS(r)));
+  } else if (r != nullptr) {
+    request.endpoint_ = state_;
+    request.request_ = r;
+  }
+  return request;
+}
+
+Request Endpoint::get_async(void* destination, std::size_t bytes, const RemoteMemory& remote,
+                            std::size_t offset) {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "get";
+  if (Status c = check(s, remote, bytes, offset, "get"); !c) {
+    request.status_ = c;
+    return request;
+  }
+  ucp_request_param_t param{};
+  ucs_status_ptr_t r = ucp_get_nbx(s.ep, destination, bytes, remote.address() + offset,
+                                   static_cast<ucp_rkey_h>(remote.rkey_), &param);
+  if (UCS_PTR_IS_ERR(r)) {
+    request.status_ = s.fail(Errc::peer_failed, "get", ucx_error_text(UCS_PTR_STATUS(r)));
+  } else if (r != nullptr) {
+    request.endpoint_ = state_;
+    request.request_ = r;
+  }
+  return request;
 }
 
 Status Endpoint::get(void* destination, std::size_t bytes, const RemoteMemory& remote,

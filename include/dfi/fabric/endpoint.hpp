@@ -56,6 +56,31 @@ class RemoteMemory {
   void* mapped_ = nullptr;
 };
 
+// An operation in flight, from Endpoint::put_async / get_async. The buffers it uses must stay
+// untouched until it is done. Destroying a pending Request waits for it (bounded by op_timeout).
+class Request {
+ public:
+  Request() = default;  // an already completed request
+  ~Request();
+  Request(Request&& other) noexcept;
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  // True once the operation completed (successfully or not); progresses the worker once when
+  // still pending. Cheap enough to call in a polling loop.
+  bool done();
+  // Waits until completion; the operation's outcome.
+  Status wait();
+
+ private:
+  friend class Endpoint;
+  std::shared_ptr<detail::EndpointState> endpoint_;
+  void* request_ = nullptr;  // UCX request, or null when complete
+  Status status_;
+  const char* what_ = "";
+};
+
 class Endpoint {
  public:
   Endpoint() = default;
@@ -81,6 +106,12 @@ class Endpoint {
   Status put_nbi(const void* source, std::size_t bytes, const RemoteMemory& remote,
                  std::size_t offset);
   Status get(void* destination, std::size_t bytes, const RemoteMemory& remote, std::size_t offset);
+  // Non-blocking forms: return at once; the Request says when the buffer may be reused (put) or
+  // holds the data (get). Errors found before issuing are in the returned Request's wait().
+  Request put_async(const void* source, std::size_t bytes, const RemoteMemory& remote,
+                    std::size_t offset);
+  Request get_async(void* destination, std::size_t bytes, const RemoteMemory& remote,
+                    std::size_t offset);
   // 64-bit atomics on an 8-byte aligned word; `old` (may be null for fetch_add) receives the
   // previous value.
   Status fetch_add(const RemoteMemory& remote, std::size_t offset, std::uint64_t value,

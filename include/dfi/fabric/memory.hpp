@@ -29,6 +29,8 @@ struct RegionDescriptor {
 
 class MemoryRegion {
  public:
+  // An empty region (no memory); assign a real one to use it.
+  MemoryRegion() = default;
   // Allocates and registers `bytes` (> 0) of zeroed memory. Throws dfi::Error(invalid_argument)
   // for 0 bytes and dfi::Error(fatal) when UCX cannot allocate.
   MemoryRegion(Context& context, std::size_t bytes);

@@ -1,0 +1,105 @@
+// Ring plumbing shared by every flow type: the source side connects to one ring per target,
+// the target side hosts one ring per source. Not part of the public API; flows build on it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "dfi/flow/spec.hpp"
+#include "dfi/memory/ring_reader.hpp"
+#include "dfi/memory/ring_writer.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::flow::detail {
+
+// Looks up flow `name` (waiting up to the registry timeout for its creation) and checks that it
+// has type `expected` and, if given, schema `expected_schema`. Throws dfi::Error: not_found,
+// invalid_argument (wrong type, schema mismatch), timeout.
+FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected,
+                   const std::optional<Schema>& expected_schema);
+
+// The index of this process's source `thread` in the spec; throws invalid_argument naming the flow.
+std::size_t source_index(const FlowSpec& spec, int rank, int thread);
+// The index of this process's target `id` in the spec; throws invalid_argument naming the flow.
+std::size_t target_index(const FlowSpec& spec, int rank, int id);
+
+// Stall timeout of a flow: its option, or the flow_timeout_ms setting.
+std::chrono::milliseconds stall_timeout(const FlowSpec& spec);
+
+class SourceRings {
+ public:
+  // Waits for every target to publish its rings, connects, and prepares one writer per target.
+  SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t source_index);
+  ~SourceRings();
+  SourceRings(const SourceRings&) = delete;
+  SourceRings& operator=(const SourceRings&) = delete;
+
+  memory::RingWriter& writer(std::size_t target) { return *writers_[target]; }
+  const memory::RingWriter& writer(std::size_t target) const { return *writers_[target]; }
+  std::size_t target_count() const noexcept { return writers_.size(); }
+  const FlowSpec& spec() const noexcept { return spec_; }
+  const std::string& label() const noexcept { return label_; }
+  // Publishes what is buffered, then end-of-stream, on every ring; first error. Idempotent.
+  Status close();
+  bool closed() const noexcept { return closed_; }
+  std::size_t memory_bytes() const noexcept { return memory_bytes_; }
+  memory::RingCounters counters() const;
+
+ private:
+  FlowSpec spec_;
+  std::string label_;
+  std::size_t memory_bytes_ = 0;
+  bool closed_ = false;
+  std::vector<std::unique_ptr<fabric::Endpoint>> endpoints_;      // one per target rank
+  std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per target
+  std::vector<std::unique_ptr<memory::RingWriter>> writers_;      // one per target
+};
+
+class TargetRings {
+ public:
+  // Allocates one ring per source in one registered region and publishes it.
+  TargetRings(cluster::Node& node, FlowSpec spec, std::size_t target_index);
+  ~TargetRings();
+  TargetRings(const TargetRings&) = delete;
+  TargetRings& operator=(const TargetRings&) = delete;
+
+  // Releases the segment returned last, then waits for the next segment with tuples from any
+  // source (round robin). Ok with view.bytes > 0: a segment from `source`; ok with finished():
+  // every source closed. Errors: timeout, peer_failed (a source's rank died before closing).
+  Status next(memory::SegmentView& view, std::size_t& source, std::chrono::milliseconds timeout);
+  // Like next() but returns Errc::retry at once when nothing is there.
+  Status try_next(memory::SegmentView& view, std::size_t& source);
+  bool finished() const noexcept { return open_sources_ == 0; }
+  const FlowSpec& spec() const noexcept { return spec_; }
+  const std::string& label() const noexcept { return label_; }
+  std::size_t memory_bytes() const noexcept { return region_.size(); }
+
+ private:
+  bool poll(memory::SegmentView& view, std::size_t& source);
+  Status check_sources_alive();
+
+  cluster::Node& node_;
+  FlowSpec spec_;
+  std::string label_;
+  fabric::MemoryRegion region_;
+  std::vector<memory::RingReader> readers_;
+  std::vector<bool> ended_;
+  std::size_t open_sources_ = 0;
+  std::size_t cursor_ = 0;
+  std::optional<std::size_t> held_;  // ring whose segment the caller holds
+  std::uint64_t seen_failure_epoch_ = 0;
+};
+
+}  // namespace dfi::flow::detail

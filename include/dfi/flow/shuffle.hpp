@@ -1,0 +1,175 @@
+// Shuffle flows (003 §4.2.1): N sources to M targets, each tuple to one target.
+//
+//   // once, anywhere:
+//   flow::FlowSpec spec{.name = "orders", .sources = {{0, 0}, {1, 0}}, .targets = {{0, 0}, {1, 0}},
+//                       .schema = Schema({{"key", Type::int64}, {"value", Type::int64}}),
+//                       .key_column = "key"};
+//   flow::create_flow(node, spec);
+//   // in a source thread:                       // in a target thread:
+//   flow::ShuffleSource src(node, worker, "orders", 0);   flow::ShuffleTarget dst(node, "orders", 0);
+//   src.push(&tuple, sizeof tuple);              flow::TupleBatch batch;
+//   src.close();                                 while (dst.consume(batch) && !batch.empty()) {...}
+//
+// Routing: the key column's hash (default), a routing function given to the source, or an
+// explicit target per push (push_to). Each (source, target) pair has its own ring, so per-pair
+// order is preserved and nothing is lost or duplicated while both sides are alive.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/flow/spec.hpp"
+
+namespace dfi::fabric {
+class Worker;
+}
+
+namespace dfi::flow {
+
+// Returns the target index (0 .. targets-1) for a tuple.
+using RouteFunction = std::function<std::size_t(const std::byte* tuple)>;
+
+struct SourceOptions {
+  RouteFunction route;                   // required for Routing::function flows
+  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+};
+
+struct FlowCounters {
+  std::uint64_t tuples = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t segments = 0;
+  std::uint64_t stalls = 0;  // sources: times a ring was full when a segment had to go out
+};
+
+// Tuples a consume call hands out: a view into the ring, valid until the next consume.
+struct TupleBatch {
+  const std::byte* data = nullptr;
+  std::size_t count = 0;
+  std::size_t tuple_bytes = 0;
+  std::size_t source = 0;  // index of the source in the flow spec
+
+  bool empty() const noexcept { return count == 0; }
+  const std::byte* tuple(std::size_t i) const noexcept { return data + i * tuple_bytes; }
+  // The tuples as T; throws dfi::Error(invalid_argument) unless sizeof(T) equals the tuple width.
+  template <class T>
+  std::span<const T> as() const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (sizeof(T) != tuple_bytes) throw_width_mismatch(sizeof(T));
+    return {reinterpret_cast<const T*>(data), count};
+  }
+
+ private:
+  [[noreturn]] void throw_width_mismatch(std::size_t width) const;
+};
+
+class ShuffleSource {
+ public:
+  // Opens source `thread` of this rank in flow `name`: waits until the flow and all its targets
+  // exist, then connects. `worker` must be the calling thread's own. Throws dfi::Error:
+  // not_found (no such flow), invalid_argument (not a shuffle flow, no such source, schema
+  // mismatch, function routing without a function), timeout, peer_failed.
+  ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                SourceOptions options = {});
+  // Closes the flow if close() was not called (errors are printed to stderr).
+  ~ShuffleSource();
+  ShuffleSource(const ShuffleSource&) = delete;
+  ShuffleSource& operator=(const ShuffleSource&) = delete;
+
+  // Routes and appends one tuple of exactly the schema's width. Errors: invalid_argument (wrong
+  // width, explicit-target flow, routing function out of range), flow_failed (after close),
+  // peer_failed, timeout (a target stopped consuming).
+  Status push(const void* tuple, std::size_t bytes) {
+    if (bytes != tuple_bytes_) [[unlikely]] return width_error(bytes);
+    std::size_t target = 0;
+    if (routing_ == Routing::key_hash) [[likely]] {
+      target = hash_route(static_cast<const std::byte*>(tuple));
+    } else if (Status s = route_slow(static_cast<const std::byte*>(tuple), target); !s) {
+      return s;
+    }
+    ++tuples_;
+    return rings_.writer(target).append(tuple, bytes);
+  }
+  template <class T>
+  Status push(const T& tuple) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return push(&tuple, sizeof(T));
+  }
+  // Appends one tuple to target `target` (index into the spec's targets); any routing.
+  Status push_to(std::size_t target, const void* tuple, std::size_t bytes);
+  // Pushes `count` contiguous tuples of the schema's width.
+  Status push_bulk(const void* tuples, std::size_t count);
+  // Sends what is buffered and marks end of stream at every target. Idempotent.
+  Status close();
+
+  std::size_t target_count() const noexcept { return rings_.target_count(); }
+  std::size_t memory_bytes() const noexcept { return rings_.memory_bytes(); }
+  FlowCounters counters() const;
+  // True when tuples are written straight into mapped target rings (shm).
+  bool direct() const;
+
+ private:
+  std::size_t hash_route(const std::byte* tuple) const noexcept {
+    std::uint64_t key = 0;
+    std::memcpy(&key, tuple + key_offset_, key_bytes_ < 8 ? key_bytes_ : 8);
+    if (key_bytes_ > 8) [[unlikely]] key = hash_bytes(tuple + key_offset_, key_bytes_);
+    key ^= key >> 33;  // murmur3 finaliser: spreads sequential keys
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    key *= 0xc4ceb9fe1a85ec53ull;
+    key ^= key >> 33;
+    return static_cast<std::size_t>(key % target_count_);
+  }
+  static std::uint64_t hash_bytes(const std::byte* data, std::size_t bytes) noexcept;
+  Status route_slow(const std::byte* tuple, std::size_t& target);
+  Status width_error(std::size_t bytes) const;
+
+  detail::SourceRings rings_;
+  RouteFunction route_;
+  Routing routing_;
+  std::size_t tuple_bytes_;
+  std::size_t key_offset_ = 0;
+  std::size_t key_bytes_ = 0;
+  std::size_t target_count_;
+  std::uint64_t tuples_ = 0;
+};
+
+class ShuffleTarget {
+ public:
+  // Opens target `id` of this rank in flow `name` and publishes its rings. Throws dfi::Error:
+  // not_found, invalid_argument (not a shuffle flow, no such target, schema mismatch),
+  // already_exists (target opened twice).
+  ShuffleTarget(cluster::Node& node, std::string_view name, int id,
+                std::optional<Schema> expected_schema = std::nullopt);
+  ShuffleTarget(const ShuffleTarget&) = delete;
+  ShuffleTarget& operator=(const ShuffleTarget&) = delete;
+
+  // Gives back the previous batch's segment, then waits for the next batch. Returns ok with a
+  // non-empty batch, or ok with an empty batch once every source has closed (then end() is
+  // true). Errors: timeout (nothing within `timeout`; 0 = the flow_timeout_ms setting),
+  // peer_failed (a source died before closing).
+  Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Like consume() but never waits: Errc::retry when no batch is there yet.
+  Status try_consume(TupleBatch& batch);
+  bool end() const noexcept { return rings_.finished(); }
+
+  std::size_t memory_bytes() const noexcept { return rings_.memory_bytes(); }
+  const FlowCounters& counters() const noexcept { return counters_; }
+
+ private:
+  Status finish(Status status, const memory::SegmentView& view, std::size_t source, TupleBatch& batch);
+
+  detail::TargetRings rings_;
+  std::size_t tuple_bytes_;
+  FlowCounters counters_;
+};
+
+}  // namespace dfi::flow

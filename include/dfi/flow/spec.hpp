@@ -1,0 +1,85 @@
+// flow::FlowSpec — what a flow is: its name, type, members, schema, routing and options.
+//
+// A flow is created once, by any one process (create_flow), which publishes the spec in the
+// registry; every source and target then opens it by name. The spec is immutable afterwards.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dfi/flow/schema.hpp"
+#include "dfi/memory/ring.hpp"
+#include "dfi/memory/ring_writer.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::flow {
+
+// A source is a thread of a rank; a target is a consumer id on a rank.
+struct SourceRef {
+  int rank = 0;
+  int thread = 0;
+  bool operator==(const SourceRef&) const = default;
+};
+struct TargetRef {
+  int rank = 0;
+  int id = 0;
+  bool operator==(const TargetRef&) const = default;
+};
+
+enum class FlowType { shuffle, replicate, combiner };
+std::string_view flow_type_name(FlowType type);
+
+using Mode = memory::RingMode;  // bandwidth (batched segments) or latency (one tuple per segment)
+
+enum class Routing {
+  key_hash,         // hash of the key column (default)
+  function,         // a routing function given when the source is opened (radix, range, ...)
+  explicit_target,  // the caller names the target on every push
+};
+
+struct FlowOptions {
+  Mode mode = Mode::bandwidth;
+  std::uint32_t segments = 32;       // per (source, target) ring
+  std::uint32_t segment_bytes = 0;   // including the 16 B footer; 0: 8 KiB (bandwidth) or one
+                                     // tuple plus footer (latency)
+  bool direct_write = true;          // on shm, write straight into the mapped remote ring
+  std::chrono::milliseconds stall_timeout{0};  // longest wait for ring space or data; 0: setting
+                                               // flow_timeout_ms
+};
+
+struct FlowSpec {
+  std::string name;
+  FlowType type = FlowType::shuffle;
+  std::vector<SourceRef> sources;
+  std::vector<TargetRef> targets;
+  Schema schema;
+  Routing routing = Routing::key_hash;
+  std::string key_column;  // key_hash routing (and the combiner's group-by key)
+  FlowOptions options;
+
+  // The ring every (source, target) pair uses, derived from options and schema.
+  memory::RingLayout layout() const;
+  // Checks the spec against itself and a cluster of `cluster_size` ranks; throws
+  // dfi::Error(invalid_argument) naming the flow and the problem.
+  void validate(int cluster_size) const;
+
+  std::string to_json() const;
+  // Throws dfi::Error(protocol) for a malformed record.
+  static FlowSpec from_json(std::string_view json);
+};
+
+// Validates and publishes `spec`. Throws dfi::Error(already_exists) if a flow of that name
+// exists, invalid_argument for a bad spec. Call once per flow, from any one process.
+void create_flow(cluster::Node& node, const FlowSpec& spec);
+
+// Bytes of flow buffers this process holds for flow `name` (rings it hosts as a target plus its
+// sources' staging segments). Thread-safe.
+std::size_t memory_bytes(std::string_view name);
+
+}  // namespace dfi::flow

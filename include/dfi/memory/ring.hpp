@@ -1,0 +1,70 @@
+// memory::RingLayout — the segment ring that one source writes into at one target (003 §5.1).
+//
+// A ring is `segments` contiguous segments of `segment_bytes`. Each segment ends with a 16-byte
+// footer: [fill bytes: u64][state: u64]. The state word publishes the segment:
+//
+//   state = sequence << 2 | flags      flags: kConsumable (1), kEndOfStream (2)
+//
+// Sequence numbers start at 1; segment n lives in slot (n - 1) % segments. The source writes the
+// payload and the fill word, orders them before the state word (fence, or a release store when
+// it writes through a mapped pointer), then writes the state word. The target reads the state
+// word with acquire semantics and, when done, releases the slot by storing `sequence << 2`
+// (no flags). So the source may write sequence n into its slot exactly when that slot's state
+// equals `(n - segments) << 2` (or 0 for the first lap): no separate "writable" flag is needed
+// and a stale read can never be mistaken for a free slot.
+//
+// After the segments, each ring has one 8-byte word: the number of segments the target has
+// released (the credit counter of latency mode, 003 §5.3).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace dfi::memory {
+
+inline constexpr std::size_t kFooterBytes = 16;
+inline constexpr std::uint64_t kConsumable = 1;
+inline constexpr std::uint64_t kEndOfStream = 2;
+
+constexpr std::uint64_t state_word(std::uint64_t sequence, std::uint64_t flags) {
+  return (sequence << 2) | flags;
+}
+constexpr std::uint64_t state_sequence(std::uint64_t state) { return state >> 2; }
+constexpr std::uint64_t state_flags(std::uint64_t state) { return state & 3u; }
+
+struct RingLayout {
+  std::uint32_t segments = 0;
+  std::uint32_t segment_bytes = 0;  // including the footer
+
+  // Validated construction: segments >= 1, segment_bytes a multiple of 8 and larger than the
+  // footer. Throws dfi::Error(invalid_argument) naming the bad value.
+  static RingLayout make(std::uint32_t segments, std::uint32_t segment_bytes);
+
+  std::size_t payload_capacity() const { return segment_bytes - kFooterBytes; }
+  // Ring bytes including the trailing credit word.
+  std::size_t bytes() const { return std::size_t{segments} * segment_bytes + 8; }
+  std::size_t slot_offset(std::uint64_t sequence) const {
+    return static_cast<std::size_t>((sequence - 1) % segments) * segment_bytes;
+  }
+  std::size_t fill_offset(std::uint64_t sequence) const {
+    return slot_offset(sequence) + payload_capacity();
+  }
+  std::size_t state_offset(std::uint64_t sequence) const { return fill_offset(sequence) + 8; }
+  std::size_t credit_offset() const { return std::size_t{segments} * segment_bytes; }
+  // The state a slot must hold before sequence n may be written into it.
+  std::uint64_t free_state_for(std::uint64_t sequence) const {
+    return sequence > segments ? state_word(sequence - segments, 0) : 0;
+  }
+};
+
+// Atomic access to a word of ring memory that another process (or the NIC) also touches.
+inline std::uint64_t load_acquire(const void* word) {
+  return std::atomic_ref(*static_cast<std::uint64_t*>(const_cast<void*>(word)))
+      .load(std::memory_order_acquire);
+}
+inline void store_release(void* word, std::uint64_t value) {
+  std::atomic_ref(*static_cast<std::uint64_t*>(word)).store(value, std::memory_order_release);
+}
+
+}  // namespace dfi::memory

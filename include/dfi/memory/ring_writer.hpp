@@ -1,0 +1,130 @@
+// memory::RingWriter — the source's side of one segment ring at a remote target.
+//
+// Tuples are appended into the current segment; a full segment is published and the next one
+// acquired. Two ways to reach the ring, chosen once at construction:
+//  - mapped (shm, RemoteMemory::mapped() != null): tuples are copied straight into the target's
+//    ring and the state word is published with a release store; no fabric call at all;
+//  - put (any transport): tuples are batched in a local staging segment, written with one put,
+//    then fence, then a put of the state word. In bandwidth mode the state of the next slot is
+//    read with a get pipelined behind the put; completion of a staging segment's put is waited
+//    for only when the staging buffer wraps around.
+// Latency mode publishes every append as its own segment and tracks free slots with credits: a
+// local copy of the target's free-slot count, refreshed from the ring's credit word (003 §5.3).
+//
+// Owned by one thread (the one owning the endpoint's worker).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/memory/ring.hpp"
+
+namespace dfi::memory {
+
+enum class RingMode { bandwidth, latency };
+
+struct RingWriterOptions {
+  RingMode mode = RingMode::bandwidth;
+  bool allow_mapped = true;          // use the mapped path when the transport offers it
+  std::size_t staging_segments = 4;  // put path: local segments in flight before wrap-around
+  std::chrono::milliseconds stall_timeout{60000};  // longest wait for a free slot (0 = forever)
+};
+
+struct RingCounters {
+  std::uint64_t segments = 0;  // published, including the end-of-stream segment
+  std::uint64_t bytes = 0;     // payload bytes published
+  std::uint64_t stalls = 0;    // times a free slot was not there when needed
+};
+
+class RingWriter {
+ public:
+  // `remote` is the target's region holding the ring at `ring_offset`. `label` names this
+  // (flow, source, target) in every error. Allocates the staging segments (put path).
+  RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint, const fabric::RemoteMemory& remote,
+             std::size_t ring_offset, RingLayout layout, RingWriterOptions options, std::string label);
+  RingWriter(RingWriter&&) noexcept = default;
+  RingWriter& operator=(RingWriter&&) noexcept = default;
+  ~RingWriter() = default;
+
+  // Copies `bytes` (<= payload capacity) into the current segment; publishes it first when the
+  // tuple does not fit. In latency mode, publishes at once. Errors: peer_failed, timeout (no free
+  // slot within stall_timeout), flow_failed (used after close).
+  Status append(const void* data, std::size_t bytes) {
+    if (mode_ == RingMode::latency) [[unlikely]] return append_latency(data, bytes);
+    if (fill_ + bytes > capacity_) [[unlikely]] {
+      if (Status s = next_segment(); !s) return s;
+    }
+    std::memcpy(cursor_ + fill_, data, bytes);
+    fill_ += bytes;
+    return {};
+  }
+
+  // Publishes the current segment if it holds anything.
+  Status flush();
+  // Publishes what is left, then an end-of-stream segment, then waits until all of it is
+  // visible at the target. Idempotent.
+  Status close();
+
+  bool mapped() const noexcept { return mapped_ != nullptr; }
+  bool closed() const noexcept { return closed_; }
+  const RingCounters& counters() const noexcept { return counters_; }
+  // Local memory this writer uses (staging segments).
+  std::size_t memory_bytes() const noexcept { return staging_.size(); }
+
+ private:
+  struct Staging {
+    std::byte* base = nullptr;           // segment_bytes, footer included
+    std::vector<fabric::Request> puts;   // in flight from this buffer
+  };
+
+  Status append_latency(const void* data, std::size_t bytes);
+  Status next_segment();                        // publish current (if any), acquire the next
+  Status acquire();                             // wait until slot of next_ is free
+  Status publish(std::uint64_t flags);          // write current segment with state flags
+  Status wait_free_slot_bandwidth();
+  Status wait_free_slot_latency();
+  Status stalled_error() const;
+  std::uint64_t remote_word(std::size_t offset);  // mapped read of a ring word
+
+  fabric::Worker* worker_ = nullptr;
+  fabric::Endpoint* endpoint_ = nullptr;
+  const fabric::RemoteMemory* remote_ = nullptr;
+  std::size_t ring_offset_ = 0;
+  RingLayout layout_;
+  RingMode mode_ = RingMode::bandwidth;
+  std::chrono::milliseconds stall_timeout_{0};
+  std::string label_;
+
+  std::byte* mapped_ = nullptr;   // the ring through a mapped pointer, or null (put path)
+  std::byte* cursor_ = nullptr;   // payload of the current segment (mapped ring or staging)
+  std::size_t fill_ = 0;
+  std::size_t capacity_ = 0;      // 0 while no segment is acquired
+  std::uint64_t next_ = 1;        // sequence of the current (or next) segment
+  bool closed_ = false;
+
+  fabric::MemoryRegion staging_;
+  std::vector<Staging> stagings_;
+  std::uint64_t state_out_ = 0;   // unused on the mapped path
+
+  // Bandwidth mode, put path: the pipelined read of the next slot's state.
+  fabric::Request slot_read_;
+  std::uint64_t slot_state_ = 0;
+  std::uint64_t slot_state_for_ = 0;  // the sequence slot_state_ was read for (0: none)
+  // Latency mode: credits.
+  std::uint64_t credits_ = 0;
+  std::uint64_t released_seen_ = 0;
+  fabric::Request credit_read_;
+  bool credit_read_pending_ = false;
+
+  RingCounters counters_;
+};
+
+}  // namespace dfi::memory

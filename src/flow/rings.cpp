@@ -1,0 +1,219 @@
+#include "dfi/flow/detail/rings.hpp"
+
+#include <thread>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/config.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/registry/client.hpp"
+#include "names.hpp"
+
+namespace dfi::flow::detail {
+
+FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected,
+                   const std::optional<Schema>& expected_schema) {
+  const std::string flow(name);
+  std::string record;
+  try {
+    record = node.registry().wait_for(spec_record(flow),
+                                      std::chrono::milliseconds(config::get_int("registry_timeout_ms")));
+  } catch (const Error& e) {
+    if (e.code() == Errc::timeout) {
+      throw Error(Errc::not_found, "flow '" + flow + "' does not exist (not created within the registry timeout)");
+    }
+    throw;
+  }
+  FlowSpec spec = FlowSpec::from_json(record);
+  if (spec.type != expected) {
+    throw Error(Errc::invalid_argument, "flow '" + flow + "' is a " + std::string(flow_type_name(spec.type)) +
+                                            " flow, not a " + std::string(flow_type_name(expected)) + " flow");
+  }
+  if (expected_schema && !(*expected_schema == spec.schema)) {
+    throw Error(Errc::invalid_argument, "flow '" + flow + "' has schema {" + spec.schema.describe() +
+                                            "} but the opener expects {" + expected_schema->describe() + "}");
+  }
+  return spec;
+}
+
+std::size_t source_index(const FlowSpec& spec, int rank, int thread) {
+  for (std::size_t i = 0; i < spec.sources.size(); ++i) {
+    if (spec.sources[i] == SourceRef{rank, thread}) return i;
+  }
+  throw Error(Errc::invalid_argument, "flow '" + spec.name + "' has no source (rank " + std::to_string(rank) +
+                                          ", thread " + std::to_string(thread) + ")");
+}
+
+std::size_t target_index(const FlowSpec& spec, int rank, int id) {
+  for (std::size_t i = 0; i < spec.targets.size(); ++i) {
+    if (spec.targets[i] == TargetRef{rank, id}) return i;
+  }
+  throw Error(Errc::invalid_argument, "flow '" + spec.name + "' has no target (rank " + std::to_string(rank) +
+                                          ", id " + std::to_string(id) + ")");
+}
+
+std::chrono::milliseconds stall_timeout(const FlowSpec& spec) {
+  if (spec.options.stall_timeout.count() > 0) return spec.options.stall_timeout;
+  return std::chrono::milliseconds(config::get_int("flow_timeout_ms"));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t index)
+    : spec_(std::move(spec)) {
+  const SourceRef me = spec_.sources.at(index);
+  label_ = "flow '" + spec_.name + "' source (rank " + std::to_string(me.rank) + ", thread " +
+           std::to_string(me.thread) + ")";
+  const memory::RingLayout layout = spec_.layout();
+  memory::RingWriterOptions options;
+  options.mode = spec_.options.mode;
+  options.allow_mapped = spec_.options.direct_write;
+  options.stall_timeout = stall_timeout(spec_);
+  const auto timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
+
+  std::unordered_map<int, fabric::Endpoint*> by_rank;
+  for (std::size_t t = 0; t < spec_.targets.size(); ++t) {
+    const TargetRef target = spec_.targets[t];
+    fabric::Endpoint*& ep = by_rank[target.rank];
+    if (ep == nullptr) {
+      endpoints_.push_back(std::make_unique<fabric::Endpoint>(node.connect(worker, target.rank)));
+      ep = endpoints_.back().get();
+    }
+    std::string record;
+    try {
+      record = node.registry().wait_for(target_record(spec_.name, t), timeout);
+    } catch (const Error& e) {
+      throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
+                                std::to_string(target.id) + ") did not open the flow: " + e.what());
+    }
+    remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
+    writers_.push_back(std::make_unique<memory::RingWriter>(
+        worker, *ep, *remotes_.back(), index * layout.bytes(), layout, options,
+        label_ + " -> target (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")"));
+    memory_bytes_ += writers_.back()->memory_bytes();
+  }
+  account_memory(spec_.name, static_cast<std::ptrdiff_t>(memory_bytes_));
+}
+
+SourceRings::~SourceRings() { account_memory(spec_.name, -static_cast<std::ptrdiff_t>(memory_bytes_)); }
+
+Status SourceRings::close() {
+  Status first;
+  for (auto& writer : writers_) {
+    Status s = writer->close();
+    if (first.is_ok() && !s.is_ok()) first = s;
+  }
+  closed_ = true;
+  return first;
+}
+
+memory::RingCounters SourceRings::counters() const {
+  memory::RingCounters sum;
+  for (const auto& writer : writers_) {
+    sum.segments += writer->counters().segments;
+    sum.bytes += writer->counters().bytes;
+    sum.stalls += writer->counters().stalls;
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
+    : node_(node), spec_(std::move(spec)) {
+  const TargetRef me = spec_.targets.at(index);
+  label_ = "flow '" + spec_.name + "' target (rank " + std::to_string(me.rank) + ", id " + std::to_string(me.id) + ")";
+  const memory::RingLayout layout = spec_.layout();
+  region_ = fabric::MemoryRegion(node.fabric(), spec_.sources.size() * layout.bytes());
+  auto* base = static_cast<std::byte*>(region_.data());
+  for (std::size_t s = 0; s < spec_.sources.size(); ++s) readers_.emplace_back(base + s * layout.bytes(), layout);
+  ended_.assign(spec_.sources.size(), false);
+  open_sources_ = spec_.sources.size();
+  seen_failure_epoch_ = node.fabric().failure_epoch();
+  account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
+  try {
+    node.registry().publish(target_record(spec_.name, index), region_.descriptor().serialize());
+  } catch (const Error& e) {
+    account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size()));
+    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label_ + " is already open");
+    throw;
+  }
+}
+
+TargetRings::~TargetRings() { account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size())); }
+
+bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
+  const std::size_t n = readers_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = cursor_ + k < n ? cursor_ + k : cursor_ + k - n;
+    if (ended_[i]) continue;
+    std::optional<memory::SegmentView> segment = readers_[i].peek();
+    if (!segment) continue;
+    if (segment->end_of_stream) {
+      readers_[i].release();
+      ended_[i] = true;
+      --open_sources_;
+      continue;
+    }
+    if (segment->bytes == 0) {  // nothing in it (cannot happen from our writers, but harmless)
+      readers_[i].release();
+      continue;
+    }
+    view = *segment;
+    source = i;
+    held_ = i;
+    cursor_ = i + 1 == n ? 0 : i + 1;
+    return true;
+  }
+  return false;
+}
+
+Status TargetRings::check_sources_alive() {
+  const std::uint64_t epoch = node_.fabric().failure_epoch();
+  if (epoch == seen_failure_epoch_) return {};
+  seen_failure_epoch_ = epoch;
+  for (std::size_t i = 0; i < spec_.sources.size(); ++i) {
+    if (ended_[i]) continue;
+    const SourceRef s = spec_.sources[i];
+    std::string reason = node_.fabric().peer_failure(s.rank);
+    if (!reason.empty()) {
+      return {Errc::peer_failed, label_ + ": source (rank " + std::to_string(s.rank) + ", thread " +
+                                     std::to_string(s.thread) + ") failed before closing the flow: " + reason};
+    }
+  }
+  return {};
+}
+
+Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
+  if (held_) {
+    readers_[*held_].release();
+    held_.reset();
+  }
+  view = {};
+  if (poll(view, source) || finished()) return {};
+  if (Status s = check_sources_alive(); !s) return s;
+  return {Errc::retry, label_ + ": no data yet"};
+}
+
+Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::chrono::milliseconds timeout) {
+  Status s = try_next(view, source);
+  if (s.code() != Errc::retry) return s;
+  Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
+  for (std::uint64_t round = 1;; ++round) {
+    if (poll(view, source) || finished()) return {};
+    if ((round & 63) == 0) {
+      if (Status alive = check_sources_alive(); !alive) return alive;
+      if (deadline.expired()) {
+        return {Errc::timeout, label_ + ": no data within " + std::to_string(timeout.count()) + " ms (" +
+                                   std::to_string(open_sources_) + " of " + std::to_string(readers_.size()) +
+                                   " sources still open)"};
+      }
+    }
+    if (round > 4096) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else if (round > 1024) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace dfi::flow::detail

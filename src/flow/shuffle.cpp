@@ -1,0 +1,147 @@
+#include "dfi/flow/shuffle.hpp"
+
+#include <cstdio>
+
+#include "dfi/cluster/node.hpp"
+
+namespace dfi::flow {
+
+void TupleBatch::throw_width_mismatch(std::size_t width) const {
+  throw Error(Errc::invalid_argument, "tuple batch: type of " + std::to_string(width) +
+                                          " B does not match tuples of " + std::to_string(tuple_bytes) + " B");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std::string_view name,
+                                int thread, const std::optional<Schema>& expected_schema) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::shuffle, expected_schema);
+  const std::size_t index = detail::source_index(spec, node.rank(), thread);
+  return detail::SourceRings(node, worker, std::move(spec), index);
+}
+}  // namespace
+
+ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
+                             int thread, SourceOptions options)
+    : rings_(open_source(node, worker, name, thread, options.expected_schema)),
+      route_(std::move(options.route)),
+      routing_(rings_.spec().routing),
+      tuple_bytes_(rings_.spec().schema.tuple_bytes()),
+      target_count_(rings_.target_count()) {
+  const FlowSpec& spec = rings_.spec();
+  if (routing_ == Routing::function && !route_) {
+    throw Error(Errc::invalid_argument, rings_.label() + ": the flow routes by function but the source gave none");
+  }
+  if (routing_ == Routing::key_hash) {
+    const std::size_t key = spec.schema.index_of(spec.key_column);
+    key_offset_ = spec.schema.offset(key);
+    key_bytes_ = spec.schema.column_bytes(key);
+  }
+}
+
+ShuffleSource::~ShuffleSource() {
+  if (rings_.closed()) return;
+  if (Status s = close(); !s) std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
+}
+
+std::uint64_t ShuffleSource::hash_bytes(const std::byte* data, std::size_t bytes) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h ^= static_cast<std::uint64_t>(data[i]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Status ShuffleSource::width_error(std::size_t bytes) const {
+  return {Errc::invalid_argument, rings_.label() + ": tuple of " + std::to_string(bytes) +
+                                      " B does not match the schema's " + std::to_string(tuple_bytes_) +
+                                      " B {" + rings_.spec().schema.describe() + "}"};
+}
+
+Status ShuffleSource::route_slow(const std::byte* tuple, std::size_t& target) {
+  if (routing_ == Routing::explicit_target) {
+    return {Errc::invalid_argument, rings_.label() + ": the flow routes by explicit target; use push_to()"};
+  }
+  target = route_(tuple);
+  if (target >= target_count_) {
+    return {Errc::invalid_argument, rings_.label() + ": routing function returned target " + std::to_string(target) +
+                                        " but the flow has " + std::to_string(target_count_) + " targets"};
+  }
+  return {};
+}
+
+Status ShuffleSource::push_to(std::size_t target, const void* tuple, std::size_t bytes) {
+  if (bytes != tuple_bytes_) return width_error(bytes);
+  if (target >= target_count_) {
+    return {Errc::invalid_argument, rings_.label() + ": target " + std::to_string(target) +
+                                        " does not exist (the flow has " + std::to_string(target_count_) + ")"};
+  }
+  ++tuples_;
+  return rings_.writer(target).append(tuple, bytes);
+}
+
+Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
+  const auto* p = static_cast<const std::byte*>(tuples);
+  for (std::size_t i = 0; i < count; ++i, p += tuple_bytes_) {
+    if (Status s = push(p, tuple_bytes_); !s) return s;
+  }
+  return {};
+}
+
+Status ShuffleSource::close() { return rings_.close(); }
+
+FlowCounters ShuffleSource::counters() const {
+  memory::RingCounters rings = rings_.counters();
+  return {tuples_, rings.bytes, rings.segments, rings.stalls};
+}
+
+bool ShuffleSource::direct() const {
+  return target_count_ > 0 && rings_.writer(0).mapped();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+detail::TargetRings open_target(cluster::Node& node, std::string_view name, int id,
+                                const std::optional<Schema>& expected_schema) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::shuffle, expected_schema);
+  const std::size_t index = detail::target_index(spec, node.rank(), id);
+  return detail::TargetRings(node, std::move(spec), index);
+}
+}  // namespace
+
+ShuffleTarget::ShuffleTarget(cluster::Node& node, std::string_view name, int id,
+                             std::optional<Schema> expected_schema)
+    : rings_(open_target(node, name, id, expected_schema)),
+      tuple_bytes_(rings_.spec().schema.tuple_bytes()) {}
+
+Status ShuffleTarget::finish(Status status, const memory::SegmentView& view, std::size_t source,
+                             TupleBatch& batch) {
+  batch = TupleBatch{};
+  batch.tuple_bytes = tuple_bytes_;
+  if (!status || view.bytes == 0) return status;
+  batch.data = view.data;
+  batch.count = view.bytes / tuple_bytes_;
+  batch.source = source;
+  counters_.tuples += batch.count;
+  counters_.bytes += view.bytes;
+  ++counters_.segments;
+  return status;
+}
+
+Status ShuffleTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
+  memory::SegmentView view;
+  std::size_t source = 0;
+  if (timeout.count() == 0) timeout = detail::stall_timeout(rings_.spec());
+  return finish(rings_.next(view, source, timeout), view, source, batch);
+}
+
+Status ShuffleTarget::try_consume(TupleBatch& batch) {
+  memory::SegmentView view;
+  std::size_t source = 0;
+  return finish(rings_.try_next(view, source), view, source, batch);
+}
+
+}  // namespace dfi::flow

@@ -1,0 +1,173 @@
+#include "dfi/flow/spec.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/error.hpp"
+#include "dfi/registry/client.hpp"
+#include "names.hpp"
+
+namespace dfi::flow {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::uint32_t kDefaultBandwidthSegment = 8192;
+
+std::string_view mode_name(Mode mode) { return mode == Mode::bandwidth ? "bandwidth" : "latency"; }
+
+std::string_view routing_name(Routing routing) {
+  switch (routing) {
+    case Routing::key_hash: return "key_hash";
+    case Routing::function: return "function";
+    case Routing::explicit_target: return "explicit_target";
+  }
+  return "?";
+}
+
+template <class Enum, std::size_t N>
+Enum parse_enum(const std::string& text, const std::array<std::pair<std::string_view, Enum>, N>& names,
+                std::string_view what) {
+  for (const auto& [name, value] : names) {
+    if (name == text) return value;
+  }
+  throw Error(Errc::protocol, "flow spec: unknown " + std::string(what) + " '" + text + "'");
+}
+
+}  // namespace
+
+std::string_view flow_type_name(FlowType type) {
+  switch (type) {
+    case FlowType::shuffle: return "shuffle";
+    case FlowType::replicate: return "replicate";
+    case FlowType::combiner: return "combiner";
+  }
+  return "?";
+}
+
+memory::RingLayout FlowSpec::layout() const {
+  std::uint32_t bytes = options.segment_bytes;
+  if (bytes == 0) {
+    bytes = options.mode == Mode::bandwidth
+                ? kDefaultBandwidthSegment
+                : static_cast<std::uint32_t>((schema.tuple_bytes() + 7) / 8 * 8 + memory::kFooterBytes);
+  }
+  return memory::RingLayout::make(options.segments, bytes);
+}
+
+void FlowSpec::validate(int cluster_size) const {
+  const std::string flow = "flow '" + name + "'";
+  auto bad = [&](const std::string& what) { throw Error(Errc::invalid_argument, flow + ": " + what); };
+  if (name.empty() || name.find('/') != std::string::npos) bad("the name must be non-empty and contain no '/'");
+  if (sources.empty()) bad("needs at least one source");
+  if (targets.empty()) bad("needs at least one target");
+  if (schema.column_count() == 0) bad("needs a schema");
+  std::set<std::pair<int, int>> seen;
+  for (const SourceRef& s : sources) {
+    if (s.rank < 0 || s.rank >= cluster_size) bad("source on rank " + std::to_string(s.rank) + " outside the cluster of " + std::to_string(cluster_size));
+    if (s.thread < 0) bad("source thread " + std::to_string(s.thread) + " is negative");
+    if (!seen.insert({s.rank, s.thread}).second) bad("source (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ") listed twice");
+  }
+  seen.clear();
+  for (const TargetRef& t : targets) {
+    if (t.rank < 0 || t.rank >= cluster_size) bad("target on rank " + std::to_string(t.rank) + " outside the cluster of " + std::to_string(cluster_size));
+    if (t.id < 0) bad("target id " + std::to_string(t.id) + " is negative");
+    if (!seen.insert({t.rank, t.id}).second) bad("target (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ") listed twice");
+  }
+  if (routing == Routing::key_hash || type == FlowType::combiner) {
+    if (key_column.empty()) bad("needs a key column");
+    (void)schema.index_of(key_column);  // throws not_found naming the column
+  }
+  memory::RingLayout ring;
+  try {
+    ring = layout();
+  } catch (const Error& e) {
+    bad(e.what());
+  }
+  if (schema.tuple_bytes() > ring.payload_capacity()) {
+    bad("a tuple of " + std::to_string(schema.tuple_bytes()) + " B does not fit a segment payload of " +
+        std::to_string(ring.payload_capacity()) + " B");
+  }
+}
+
+std::string FlowSpec::to_json() const {
+  json j;
+  j["name"] = name;
+  j["type"] = flow_type_name(type);
+  j["schema"] = schema.describe();
+  j["routing"] = routing_name(routing);
+  j["key"] = key_column;
+  j["mode"] = mode_name(options.mode);
+  j["segments"] = options.segments;
+  j["segment_bytes"] = options.segment_bytes;
+  j["direct_write"] = options.direct_write;
+  j["stall_timeout_ms"] = options.stall_timeout.count();
+  for (const SourceRef& s : sources) j["sources"].push_back({s.rank, s.thread});
+  for (const TargetRef& t : targets) j["targets"].push_back({t.rank, t.id});
+  return j.dump();
+}
+
+FlowSpec FlowSpec::from_json(std::string_view text) {
+  try {
+    json j = json::parse(text);
+    FlowSpec spec;
+    spec.name = j.at("name").get<std::string>();
+    spec.type = parse_enum(j.at("type").get<std::string>(),
+                           std::array<std::pair<std::string_view, FlowType>, 3>{
+                               {{"shuffle", FlowType::shuffle}, {"replicate", FlowType::replicate}, {"combiner", FlowType::combiner}}},
+                           "flow type");
+    spec.schema = Schema::parse(j.at("schema").get<std::string>());
+    spec.routing = parse_enum(j.at("routing").get<std::string>(),
+                              std::array<std::pair<std::string_view, Routing>, 3>{{{"key_hash", Routing::key_hash},
+                                                                                   {"function", Routing::function},
+                                                                                   {"explicit_target", Routing::explicit_target}}},
+                              "routing");
+    spec.key_column = j.at("key").get<std::string>();
+    spec.options.mode = j.at("mode").get<std::string>() == "latency" ? Mode::latency : Mode::bandwidth;
+    spec.options.segments = j.at("segments").get<std::uint32_t>();
+    spec.options.segment_bytes = j.at("segment_bytes").get<std::uint32_t>();
+    spec.options.direct_write = j.at("direct_write").get<bool>();
+    spec.options.stall_timeout = std::chrono::milliseconds(j.at("stall_timeout_ms").get<long long>());
+    for (const auto& s : j.at("sources")) spec.sources.push_back({s.at(0).get<int>(), s.at(1).get<int>()});
+    for (const auto& t : j.at("targets")) spec.targets.push_back({t.at(0).get<int>(), t.at(1).get<int>()});
+    return spec;
+  } catch (const json::exception& e) {
+    throw Error(Errc::protocol, std::string("flow spec: malformed record: ") + e.what());
+  }
+}
+
+void create_flow(cluster::Node& node, const FlowSpec& spec) {
+  spec.validate(node.size());
+  try {
+    node.registry().publish(detail::spec_record(spec.name), spec.to_json());
+  } catch (const Error& e) {
+    if (e.code() == Errc::already_exists) {
+      throw Error(Errc::already_exists, "flow '" + spec.name + "' already exists");
+    }
+    throw;
+  }
+}
+
+namespace detail {
+namespace {
+std::mutex accounting_mutex;
+std::unordered_map<std::string, std::size_t> accounting;  // guarded by accounting_mutex
+}  // namespace
+
+void account_memory(const std::string& flow, std::ptrdiff_t delta) {
+  std::lock_guard lock(accounting_mutex);
+  accounting[flow] += static_cast<std::size_t>(delta);
+}
+}  // namespace detail
+
+std::size_t memory_bytes(std::string_view name) {
+  std::lock_guard lock(detail::accounting_mutex);
+  auto it = detail::accounting.find(std::string(name));
+  return it == detail::accounting.end() ? 0 : it->second;
+}
+
+}  // namespace dfi::flow

@@ -1,0 +1,253 @@
+#include "dfi/memory/ring_writer.hpp"
+
+#include <thread>
+
+#include "dfi/common/deadline.hpp"
+
+namespace dfi::memory {
+namespace {
+
+// Waiting for a free slot: spin briefly (progressing the worker, which the put path needs), then
+// yield, then sleep a small random time so that many sources do not poll a target in lockstep.
+class Backoff {
+ public:
+  explicit Backoff(std::uint64_t seed) : state_(seed | 1) {}
+  void pause(fabric::Worker& worker) {
+    worker.progress();
+    ++rounds_;
+    if (rounds_ < 64) return;
+    if (rounds_ < 256) {
+      std::this_thread::yield();
+      return;
+    }
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    std::this_thread::sleep_for(std::chrono::microseconds(5 + state_ % 45));
+  }
+  std::uint64_t rounds() const { return rounds_; }
+
+ private:
+  std::uint64_t state_;
+  std::uint64_t rounds_ = 0;
+};
+
+std::chrono::nanoseconds timeout_or_forever(std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) return std::chrono::hours(24 * 365);
+  return timeout;
+}
+
+}  // namespace
+
+RingLayout RingLayout::make(std::uint32_t segments, std::uint32_t segment_bytes) {
+  if (segments == 0) throw Error(Errc::invalid_argument, "ring: segment count must be at least 1");
+  if (segment_bytes <= kFooterBytes || segment_bytes % 8 != 0) {
+    throw Error(Errc::invalid_argument, "ring: segment size " + std::to_string(segment_bytes) +
+                                            " B must be a multiple of 8 and larger than the " +
+                                            std::to_string(kFooterBytes) + " B footer");
+  }
+  return RingLayout{segments, segment_bytes};
+}
+
+RingWriter::RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint,
+                       const fabric::RemoteMemory& remote, std::size_t ring_offset,
+                       RingLayout layout, RingWriterOptions options, std::string label)
+    : worker_(&worker), endpoint_(&endpoint), remote_(&remote), ring_offset_(ring_offset),
+      layout_(layout), mode_(options.mode), stall_timeout_(options.stall_timeout),
+      label_(std::move(label)), credits_(layout.segments) {
+  if (ring_offset + layout.bytes() > remote.size()) {
+    throw Error(Errc::invalid_argument, label_ + ": ring of " + std::to_string(layout.bytes()) +
+                                            " B at offset " + std::to_string(ring_offset) +
+                                            " exceeds the target region of " +
+                                            std::to_string(remote.size()) + " B");
+  }
+  if (options.allow_mapped && remote.mapped() != nullptr) {
+    mapped_ = static_cast<std::byte*>(remote.mapped()) + ring_offset;
+    return;
+  }
+  const std::size_t count = std::max<std::size_t>(1, options.staging_segments);
+  staging_ = fabric::MemoryRegion(worker.context(), count * layout.segment_bytes);
+  for (std::size_t i = 0; i < count; ++i) {
+    stagings_.push_back(Staging{static_cast<std::byte*>(staging_.data()) + i * layout.segment_bytes, {}});
+  }
+}
+
+std::uint64_t RingWriter::remote_word(std::size_t offset) { return load_acquire(mapped_ + offset); }
+
+Status RingWriter::stalled_error() const {
+  return {Errc::timeout, label_ + ": no free segment within " + std::to_string(stall_timeout_.count()) +
+                             " ms (is the target consuming?)"};
+}
+
+Status RingWriter::wait_free_slot_bandwidth() {
+  const std::uint64_t needed = layout_.free_state_for(next_);
+  if (needed == 0) return {};  // first lap: the ring starts zeroed
+  const std::size_t offset = layout_.state_offset(next_);
+  Deadline deadline(timeout_or_forever(stall_timeout_));
+  Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
+  for (;;) {
+    std::uint64_t state;
+    if (mapped_ != nullptr) {
+      state = remote_word(offset);
+    } else {
+      if (slot_state_for_ != next_) {  // no pipelined read for this slot: issue one now
+        slot_read_ = endpoint_->get_async(&slot_state_, sizeof slot_state_, *remote_, ring_offset_ + offset);
+        slot_state_for_ = next_;
+      }
+      if (Status s = slot_read_.wait(); !s) return s;
+      state = slot_state_;
+      slot_state_for_ = 0;  // consumed: a retry reads again
+    }
+    if (state == needed) return {};
+    if (backoff.rounds() == 0) ++counters_.stalls;
+    if (Status s = endpoint_->status(); !s) return s;
+    if (deadline.expired()) return stalled_error();
+    backoff.pause(*worker_);
+  }
+}
+
+Status RingWriter::wait_free_slot_latency() {
+  if (credits_ > 0) return {};
+  Deadline deadline(timeout_or_forever(stall_timeout_));
+  Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
+  const std::size_t offset = ring_offset_ + layout_.credit_offset();
+  for (;;) {
+    std::uint64_t released;
+    if (mapped_ != nullptr) {
+      released = remote_word(layout_.credit_offset());
+    } else {
+      if (!credit_read_pending_) credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, offset);
+      credit_read_pending_ = false;
+      if (Status s = credit_read_.wait(); !s) return s;
+      released = released_seen_;
+    }
+    const std::uint64_t in_flight = (next_ - 1) - released;
+    credits_ = in_flight < layout_.segments ? layout_.segments - in_flight : 0;
+    if (credits_ > 0) return {};
+    if (backoff.rounds() == 0) ++counters_.stalls;
+    if (Status s = endpoint_->status(); !s) return s;
+    if (deadline.expired()) return stalled_error();
+    backoff.pause(*worker_);
+  }
+}
+
+Status RingWriter::acquire() {
+  Status s = mode_ == RingMode::bandwidth ? wait_free_slot_bandwidth() : wait_free_slot_latency();
+  if (!s) return s;
+  if (mapped_ != nullptr) {
+    cursor_ = mapped_ + layout_.slot_offset(next_);
+  } else {
+    Staging& staging = stagings_[next_ % stagings_.size()];
+    for (fabric::Request& put : staging.puts) {  // wrap-around: the only completion we wait for
+      if (Status p = put.wait(); !p) return p;
+    }
+    staging.puts.clear();
+    cursor_ = staging.base;
+  }
+  fill_ = 0;
+  capacity_ = layout_.payload_capacity();
+  return {};
+}
+
+Status RingWriter::publish(std::uint64_t flags) {
+  const std::uint64_t sequence = next_;
+  const std::uint64_t state = state_word(sequence, flags);
+  const std::size_t capacity = layout_.payload_capacity();
+  if (mapped_ != nullptr) {
+    std::byte* slot = mapped_ + layout_.slot_offset(sequence);
+    std::memcpy(slot + capacity, &fill_, sizeof(std::uint64_t));
+    store_release(slot + capacity + 8, state);
+  } else {
+    Staging& staging = stagings_[sequence % stagings_.size()];
+    std::byte* footer = staging.base + capacity;
+    const std::uint64_t fill = fill_;
+    std::memcpy(footer, &fill, 8);
+    std::memcpy(footer + 8, &state, 8);
+    const std::size_t slot = ring_offset_ + layout_.slot_offset(sequence);
+    if (fill_ == capacity) {  // payload and fill word are contiguous: one put
+      staging.puts.push_back(endpoint_->put_async(staging.base, capacity + 8, *remote_, slot));
+    } else {
+      if (fill_ > 0) staging.puts.push_back(endpoint_->put_async(staging.base, fill_, *remote_, slot));
+      staging.puts.push_back(endpoint_->put_async(footer, 8, *remote_, slot + capacity));
+    }
+    // Payload before state: the target may read the payload as soon as it sees the state word.
+    if (Status f = worker_->fence(); !f) return f;
+    staging.puts.push_back(endpoint_->put_async(footer + 8, 8, *remote_, slot + capacity + 8));
+    if (Status s = endpoint_->status(); !s) return s;
+    // Pipelined read of the next slot's state, so the next acquire rarely waits a round trip.
+    if (mode_ == RingMode::bandwidth && layout_.free_state_for(sequence + 1) != 0) {
+      slot_read_ = endpoint_->get_async(&slot_state_, sizeof slot_state_, *remote_,
+                                        ring_offset_ + layout_.state_offset(sequence + 1));
+      slot_state_for_ = sequence + 1;
+    }
+  }
+  ++counters_.segments;
+  counters_.bytes += fill_;
+  if (credits_ > 0) --credits_;
+  // Latency mode: refresh the credits in the background once half are used.
+  if (mode_ == RingMode::latency && mapped_ == nullptr && !credit_read_pending_ &&
+      credits_ == layout_.segments / 2) {
+    credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
+    credit_read_pending_ = true;
+  }
+  ++next_;
+  cursor_ = nullptr;
+  capacity_ = 0;
+  fill_ = 0;
+  return {};
+}
+
+Status RingWriter::next_segment() {
+  if (closed_) return {Errc::flow_failed, label_ + ": append after close"};
+  if (capacity_ != 0) {
+    if (fill_ == 0) {
+      return {Errc::invalid_argument, label_ + ": tuple larger than the segment payload of " +
+                                          std::to_string(layout_.payload_capacity()) + " B"};
+    }
+    if (Status s = publish(kConsumable); !s) return s;
+  }
+  return acquire();
+}
+
+Status RingWriter::append_latency(const void* data, std::size_t bytes) {
+  if (closed_) return {Errc::flow_failed, label_ + ": append after close"};
+  if (bytes > layout_.payload_capacity()) {
+    return {Errc::invalid_argument, label_ + ": tuple of " + std::to_string(bytes) +
+                                        " B larger than the segment payload of " +
+                                        std::to_string(layout_.payload_capacity()) + " B"};
+  }
+  if (Status s = acquire(); !s) return s;
+  std::memcpy(cursor_, data, bytes);
+  fill_ = bytes;
+  return publish(kConsumable);
+}
+
+Status RingWriter::flush() {
+  if (closed_ || capacity_ == 0 || fill_ == 0) return {};
+  return publish(kConsumable);
+}
+
+Status RingWriter::close() {
+  if (closed_) return {};
+  if (Status s = flush(); !s) return s;
+  if (capacity_ == 0) {
+    if (Status s = acquire(); !s) return s;
+  }
+  fill_ = 0;
+  if (Status s = publish(kConsumable | kEndOfStream); !s) return s;
+  closed_ = true;
+  for (Staging& staging : stagings_) {
+    for (fabric::Request& put : staging.puts) {
+      if (Status p = put.wait(); !p) return p;
+    }
+    staging.puts.clear();
+  }
+  if (mapped_ == nullptr) {
+    slot_read_ = fabric::Request();
+    credit_read_ = fabric::Request();
+    return endpoint_->flush();
+  }
+  return {};
+}
+
+}  // namespace dfi::memory
