@@ -70,6 +70,7 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
   client_->publish(address_record(rank_), service_->address(), /*replace=*/true);
   progress_ = std::make_unique<fabric::ProgressThread>(*service_);
   client_->join(rank_, context_->describe());
+  barrier_client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
   barrier("dfi/node/up");
   watch_client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
   watcher_ = std::thread([this, interval = options.liveness_interval] { watch(interval); });
@@ -136,7 +137,7 @@ std::string Node::peer_address(int rank) {
     auto it = addresses_.find(rank);
     if (it != addresses_.end()) return it->second;
   }
-  std::string address = client_->wait_for(address_record(rank), registry_timeout_);
+  std::string address = wait_for(address_record(rank));
   std::lock_guard lock(addresses_mutex_);
   addresses_.emplace(rank, address);
   return address;
@@ -146,7 +147,22 @@ fabric::Endpoint Node::connect(fabric::Worker& worker, int rank) {
   return worker.connect(rank, peer_address(rank));
 }
 
-void Node::barrier(const std::string& name) { client_->barrier(name, size_, registry_timeout_); }
+void Node::barrier(const std::string& name) { barrier_client_->barrier(name, size_, registry_timeout_); }
+
+std::string Node::wait_for(const std::string& name, std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) timeout = registry_timeout_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(200);
+  for (;;) {
+    if (std::optional<std::string> value = client_->try_lookup(name)) return *value;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw Error(Errc::timeout, "registry: record '" + name + "' not published within " +
+                                     std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+}
 
 void Node::finish() {
   barrier("dfi/node/finish");

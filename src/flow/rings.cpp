@@ -15,8 +15,7 @@ FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected
   const std::string flow(name);
   std::string record;
   try {
-    record = node.registry().wait_for(spec_record(flow),
-                                      std::chrono::milliseconds(config::get_int("registry_timeout_ms")));
+    record = node.wait_for(spec_record(flow));
   } catch (const Error& e) {
     if (e.code() == Errc::timeout) {
       throw Error(Errc::not_found, "flow '" + flow + "' does not exist (not created within the registry timeout)");
@@ -80,7 +79,7 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
     }
     std::string record;
     try {
-      record = node.registry().wait_for(target_record(spec_.name, t), timeout);
+      record = node.wait_for(target_record(spec_.name, t), timeout);
     } catch (const Error& e) {
       throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
                                 std::to_string(target.id) + ") did not open the flow: " + e.what());

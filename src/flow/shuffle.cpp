@@ -135,13 +135,15 @@ Status ShuffleTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeo
   memory::SegmentView view;
   std::size_t source = 0;
   if (timeout.count() == 0) timeout = detail::stall_timeout(rings_.spec());
-  return finish(rings_.next(view, source, timeout), view, source, batch);
+  Status status = rings_.next(view, source, timeout);
+  return finish(std::move(status), view, source, batch);
 }
 
 Status ShuffleTarget::try_consume(TupleBatch& batch) {
   memory::SegmentView view;
   std::size_t source = 0;
-  return finish(rings_.try_next(view, source), view, source, batch);
+  Status status = rings_.try_next(view, source);
+  return finish(std::move(status), view, source, batch);
 }
 
 }  // namespace dfi::flow

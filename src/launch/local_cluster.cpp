@@ -58,6 +58,7 @@ void validate(const ClusterOptions& options) {
     bad("netns mode supports at most " + std::to_string(kNetnsMaxRanks) + " nodes, not " +
         std::to_string(options.nodes));
   }
+  if (!options.netns && !options.qdisc.empty()) bad("a qdisc needs netns mode (it shapes the namespaces' links)");
   if (options.timeout.count() < 0) bad("timeout must not be negative");
   if (options.grace.count() < 0) bad("grace must not be negative");
   for (const auto& [name, value] : options.extra_env) {
@@ -516,7 +517,7 @@ int run_cluster(const ClusterOptions& options, std::ostream& out, std::ostream& 
     if (const std::string why = netns_unavailable_reason(); !why.empty()) {
       throw Error(Errc::io, "dfi cluster: netns mode is not available: " + why);
     }
-    topology.emplace(options.nodes);
+    topology.emplace(options.nodes, options.qdisc);
   }
 
   int result = 0;

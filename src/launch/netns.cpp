@@ -138,7 +138,7 @@ std::string netns_unavailable_reason() {
   return "";
 }
 
-NetnsTopology::NetnsTopology(int ranks) : ranks_(ranks) {
+NetnsTopology::NetnsTopology(int ranks, std::string qdisc) : qdisc_(std::move(qdisc)), ranks_(ranks) {
   if (ranks < 1 || ranks > kNetnsMaxRanks) {
     throw Error(Errc::invalid_argument, "a netns topology needs 1.." +
                                             std::to_string(kNetnsMaxRanks) + " ranks, not " +
@@ -176,6 +176,10 @@ const std::string& NetnsTopology::rank_namespace(int rank) const {
 void NetnsTopology::ip(const std::vector<std::string>& args) {
   std::vector<std::string> argv{"ip"};
   argv.insert(argv.end(), args.begin(), args.end());
+  run(argv);
+}
+
+void NetnsTopology::run(const std::vector<std::string>& argv) {
   const detail::CommandResult result = detail::run_command(argv, Deadline(kIpTimeout));
   if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0) {
     throw Error(Errc::io, "network namespace setup failed: `" + detail::join_command(argv) +
@@ -210,6 +214,12 @@ void NetnsTopology::create() {
     ip({"-n", ns, "addr", "add",
         netns_rank_address(rank) + "/" + std::to_string(kNetnsPrefixLength), "dev", kRankDevice});
     ip({"-n", ns, "link", "set", kRankDevice, "up"});
+    if (!qdisc_.empty()) {
+      std::vector<std::string> tc{"tc", "-n", ns, "qdisc", "add", "dev", kRankDevice, "root"};
+      std::istringstream words(qdisc_);
+      for (std::string word; words >> word;) tc.push_back(word);
+      run(tc);
+    }
   }
 }
 

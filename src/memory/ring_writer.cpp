@@ -74,6 +74,11 @@ RingWriter::RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint,
 
 std::uint64_t RingWriter::remote_word(std::size_t offset) { return load_acquire(mapped_ + offset); }
 
+Status RingWriter::labelled(Status status) const {
+  if (status.is_ok() || status.message().starts_with(label_)) return status;
+  return {status.code(), label_ + ": " + status.message()};
+}
+
 Status RingWriter::stalled_error() const {
   return {Errc::timeout, label_ + ": no free segment within " + std::to_string(stall_timeout_.count()) +
                              " ms (is the target consuming?)"};
@@ -175,7 +180,9 @@ Status RingWriter::publish(std::uint64_t flags) {
     staging.puts.push_back(endpoint_->put_async(footer + 8, 8, *remote_, slot + capacity + 8));
     if (Status s = endpoint_->status(); !s) return s;
     // Pipelined read of the next slot's state, so the next acquire rarely waits a round trip.
-    if (mode_ == RingMode::bandwidth && layout_.free_state_for(sequence + 1) != 0) {
+    // Never after end-of-stream: the target may free the ring as soon as it sees that segment.
+    if (mode_ == RingMode::bandwidth && (flags & kEndOfStream) == 0 &&
+        layout_.free_state_for(sequence + 1) != 0) {
       slot_read_ = endpoint_->get_async(&slot_state_, sizeof slot_state_, *remote_,
                                         ring_offset_ + layout_.state_offset(sequence + 1));
       slot_state_for_ = sequence + 1;
@@ -186,7 +193,7 @@ Status RingWriter::publish(std::uint64_t flags) {
   if (credits_ > 0) --credits_;
   // Latency mode: refresh the credits in the background once half are used.
   if (mode_ == RingMode::latency && mapped_ == nullptr && !credit_read_pending_ &&
-      credits_ == layout_.segments / 2) {
+      (flags & kEndOfStream) == 0 && credits_ == layout_.segments / 2) {
     credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
     credit_read_pending_ = true;
   }
@@ -216,18 +223,20 @@ Status RingWriter::append_latency(const void* data, std::size_t bytes) {
                                         " B larger than the segment payload of " +
                                         std::to_string(layout_.payload_capacity()) + " B"};
   }
-  if (Status s = acquire(); !s) return s;
+  if (Status s = acquire(); !s) return labelled(std::move(s));
   std::memcpy(cursor_, data, bytes);
   fill_ = bytes;
-  return publish(kConsumable);
+  return labelled(publish(kConsumable));
 }
 
 Status RingWriter::flush() {
   if (closed_ || capacity_ == 0 || fill_ == 0) return {};
-  return publish(kConsumable);
+  return labelled(publish(kConsumable));
 }
 
-Status RingWriter::close() {
+Status RingWriter::close() { return labelled(close_ring()); }
+
+Status RingWriter::close_ring() {
   if (closed_) return {};
   if (Status s = flush(); !s) return s;
   if (capacity_ == 0) {

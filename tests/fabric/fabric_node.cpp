@@ -44,7 +44,7 @@ void publish_region(cluster::Node& node, const std::string& name, const fabric::
 }
 
 fabric::RemoteMemory attach(cluster::Node& node, fabric::Endpoint& ep, const std::string& name) {
-  return ep.attach(fabric::RegionDescriptor::parse(node.registry().wait_for(name, std::chrono::seconds(30))));
+  return ep.attach(fabric::RegionDescriptor::parse(node.wait_for(name, std::chrono::seconds(30))));
 }
 
 int fail(const std::string& what) {

@@ -83,8 +83,15 @@ class Node {
   fabric::Endpoint connect(fabric::Worker& worker, int rank);
 
   // Waits until every rank called barrier with the same name. Throws dfi::Error(timeout) naming
-  // how many arrived. Thread-safe.
+  // how many arrived. Thread-safe; uses its own registry connection, so other threads of this
+  // process can publish and look up meanwhile.
   void barrier(const std::string& name);
+
+  // Waits for registry record `name` (registry timeout when `timeout` is 0). Unlike
+  // registry().wait_for(), it polls and never holds the shared registry connection while it
+  // waits, so threads of one process can wait for each other's records. Throws
+  // dfi::Error(timeout) naming the record.
+  std::string wait_for(const std::string& name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // Final barrier: after it no peer touches this process's memory any more. Rank 0 hosts the
   // registry, so it must not leave before the others are done with it. Stops the liveness
@@ -104,6 +111,7 @@ class Node {
   std::unique_ptr<fabric::Worker> service_;
   std::unique_ptr<fabric::ProgressThread> progress_;
   std::unique_ptr<registry::Client> watch_client_;
+  std::unique_ptr<registry::Client> barrier_client_;
   std::thread watcher_;
   std::mutex watcher_mutex_;
   std::condition_variable watcher_wake_;

@@ -40,8 +40,9 @@ struct Capabilities {
 
 struct ContextOptions {
   Transport transport = Transport::automatic;
-  // UCX keepalive interval: bounds how long a dead peer on shm goes unnoticed.
-  std::chrono::milliseconds keepalive{300};
+  // UCX keepalive interval. Short intervals declare busy-but-alive peers dead on a loaded
+  // machine; cluster::Node detects dead processes through the registry instead.
+  std::chrono::milliseconds keepalive{5000};
   // Upper bound for any single wait on a fabric operation. When it passes, the endpoint is
   // declared failed (an unresponsive peer is treated like a dead one) and the call returns an error.
   std::chrono::milliseconds op_timeout{10000};

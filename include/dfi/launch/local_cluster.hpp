@@ -26,6 +26,7 @@ struct ClusterOptions {
   int nodes = 2;                      // number of ranks, >= 1 (<= kNetnsMaxRanks with netns)
   std::string transport = "shm";      // "shm" or "tcp"; passed to the ranks as DFI_TRANSPORT
   bool netns = false;                 // one network namespace per rank; requires transport "tcp"
+  std::string qdisc;                  // netns only: tc qdisc on every rank's link ("netem delay 1ms")
   std::vector<std::string> argv;      // the program and its arguments; argv[0] searched in PATH
   std::chrono::milliseconds timeout{0};      // from the start of the ranks; 0 = no limit
   std::chrono::milliseconds grace{3000};     // after a rank fails, before the others get SIGTERM

@@ -55,7 +55,10 @@ class NetnsTopology {
   // Errc::already_exists if another NetnsTopology is alive in this process; Errc::io naming the
   // failing `ip` command and its output (or Errc::timeout if it hangs). On any error, everything
   // created so far has been removed before the exception leaves the constructor.
-  explicit NetnsTopology(int ranks);
+  // `qdisc`, if not empty, is a tc queueing discipline installed as root on every rank's device,
+  // e.g. "netem delay 1ms loss 0.5%" or "tbf rate 500mbit burst 64kb latency 50ms"; a kernel
+  // without it gives Errc::io naming the tc command and its message.
+  explicit NetnsTopology(int ranks, std::string qdisc = {});
   // Calls remove() and ignores its errors.
   ~NetnsTopology();
   NetnsTopology(const NetnsTopology&) = delete;
@@ -75,6 +78,8 @@ class NetnsTopology {
  private:
   void create();
   void ip(const std::vector<std::string>& args);
+  void run(const std::vector<std::string>& argv);
+  std::string qdisc_;
 
   int ranks_;
   std::string hub_;

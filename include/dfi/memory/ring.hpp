@@ -13,6 +13,10 @@
 // equals `(n - segments) << 2` (or 0 for the first lap): no separate "writable" flag is needed
 // and a stale read can never be mistaken for a free slot.
 //
+// Lifetime: the source touches the ring not at all after it published the end-of-stream segment
+// (everything it issued before is ordered ahead of that segment by the fence), so a target may
+// free its ring once it has seen end-of-stream from every source.
+//
 // After the segments, each ring has one 8-byte word: the number of segments the target has
 // released (the credit counter of latency mode, 003 §5.3).
 #pragma once

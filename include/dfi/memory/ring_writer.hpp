@@ -60,7 +60,7 @@ class RingWriter {
   Status append(const void* data, std::size_t bytes) {
     if (mode_ == RingMode::latency) [[unlikely]] return append_latency(data, bytes);
     if (fill_ + bytes > capacity_) [[unlikely]] {
-      if (Status s = next_segment(); !s) return s;
+      if (Status s = next_segment(); !s) return labelled(std::move(s));
     }
     std::memcpy(cursor_ + fill_, data, bytes);
     fill_ += bytes;
@@ -86,7 +86,10 @@ class RingWriter {
   };
 
   Status append_latency(const void* data, std::size_t bytes);
+  // Prefixes an error from the fabric with this ring's label (flow, source, target).
+  Status labelled(Status status) const;
   Status next_segment();                        // publish current (if any), acquire the next
+  Status close_ring();
   Status acquire();                             // wait until slot of next_ is free
   Status publish(std::uint64_t flags);          // write current segment with state flags
   Status wait_free_slot_bandwidth();

@@ -18,15 +18,23 @@ struct ClusterRun {
   std::string all() const { return "--- stdout\n" + out + "--- stderr\n" + err; }
 };
 
+struct RunOptions {
+  bool netns = false;
+  std::string qdisc;
+  std::chrono::milliseconds timeout = std::chrono::seconds(90);
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
 inline ClusterRun run_cluster(int nodes, const std::string& transport, std::vector<std::string> argv,
-                              bool netns = false,
-                              std::chrono::milliseconds timeout = std::chrono::seconds(90)) {
+                              const RunOptions& run_options) {
   launch::ClusterOptions options;
+  options.qdisc = run_options.qdisc;
+  options.extra_env = run_options.env;
   options.nodes = nodes;
   options.transport = transport;
-  options.netns = netns;
+  options.netns = run_options.netns;
   options.argv = std::move(argv);
-  options.timeout = timeout;
+  options.timeout = run_options.timeout;
   std::ostringstream out, err;
   ClusterRun run;
   auto start = std::chrono::steady_clock::now();
@@ -35,6 +43,13 @@ inline ClusterRun run_cluster(int nodes, const std::string& transport, std::vect
   run.out = out.str();
   run.err = err.str();
   return run;
+}
+
+inline ClusterRun run_cluster(int nodes, const std::string& transport, std::vector<std::string> argv,
+                              bool netns = false) {
+  RunOptions options;
+  options.netns = netns;
+  return run_cluster(nodes, transport, std::move(argv), options);
 }
 
 inline bool contains(const std::string& text, const std::string& part) {

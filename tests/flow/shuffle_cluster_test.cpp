@@ -1,0 +1,111 @@
+// Multi-process shuffle tests: every body runs over shm and over TCP; a subset runs across
+// network-namespace hosts with a shaped link.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <regex>
+
+#include "cluster_run.hpp"
+#include "dfi/common/error.hpp"
+#include "dfi/launch/netns.hpp"
+
+namespace dfi {
+namespace {
+
+using testing::contains;
+using testing::run_cluster;
+using testing::RunOptions;
+
+// DFI_PROPERTY_CONFIGS (default 200) random flows per transport; DFI_PROPERTY_SEED fixes the seed
+// (default: a new one per run, printed so a failure can be replayed).
+std::string property_count() {
+  const char* count = std::getenv("DFI_PROPERTY_CONFIGS");
+  return count != nullptr ? count : "200";
+}
+
+std::string property_seed() {
+  if (const char* seed = std::getenv("DFI_PROPERTY_SEED")) return seed;
+  return std::to_string(std::chrono::system_clock::now().time_since_epoch().count() % 1000000007);
+}
+
+class ShuffleCluster : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShuffleCluster, RandomFlowsDeliverEveryTupleExactlyOnceInOrder) {
+  const std::string seed = property_seed();
+  RunOptions options;
+  options.timeout = std::chrono::seconds(600);
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "property", seed, property_count()}, options);
+  ASSERT_EQ(run.code, 0) << "seed " << seed << '\n' << run.all();
+  EXPECT_TRUE(contains(run.out, "all exactly once")) << run.all();
+  std::cout << "seed " << seed << ": " << run.out.substr(run.out.find("property:")) << std::flush;
+}
+
+TEST_P(ShuffleCluster, SlowConsumerBehindTwoSegmentsLosesNothing) {
+  auto run = run_cluster(2, GetParam(), {SHUFFLE_NODE, "backpressure"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "received 4000 of 4000")) << run.all();
+}
+
+TEST_P(ShuffleCluster, UserErrorsAreReportedClearly) {
+  RunOptions options;
+  options.env = {{"DFI_REGISTRY_TIMEOUT_MS", "3000"}};  // "unknown flow" waits this long
+  auto run = run_cluster(2, GetParam(), {SHUFFLE_NODE, "errors"}, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  for (const char* error : {"duplicate flow", "unknown flow", "wrong flow type", "tuple larger than a segment",
+                            "schema mismatch", "target not in the flow", "source not in the flow",
+                            "function routing without a function", "routing function out of range",
+                            "wrong tuple width", "bad target id", "push after close"}) {
+    EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();
+  }
+}
+
+TEST_P(ShuffleCluster, DeadTargetFailsThePushNamingFlowAndRank) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "kill-target"});
+  EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed: the launcher says so
+  EXPECT_TRUE(std::regex_search(run.err, std::regex(R"(rank 1 .*signal 9)"))) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] source saw: flow 'victim-target'")) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+  EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [02] exited with status)"))) << run.all();
+}
+
+TEST_P(ShuffleCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "kill-source"});
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] target saw: flow 'victim-source'")) << run.all();
+  EXPECT_TRUE(contains(run.out, "source (rank 1, thread 0) failed before closing")) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ShuffleCluster, ::testing::Values("shm", "tcp"),
+                         [](const auto& param_info) { return param_info.param; });
+
+// Hosts in network namespaces with a shaped link: a rate-limited bridge (tbf), and, where the
+// kernel has it, netem delay and loss.
+void run_on_netns_hosts(const std::string& qdisc) {
+  if (std::string why = launch::netns_unavailable_reason(); !why.empty()) {
+    GTEST_SKIP() << "network namespaces unavailable: " << why;
+  }
+  RunOptions options;
+  options.netns = true;
+  options.qdisc = qdisc;
+  options.timeout = std::chrono::seconds(300);
+  const std::string seed = property_seed();
+  testing::ClusterRun run;
+  try {
+    run = run_cluster(3, "tcp", {SHUFFLE_NODE, "property", seed, "20"}, options);
+  } catch (const Error& e) {
+    if (contains(e.what(), "qdisc kind is unknown")) GTEST_SKIP() << "this kernel lacks the qdisc: " << e.what();
+    throw;
+  }
+  ASSERT_EQ(run.code, 0) << "seed " << seed << '\n' << run.all();
+  EXPECT_TRUE(contains(run.out, "all exactly once")) << run.all();
+  EXPECT_TRUE(launch::netns_owned_by_this_process().empty());
+}
+
+TEST(ShuffleNetns, RandomFlowsOverARateLimitedLink) { run_on_netns_hosts("tbf rate 400mbit burst 256kb latency 20ms"); }
+
+TEST(ShuffleNetns, RandomFlowsOverALinkWithDelayAndLoss) { run_on_netns_hosts("netem delay 1ms loss 0.5%"); }
+
+}  // namespace
+}  // namespace dfi

@@ -1,0 +1,473 @@
+// Rank program for the multi-process shuffle tests, started by launch::run_cluster.
+//
+//   shuffle_node property SEED COUNT   COUNT random flows: every tuple exactly once, per-pair order
+//   shuffle_node backpressure          a slow consumer behind a 2-segment ring loses nothing
+//   shuffle_node errors                every user error gives a clear error
+//   shuffle_node kill-target           a target dies: its source's push fails naming it
+//   shuffle_node kill-source           a source dies: the target's consume fails naming it
+//
+// Exit status 0 means the scenario held; every failure prints why.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/config.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/registry/client.hpp"
+
+namespace {
+
+using namespace dfi;
+using namespace dfi::flow;
+
+int failures = 0;
+std::mutex print_mutex;
+
+void fail(const std::string& what) {
+  std::lock_guard lock(print_mutex);
+  std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+  ++failures;
+}
+
+bool tcp() { return config::get_string("transport") == "tcp"; }
+
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  x *= 0x81dadef4bc2dd44dull;
+  return x ^ (x >> 33);
+}
+
+std::byte payload_byte(std::uint64_t key, std::size_t i) { return static_cast<std::byte>(mix(key + i) & 0xff); }
+
+// ---------------------------------------------------------------------------------------------
+// Property test
+
+struct Config {
+  std::string name;
+  std::vector<SourceRef> sources;
+  std::vector<TargetRef> targets;
+  std::vector<std::uint64_t> tuples;  // per source
+  std::size_t width = 8;
+  bool bulk = false;
+  FlowSpec spec;
+};
+
+Config make_config(std::uint64_t seed, int index, int ranks) {
+  std::mt19937_64 rng(seed * 1000003 + static_cast<std::uint64_t>(index));
+  auto pick = [&](std::uint64_t lo, std::uint64_t hi) { return lo + rng() % (hi - lo + 1); };
+  Config c;
+  c.name = "prop-" + std::to_string(seed) + "-" + std::to_string(index);
+  for (int r = 0; r < ranks; ++r) {
+    const int sources = static_cast<int>(pick(0, 2));
+    const int targets = static_cast<int>(pick(0, 2));
+    for (int t = 0; t < sources; ++t) c.sources.push_back({r, t});
+    for (int t = 0; t < targets; ++t) c.targets.push_back({r, t});
+  }
+  if (c.sources.empty()) c.sources.push_back({static_cast<int>(pick(0, ranks - 1)), 0});
+  if (c.targets.empty()) c.targets.push_back({static_cast<int>(pick(0, ranks - 1)), 0});
+  c.width = 8 * pick(1, 128);  // 8 .. 1024 B
+  const bool latency = pick(0, 3) == 0;
+  const std::uint64_t most = (latency ? 400 : 3000) / (tcp() ? 4 : 1);
+  for (std::size_t s = 0; s < c.sources.size(); ++s) c.tuples.push_back(pick(0, 4) == 0 ? 0 : pick(1, most));
+  c.bulk = pick(0, 3) == 0;
+
+  std::vector<Column> columns{{"key", Type::uint64}};
+  if (c.width > 8) columns.push_back({"payload", Type::chars, static_cast<std::uint32_t>(c.width - 8)});
+  c.spec.name = c.name;
+  c.spec.sources = c.sources;
+  c.spec.targets = c.targets;
+  c.spec.schema = Schema(columns);
+  c.spec.key_column = "key";
+  const int routing = static_cast<int>(pick(0, 3));
+  c.spec.routing = routing <= 1 ? Routing::key_hash : routing == 2 ? Routing::function : Routing::explicit_target;
+  c.spec.options.mode = latency ? Mode::latency : Mode::bandwidth;
+  c.spec.options.segments = static_cast<std::uint32_t>(pick(2, 32));
+  if (!latency) {
+    const std::uint64_t smallest = (c.width + 16 + 7) / 8;
+    c.spec.options.segment_bytes = static_cast<std::uint32_t>(8 * pick(smallest, std::max<std::uint64_t>(smallest, 2048)));
+  }
+  c.spec.options.direct_write = pick(0, 3) != 0;
+  if (std::getenv("NO_DIRECT")) c.spec.options.direct_write = false;
+  c.spec.options.stall_timeout = std::chrono::seconds(60);
+  return c;
+}
+
+std::uint64_t key_of(std::size_t source, std::uint64_t seq) { return (std::uint64_t{source} << 32) | seq; }
+std::size_t function_route(std::uint64_t key, std::size_t targets) { return ((key & 0xffffffff) * 7 + (key >> 32)) % targets; }
+std::size_t explicit_route(std::uint64_t key, std::size_t targets) { return ((key & 0xffffffff) + (key >> 32)) % targets; }
+
+struct TargetResult {
+  std::vector<std::uint64_t> counts;  // per source
+  std::uint64_t checksum = 0;
+};
+
+void run_source(cluster::Node& node, const Config& c, std::size_t index) {
+  fabric::Worker worker(node.fabric(), c.name + " source " + std::to_string(index));
+  SourceOptions options;
+  const std::size_t targets = c.targets.size();
+  options.route = [targets](const std::byte* tuple) {
+    std::uint64_t key;
+    std::memcpy(&key, tuple, 8);
+    return function_route(key, targets);
+  };
+  options.expected_schema = c.spec.schema;
+  ShuffleSource source(node, worker, c.name, c.sources[index].thread, options);
+  std::vector<std::byte> tuple(c.width);
+  std::vector<std::byte> bulk;
+  for (std::uint64_t seq = 1; seq <= c.tuples[index]; ++seq) {
+    const std::uint64_t key = key_of(index, seq);
+    std::memcpy(tuple.data(), &key, 8);
+    for (std::size_t i = 8; i < c.width; ++i) tuple[i] = payload_byte(key, i);
+    Status s;
+    if (c.spec.routing == Routing::explicit_target) {
+      s = source.push_to(explicit_route(key, targets), tuple.data(), tuple.size());
+    } else if (c.bulk) {
+      bulk.insert(bulk.end(), tuple.begin(), tuple.end());
+      if (bulk.size() >= 64 * c.width || seq == c.tuples[index]) {
+        s = source.push_bulk(bulk.data(), bulk.size() / c.width);
+        bulk.clear();
+      }
+    } else {
+      s = source.push(tuple.data(), tuple.size());
+    }
+    if (!s) return fail(c.name + ": push: " + s.message());
+  }
+  if (Status s = source.close(); !s) fail(c.name + ": close: " + s.message());
+  if (source.counters().tuples != c.tuples[index]) fail(c.name + ": source counted the wrong number of tuples");
+}
+
+void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetResult& result) {
+  ShuffleTarget target(node, c.name, c.targets[index].id, c.spec.schema);
+  result.counts.assign(c.sources.size(), 0);
+  std::vector<std::uint64_t> last(c.sources.size(), 0);
+  TupleBatch batch;
+  for (;;) {
+    Status s = target.consume(batch, std::chrono::seconds(60));
+    if (!s) return fail(c.name + ": consume: " + s.message());
+    if (batch.empty()) break;
+    for (std::size_t t = 0; t < batch.count; ++t) {
+      const std::byte* tuple = batch.tuple(t);
+      std::uint64_t key;
+      std::memcpy(&key, tuple, 8);
+      const std::size_t source = key >> 32;
+      const std::uint64_t seq = key & 0xffffffff;
+      if (source >= c.sources.size() || source != batch.source) return fail(c.name + ": tuple " + std::to_string(t) + " of " + std::to_string(batch.count) + " has key " + std::to_string(key) + " from an unknown source (batch from source " + std::to_string(batch.source) + ")");
+      if (seq <= last[source]) {
+        return fail(c.name + ": source " + std::to_string(source) + " seq " + std::to_string(seq) +
+                    " after " + std::to_string(last[source]) + " (duplicate or reordered)");
+      }
+      last[source] = seq;
+      for (std::size_t i = 8; i < c.width; ++i) {
+        if (tuple[i] != payload_byte(key, i)) return fail(c.name + ": corrupted payload");
+      }
+      if (c.spec.routing == Routing::function && function_route(key, c.targets.size()) != index) {
+        return fail(c.name + ": tuple routed to the wrong target");
+      }
+      if (c.spec.routing == Routing::explicit_target && explicit_route(key, c.targets.size()) != index) {
+        return fail(c.name + ": tuple pushed to another target arrived here");
+      }
+      ++result.counts[source];
+      result.checksum += mix(key);
+    }
+  }
+  if (!target.end()) fail(c.name + ": consume returned an empty batch before the end");
+}
+
+int property(cluster::Node& node, std::uint64_t seed, int count) {
+  std::uint64_t total_tuples = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < count && failures == 0; ++i) {
+    const Config c = make_config(seed, i, node.size());
+    if (node.rank() == 0) create_flow(node, c.spec);
+    std::vector<TargetResult> results(c.targets.size());
+    std::vector<std::thread> threads;
+    for (std::size_t s = 0; s < c.sources.size(); ++s) {
+      if (c.sources[s].rank == node.rank()) threads.emplace_back([&, s] {
+          try { run_source(node, c, s); } catch (const std::exception& e) { fail(c.name + ": source: " + e.what()); }
+        });
+    }
+    for (std::size_t t = 0; t < c.targets.size(); ++t) {
+      if (c.targets[t].rank == node.rank()) threads.emplace_back([&, t] {
+          try { run_target(node, c, t, results[t]); } catch (const std::exception& e) { fail(c.name + ": target: " + e.what()); }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+
+    // Every rank publishes what its targets received; rank 0 checks the whole flow.
+    std::ostringstream mine;
+    std::uint64_t checksum = 0;
+    std::vector<std::uint64_t> counts(c.sources.size(), 0);
+    for (std::size_t t = 0; t < c.targets.size(); ++t) {
+      if (c.targets[t].rank != node.rank()) continue;
+      checksum += results[t].checksum;
+      for (std::size_t s = 0; s < counts.size(); ++s) counts[s] += results[t].counts.empty() ? 0 : results[t].counts[s];
+    }
+    mine << checksum;
+    for (std::uint64_t n : counts) mine << ' ' << n;
+    node.registry().publish(c.name + "/result/" + std::to_string(node.rank()), mine.str());
+    node.barrier("prop/" + c.name);
+    if (node.rank() != 0) continue;
+    std::uint64_t got_checksum = 0, want_checksum = 0;
+    std::vector<std::uint64_t> got(c.sources.size(), 0);
+    for (int r = 0; r < node.size(); ++r) {
+      std::istringstream in(node.registry().lookup(c.name + "/result/" + std::to_string(r)));
+      std::uint64_t value;
+      in >> value;
+      got_checksum += value;
+      for (std::size_t s = 0; s < got.size(); ++s) {
+        in >> value;
+        got[s] += value;
+      }
+    }
+    for (std::size_t s = 0; s < c.sources.size(); ++s) {
+      for (std::uint64_t seq = 1; seq <= c.tuples[s]; ++seq) want_checksum += mix(key_of(s, seq));
+      total_tuples += c.tuples[s];
+      if (got[s] != c.tuples[s]) {
+        fail(c.name + ": source " + std::to_string(s) + " pushed " + std::to_string(c.tuples[s]) +
+             " tuples, targets received " + std::to_string(got[s]) + " {" + c.spec.to_json() + "}");
+      }
+    }
+    if (got_checksum != want_checksum) fail(c.name + ": checksum mismatch {" + c.spec.to_json() + "}");
+  }
+  if (node.rank() == 0) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("property: %d configurations, %llu tuples, %s in %.1f s\n", count,
+                static_cast<unsigned long long>(total_tuples), failures == 0 ? "all exactly once" : "FAILURES", seconds);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+FlowSpec pair_spec(const std::string& name, std::vector<SourceRef> sources, std::vector<TargetRef> targets) {
+  FlowSpec spec;
+  spec.name = name;
+  spec.sources = std::move(sources);
+  spec.targets = std::move(targets);
+  spec.schema = Schema({{"key", Type::uint64}, {"value", Type::uint64}});
+  spec.key_column = "key";
+  return spec;
+}
+
+struct Pair {
+  std::uint64_t key, value;
+};
+
+int backpressure(cluster::Node& node) {
+  FlowSpec spec = pair_spec("slow", {{0, 0}}, {{1, 0}});
+  spec.options.segments = 2;
+  spec.options.segment_bytes = 16 + 16 * 4;
+  constexpr std::uint64_t kTuples = 4000;
+  if (node.rank() == 0) {
+    create_flow(node, spec);
+    fabric::Worker worker(node.fabric(), "slow source");
+    ShuffleSource source(node, worker, "slow", 0);
+    for (std::uint64_t i = 0; i < kTuples; ++i) {
+      if (Status s = source.push(Pair{i, i * i}); !s) fail("push: " + s.message());
+    }
+    if (Status s = source.close(); !s) fail("close: " + s.message());
+    std::printf("backpressure: %llu stalls on a full ring\n", static_cast<unsigned long long>(source.counters().stalls));
+    if (source.counters().stalls == 0) fail("the source never found the ring full");
+  } else {
+    ShuffleTarget target(node, "slow", 0);
+    TupleBatch batch;
+    std::uint64_t next = 0;
+    while (target.consume(batch) && !batch.empty()) {
+      for (const Pair& p : batch.as<Pair>()) {
+        if (p.key != next || p.value != next * next) fail("tuple " + std::to_string(next) + " lost or reordered");
+        ++next;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    std::printf("backpressure: received %llu of %llu\n", static_cast<unsigned long long>(next),
+                static_cast<unsigned long long>(kTuples));
+    if (next != kTuples) fail("tuples lost");
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
+template <class F>
+void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
+  try {
+    Status s = f();
+    if (s.is_ok()) return fail(what + ": no error");
+    if (s.code() != code || s.message().find(part) == std::string::npos) {
+      return fail(what + ": got " + std::string(errc_name(s.code())) + ": " + s.message());
+    }
+    std::printf("error ok: %s -> %s\n", what.c_str(), s.message().c_str());
+  } catch (const Error& e) {
+    if (e.code() != code || std::string(e.what()).find(part) == std::string::npos) {
+      return fail(what + ": got " + std::string(errc_name(e.code())) + ": " + e.what());
+    }
+    std::printf("error ok: %s -> %s\n", what.c_str(), e.what());
+  }
+}
+
+int errors(cluster::Node& node) {
+  if (node.rank() == 1) {  // hosts the targets
+    ShuffleTarget target(node, "good", 0);
+    ShuffleTarget fn_target(node, "by-function", 0);
+    TupleBatch batch;
+    while (target.consume(batch) && !batch.empty()) {}
+    while (fn_target.consume(batch) && !batch.empty()) {}
+    node.finish();
+    return failures == 0 ? 0 : 1;
+  }
+  FlowSpec good = pair_spec("good", {{0, 0}}, {{1, 0}});
+  create_flow(node, good);
+  FlowSpec by_function = good;
+  by_function.name = "by-function";
+  by_function.routing = Routing::function;
+  create_flow(node, by_function);
+  FlowSpec other = good;
+  other.name = "replicated";
+  other.type = FlowType::replicate;
+  create_flow(node, other);
+
+  expect_error("duplicate flow", Errc::already_exists, "'good' already exists", [&] { create_flow(node, good); return Status(); });
+  expect_error("unknown flow", Errc::not_found, "'nope' does not exist", [&] { ShuffleTarget t(node, "nope", 0); return Status(); });
+  expect_error("wrong flow type", Errc::invalid_argument, "is a replicate flow, not a shuffle flow",
+               [&] { ShuffleTarget t(node, "replicated", 0); return Status(); });
+  expect_error("tuple larger than a segment", Errc::invalid_argument, "does not fit a segment", [&] {
+    FlowSpec big = good;
+    big.name = "big";
+    big.schema = Schema({{"key", Type::uint64}, {"blob", Type::chars, 9000}});
+    create_flow(node, big);
+    return Status();
+  });
+  expect_error("schema mismatch", Errc::invalid_argument, "schema", [&] {
+    ShuffleTarget t(node, "good", 0, Schema({{"key", Type::uint64}}));
+    return Status();
+  });
+  expect_error("target not in the flow", Errc::invalid_argument, "has no target (rank 0, id 3)",
+               [&] { ShuffleTarget t(node, "good", 3); return Status(); });
+  expect_error("source not in the flow", Errc::invalid_argument, "has no source (rank 0, thread 9)", [&] {
+    fabric::Worker w(node.fabric(), "w");
+    ShuffleSource s(node, w, "good", 9);
+    return Status();
+  });
+  expect_error("function routing without a function", Errc::invalid_argument, "gave none", [&] {
+    fabric::Worker w(node.fabric(), "w");
+    ShuffleSource s(node, w, "by-function", 0);
+    return Status();
+  });
+  {
+    fabric::Worker w(node.fabric(), "w");
+    SourceOptions options;
+    options.route = [](const std::byte*) { return std::size_t{5}; };
+    ShuffleSource s(node, w, "by-function", 0, options);
+    expect_error("routing function out of range", Errc::invalid_argument, "returned target 5", [&] { return s.push(Pair{1, 2}); });
+    (void)s.close();
+  }
+  fabric::Worker worker(node.fabric(), "errors");
+  ShuffleSource source(node, worker, "good", 0);
+  std::uint64_t three[3] = {1, 2, 3};
+  expect_error("wrong tuple width", Errc::invalid_argument, "tuple of 24 B does not match the schema's 16 B",
+               [&] { return source.push(three, sizeof three); });
+  expect_error("bad target id", Errc::invalid_argument, "target 4 does not exist", [&] { return source.push_to(4, three, 16); });
+  if (Status s = source.push(Pair{1, 1}); !s) fail("good push: " + s.message());
+  if (Status s = source.close(); !s) fail("close: " + s.message());
+  expect_error("push after close", Errc::flow_failed, "after close", [&] { return source.push(Pair{2, 2}); });
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int kill_target(cluster::Node& node) {
+  FlowSpec spec = pair_spec("victim-target", {{0, 0}}, {{1, 0}, {2, 0}});
+  spec.routing = Routing::explicit_target;
+  spec.options.segments = 4;
+  spec.options.segment_bytes = 16 + 16 * 8;
+  if (node.rank() == 0) create_flow(node, spec);
+  if (node.rank() == 1) {
+    ShuffleTarget target(node, spec.name, 0);
+    TupleBatch batch;
+    for (int i = 0; i < 10; ++i) (void)target.consume(batch);
+    ::raise(SIGKILL);
+  }
+  if (node.rank() == 2) {
+    ShuffleTarget target(node, spec.name, 0);
+    TupleBatch batch;
+    while (target.consume(batch) && !batch.empty()) {}
+    return 0;  // rank 0 closes our ring from its destructor even though the other target died
+  }
+  fabric::Worker worker(node.fabric(), "pusher");
+  ShuffleSource source(node, worker, spec.name, 0);
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Status s;
+  for (std::uint64_t i = 0; s.is_ok() && std::chrono::steady_clock::now() < give_up; ++i) {
+    const Pair pair{i, i};
+    s = source.push_to(i % 2, &pair, sizeof pair);
+  }
+  if (s.is_ok()) return fail("push never failed after the target died"), 1;
+  std::printf("source saw: %s\n", s.message().c_str());
+  if (s.code() != Errc::peer_failed && s.code() != Errc::timeout) fail("unexpected error code");
+  if (s.message().find("rank 1") == std::string::npos || s.message().find("victim-target") == std::string::npos) {
+    fail("the error does not name the flow and rank 1");
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+int kill_source(cluster::Node& node) {
+  FlowSpec spec = pair_spec("victim-source", {{1, 0}, {2, 0}}, {{0, 0}});
+  if (node.rank() == 0) create_flow(node, spec);
+  if (node.rank() != 0) {
+    fabric::Worker worker(node.fabric(), "pusher");
+    ShuffleSource source(node, worker, spec.name, 0);
+    for (std::uint64_t i = 0;; ++i) {
+      if (node.rank() == 1 && i == 5000) ::raise(SIGKILL);
+      if (!source.push(Pair{i, i})) break;
+      if (node.rank() == 2 && i == 5000) {
+        (void)source.close();
+        return 0;
+      }
+    }
+    return 0;
+  }
+  ShuffleTarget target(node, spec.name, 0);
+  TupleBatch batch;
+  Status s;
+  while ((s = target.consume(batch, std::chrono::seconds(20))) && !batch.empty()) {}
+  if (s.is_ok()) return fail("consume ended normally although a source died"), 1;
+  std::printf("target saw: %s\n", s.message().c_str());
+  if (s.code() != Errc::peer_failed || s.message().find("rank 1") == std::string::npos) fail("wrong error");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: shuffle_node property SEED COUNT | backpressure | errors | kill-target | kill-source\n");
+    return 2;
+  }
+  try {
+    cluster::Node node;
+    const std::string scenario = argv[1];
+    if (scenario == "property" && argc == 4) return property(node, std::stoull(argv[2]), std::stoi(argv[3]));
+    if (scenario == "backpressure") return backpressure(node);
+    if (scenario == "errors") return errors(node);
+    if (scenario == "kill-target") return kill_target(node);
+    if (scenario == "kill-source") return kill_source(node);
+    fail("unknown scenario " + scenario);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  return 1;
+}
