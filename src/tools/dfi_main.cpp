@@ -3,15 +3,18 @@
 //   dfi cluster run --nodes 4 --transport shm -- dfi fabric check
 //   dfi cluster run --nodes 3 --netns -- dfi fabric check --quick
 //   dfi info --config
+//   dfi bench fabric-bw --transport tcp        (see bench/README.md)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
+#include "bench/bench_cli.hpp"
 #include "dfi/launch/local_cluster.hpp"
 #include "fabric_check.hpp"
 
@@ -59,8 +62,11 @@ int main(int argc, char** argv) {
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
 
+  dfi::tools::bench::BenchCli bench(app);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (std::optional<int> code = bench.run(argc, argv)) return *code;
     if (*run) {
       if (cluster_options.netns) cluster_options.transport = "tcp";
       cluster_options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));

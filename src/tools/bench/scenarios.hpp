@@ -1,0 +1,17 @@
+// Factories of every scenario; make_scenarios() in scenarios.cpp lists them.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "scenario.hpp"
+
+namespace dfi::tools::bench {
+
+std::unique_ptr<Scenario> make_fabric_bw_scenario();  // fabric_bw.cpp
+// Later: shuffle-bw, shuffle-lat, replicate, combiner, memory, mpi-p2p, mpi-alltoall.
+
+// A fresh instance of every scenario, in listing order.
+std::vector<std::unique_ptr<Scenario>> make_scenarios();
+
+}  // namespace dfi::tools::bench
