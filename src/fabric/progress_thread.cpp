@@ -1,11 +1,17 @@
 #include "dfi/fabric/progress_thread.hpp"
 
+#include "dfi/fabric/context.hpp"
 #include "dfi/fabric/worker.hpp"
 
 namespace dfi::fabric {
 
-ProgressThread::ProgressThread(Worker& worker, std::chrono::microseconds spin)
-    : worker_(worker), spin_(spin), thread_([this] { run(); }) {}
+ProgressThread::ProgressThread(Worker& worker, std::chrono::microseconds spin, std::chrono::microseconds nap)
+    : worker_(worker), spin_(spin), nap_(nap), thread_([this] { run(); }) {}
+
+ProgressThread::ProgressThread(Worker& worker)
+    : ProgressThread(worker, std::chrono::microseconds(50),
+                     worker.context().capabilities().needs_target_progress ? std::chrono::microseconds(100)
+                                                                          : std::chrono::microseconds(20000)) {}
 
 ProgressThread::~ProgressThread() { stop(); }
 
@@ -25,8 +31,8 @@ void ProgressThread::run() {
       continue;
     }
     if (Clock::now() - last_event < spin_) continue;
-    // Short sleeps keep keepalive and stop() responsive even without events.
-    worker_.wait_for_event(std::chrono::milliseconds(20));
+    // Bounded naps keep keepalive, stop() and fd-less arrivals (see the header) responsive.
+    worker_.wait_for_event(nap_);
     last_event = Clock::now();
   }
 }

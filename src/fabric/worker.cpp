@@ -167,12 +167,14 @@ Status Worker::fence() {
   return {};
 }
 
-bool Worker::wait_for_event(std::chrono::milliseconds timeout) {
+bool Worker::wait_for_event(std::chrono::microseconds timeout) {
   if (ucp_worker_progress(impl_->worker) != 0) return true;
   ucs_status_t status = ucp_worker_arm(impl_->worker);
   if (status == UCS_ERR_BUSY) return true;  // events arrived meanwhile
   pollfd fd{impl_->event_fd, POLLIN, 0};
-  int ready = ::poll(&fd, 1, static_cast<int>(timeout.count()));
+  const timespec wait{static_cast<time_t>(timeout.count() / 1000000),
+                      static_cast<long>(timeout.count() % 1000000) * 1000};
+  int ready = ::ppoll(&fd, 1, &wait, nullptr);
   return ready > 0;
 }
 

@@ -15,9 +15,13 @@ class Worker;
 
 class ProgressThread {
  public:
-  // Starts progressing `worker`. It spins for `spin` after the last event before sleeping on
-  // the worker's event fd, trading CPU for latency.
-  explicit ProgressThread(Worker& worker, std::chrono::microseconds spin = std::chrono::microseconds(200));
+  // Starts progressing `worker`. It spins for `spin` after the last event, then sleeps on the
+  // worker's event fd for at most `nap` at a time. UCX 1.13 does not always signal that fd for
+  // emulated one-sided operations arriving over TCP, so where the transport needs target
+  // progress the nap must be short (it bounds the extra latency of such an operation).
+  ProgressThread(Worker& worker, std::chrono::microseconds spin, std::chrono::microseconds nap);
+  // Spin and nap chosen from the worker's transport capabilities.
+  explicit ProgressThread(Worker& worker);
   // Stops and joins the thread.
   ~ProgressThread();
   ProgressThread(const ProgressThread&) = delete;
@@ -30,6 +34,7 @@ class ProgressThread {
 
   Worker& worker_;
   std::chrono::microseconds spin_;
+  std::chrono::microseconds nap_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -79,7 +79,7 @@ class Worker {
 
   // Sleeps until an event arrives or `timeout` passes; returns false on timeout. Progresses
   // first, so no event is lost between the last progress() and the sleep.
-  bool wait_for_event(std::chrono::milliseconds timeout);
+  bool wait_for_event(std::chrono::microseconds timeout);
 
   // Wakes a thread blocked in wait_for_event(). The only method that any thread may call.
   void signal();
