@@ -260,6 +260,13 @@ std::optional<int> BenchCli::run(int argc, char** argv) {
   fs::create_directories(out_dir, ec);
   if (ec) throw Error(Errc::io, "bench: cannot create " + out_dir.string() + ": " + ec.message());
 
+  const json machine = machine_info();
+  if (machine["loadavg"][0].get<double>() > 0.5 * machine["nproc"].get<double>()) {
+    std::cerr << "bench: warning: load average " << machine["loadavg"][0] << " on "
+              << machine["nproc"]
+              << " CPUs before starting: other work will skew the numbers (each result records the "
+                 "load)\n";
+  }
   bool failed = false;  // a scenario failed or could not run
   bool plot_failed = false;
   std::vector<std::string> outcome;

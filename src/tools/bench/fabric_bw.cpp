@@ -138,11 +138,20 @@ class FabricBwRank {
                                                      point.size, kDataBytes);
     const std::size_t slots = area / point.size;
     std::vector<std::uint8_t> source(point.size, 0x5a);
+    // Counters instead of `%`: two 64-bit divisions per put were a quarter of the 64 B profile.
     auto stream = [&](std::size_t count) {
+      std::size_t slot = 0;
+      std::size_t in_window = 0;
       for (std::size_t i = 0; i < count; ++i) {
-        check(
-            ep.put_nbi(source.data(), point.size, remote, kDataOffset + (i % slots) * point.size));
-        if ((i + 1) % window == 0) check(ep.flush());
+        Status status =
+            ep.put_nbi(source.data(), point.size, remote, kDataOffset + slot * point.size);
+        if (!status) [[unlikely]]
+          status.throw_if_error();
+        if (++slot == slots) slot = 0;
+        if (++in_window == window) {
+          in_window = 0;
+          check(ep.flush());
+        }
       }
       check(ep.flush());
     };
