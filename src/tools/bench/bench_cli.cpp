@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cluster_job.hpp"
 #include "dfi/common/error.hpp"
 #include "mpi_baseline.hpp"
 #include "paths.hpp"
@@ -298,6 +299,9 @@ std::optional<int> BenchCli::run(int argc, char** argv) {
     Result result(name, scenario->title(), scenario->description());
     try {
       scenario->run(context, result);
+    } catch (const Interrupted& e) {
+      std::cerr << "bench " << name << ": " << e.what() << "; stopping\n";
+      return 130;
     } catch (const std::exception& e) {
       std::cerr << "bench " << name << ": FAILED: " << e.what() << '\n';
       outcome.push_back(name + ": FAILED");

@@ -29,7 +29,8 @@ class BenchCli {
 
   // After parsing: runs the selected bench command and returns its exit code, or nullopt when
   // none of them was selected. `argv` is recorded as the command of each result.
-  // Exit codes: 0 ok; 1 a scenario failed or could not run; 2 bad usage; 3 a plot failed.
+  // Exit codes: 0 ok; 1 a scenario failed or could not run; 2 bad usage; 3 a plot failed;
+  // 130 interrupted.
   std::optional<int> run(int argc, char** argv);
 
  private:

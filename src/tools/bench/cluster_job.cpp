@@ -103,6 +103,10 @@ std::map<int, nlohmann::json> run_rank_job(const RankJob& job, const RunContext&
   std::ostream& err = context.progress != nullptr ? *context.progress : std::cerr;
   const int code = launch::run_cluster(options, out, err);
   capture.finish();
+  if (code > launch::kExitSignalBase) {
+    throw Interrupted("bench: interrupted by signal " +
+                      std::to_string(code - launch::kExitSignalBase));
+  }
   if (code != 0) {
     throw Error(Errc::io,
                 "bench: " + rank_job_command(job, context) + " failed (exit code " +

@@ -13,6 +13,7 @@
 #include <iosfwd>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 namespace dfi::tools::bench {
@@ -38,10 +39,17 @@ void report_rank_result(std::ostream& out, const nlohmann::json& result);
 // that run_rank_job() runs in-process, for the result's record and for reproducing by hand.
 std::string rank_job_command(const RankJob& job, const RunContext& context);
 
+// Thrown by run_rank_job() when the launcher was stopped by a signal (Ctrl-C): the whole bench
+// run should end, not just this scenario.
+struct Interrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Runs the job on context.transport (in network namespaces with context.netns) and returns
 // rank -> its reported result. Rank output other than result lines goes to the progress stream.
-// Throws dfi::Error(io) if the cluster fails or times out (message has the exit code and the last
-// lines of output), dfi::Error(protocol) if a result line is not JSON.
+// Throws Interrupted on SIGINT/SIGTERM/SIGHUP, dfi::Error(io) if the cluster fails or times out
+// (message has the exit code and the last lines of output), dfi::Error(protocol) if a result line
+// is not JSON.
 std::map<int, nlohmann::json> run_rank_job(const RankJob& job, const RunContext& context);
 
 }  // namespace dfi::tools::bench
