@@ -77,6 +77,20 @@ TEST_P(ShuffleCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }
 
+TEST_P(ShuffleCluster, BarrierReleasesNobodyBeforeTheLastArrival) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "barrier"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "30 rounds of 6 members, 0 rounds left early")) << run.all();
+}
+
+TEST_P(ShuffleCluster, BarrierReportsADeadMember) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "barrier-kill"});
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] rank 0 saw: barrier 'doomed'")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 2] rank 2 saw: barrier 'doomed'")) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ShuffleCluster, ::testing::Values("shm", "tcp"),
                          [](const auto& param_info) { return param_info.param; });
 

@@ -24,6 +24,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/config.hpp"
 #include "dfi/fabric/worker.hpp"
+#include "dfi/flow/barrier.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/registry/client.hpp"
 
@@ -450,6 +451,85 @@ int kill_source(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// ---------------------------------------------------------------------------------------------
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Nobody leaves round k before everybody arrived at round k (steady_clock is system-wide here).
+int barrier(cluster::Node& node) {
+  constexpr int kThreads = 2, kRounds = 30;
+  std::vector<SourceRef> members;
+  for (int r = 0; r < node.size(); ++r) {
+    for (int t = 0; t < kThreads; ++t) members.push_back({r, t});
+  }
+  if (node.rank() == 0) create_barrier(node, "rounds", members);
+  std::vector<std::int64_t> last_arrival(kRounds, 0), first_release(kRounds, INT64_MAX);
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        fabric::Worker worker(node.fabric(), "barrier " + std::to_string(t));
+        Barrier b(node, worker, "rounds", t);
+        std::mt19937 rng(static_cast<unsigned>(node.rank() * 10 + t));
+        for (int round = 0; round < kRounds; ++round) {
+          std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+          const std::int64_t arrival = now_ns();
+          if (Status s = b.wait(); !s) return fail("wait: " + s.message());
+          const std::int64_t release = now_ns();
+          std::lock_guard lock(mutex);
+          last_arrival[round] = std::max(last_arrival[round], arrival);
+          first_release[round] = std::min(first_release[round], release);
+        }
+      } catch (const std::exception& e) {
+        fail(e.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::ostringstream mine;
+  for (int round = 0; round < kRounds; ++round) mine << last_arrival[round] << ' ' << first_release[round] << ' ';
+  node.registry().publish("rounds/" + std::to_string(node.rank()), mine.str());
+  node.barrier("rounds/done");
+  if (node.rank() == 0) {
+    std::vector<std::int64_t> arrival(kRounds, 0), release(kRounds, INT64_MAX);
+    for (int r = 0; r < node.size(); ++r) {
+      std::istringstream in(node.registry().lookup("rounds/" + std::to_string(r)));
+      for (int round = 0; round < kRounds; ++round) {
+        std::int64_t a, b;
+        in >> a >> b;
+        arrival[round] = std::max(arrival[round], a);
+        release[round] = std::min(release[round], b);
+      }
+    }
+    int early = 0;
+    for (int round = 0; round < kRounds; ++round) early += release[round] < arrival[round] ? 1 : 0;
+    std::printf("barrier: %d rounds of %zu members, %d rounds left early\n", kRounds, members.size(), early);
+    if (early != 0) fail("a member left a round before the last one arrived");
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
+int barrier_kill(cluster::Node& node) {
+  if (node.rank() == 0) create_barrier(node, "doomed", {{0, 0}, {1, 0}, {2, 0}});
+  fabric::Worker worker(node.fabric(), "member");
+  Barrier b(node, worker, "doomed", 0);
+  if (Status s = b.wait(); !s) return fail("first round: " + s.message()), 1;
+  if (node.rank() == 1) ::raise(SIGKILL);
+  Status s = b.wait(std::chrono::seconds(20));
+  std::printf("rank %d saw: %s\n", node.rank(), s.message().c_str());
+  if (s.is_ok() || s.message().find("rank 1") == std::string::npos) fail("no error naming rank 1");
+  std::fflush(stdout);
+  // The counter lives in rank 0: it stays until rank 2 has seen the error, or rank 2 would see
+  // rank 0 vanish instead.
+  if (node.rank() == 2) node.registry().publish("doomed/reported", "yes");
+  if (node.rank() == 0) (void)node.wait_for("doomed/reported", std::chrono::seconds(10));
+  std::_Exit(failures == 0 ? 0 : 1);  // the owner must not wait for the dead member to leave
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -465,6 +545,8 @@ int main(int argc, char** argv) {
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);
+    if (scenario == "barrier") return barrier(node);
+    if (scenario == "barrier-kill") return barrier_kill(node);
     fail("unknown scenario " + scenario);
   } catch (const std::exception& e) {
     fail(e.what());

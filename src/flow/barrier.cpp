@@ -1,0 +1,137 @@
+#include "dfi/flow/barrier.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <thread>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/memory/ring.hpp"
+#include "dfi/registry/client.hpp"
+
+namespace dfi::flow {
+namespace {
+
+constexpr std::size_t kArrived = 0;
+constexpr std::size_t kDeparted = 8;
+
+std::string spec_record(const std::string& name) { return "barrier/" + name + "/spec"; }
+std::string counter_record(const std::string& name) { return "barrier/" + name + "/counter"; }
+
+}  // namespace
+
+void create_barrier(cluster::Node& node, const std::string& name, const std::vector<SourceRef>& members) {
+  const std::string label = "barrier '" + name + "'";
+  if (members.empty()) throw Error(Errc::invalid_argument, label + ": needs at least one member");
+  std::set<std::pair<int, int>> seen;
+  nlohmann::json j = nlohmann::json::array();
+  for (const SourceRef& m : members) {
+    if (m.rank < 0 || m.rank >= node.size()) {
+      throw Error(Errc::invalid_argument, label + ": member on rank " + std::to_string(m.rank) + " outside the cluster");
+    }
+    if (!seen.insert({m.rank, m.thread}).second) {
+      throw Error(Errc::invalid_argument, label + ": member (rank " + std::to_string(m.rank) + ", thread " +
+                                              std::to_string(m.thread) + ") listed twice");
+    }
+    j.push_back({m.rank, m.thread});
+  }
+  try {
+    node.registry().publish(spec_record(name), j.dump());
+  } catch (const Error& e) {
+    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label + " already exists");
+    throw;
+  }
+}
+
+Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread)
+    : node_(node), name_(name) {
+  label_ = "barrier '" + name_ + "' member (rank " + std::to_string(node.rank()) + ", thread " + std::to_string(thread) + ")";
+  std::string record;
+  try {
+    record = node.wait_for(spec_record(name_));
+  } catch (const Error& e) {
+    if (e.code() == Errc::timeout) throw Error(Errc::not_found, "barrier '" + name_ + "' does not exist");
+    throw;
+  }
+  try {
+    for (const auto& m : nlohmann::json::parse(record)) members_.push_back({m.at(0).get<int>(), m.at(1).get<int>()});
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::protocol, "barrier '" + name_ + "': malformed record: " + e.what());
+  }
+  bool member = false;
+  for (const SourceRef& m : members_) member = member || (m == SourceRef{node.rank(), thread});
+  if (!member) throw Error(Errc::invalid_argument, label_ + ": not a member of the barrier");
+  owner_ = members_.front() == SourceRef{node.rank(), thread};
+  if (owner_) {
+    counter_.emplace(node.fabric(), 64);
+    node.registry().publish(counter_record(name_), counter_->descriptor().serialize());
+  }
+  endpoint_ = node.connect(worker, members_.front().rank);
+  remote_ = endpoint_.attach(fabric::RegionDescriptor::parse(node.wait_for(counter_record(name_))));
+  seen_failure_epoch_ = node.fabric().failure_epoch();
+}
+
+Barrier::~Barrier() {
+  if (!owner_) {
+    (void)endpoint_.fetch_add(remote_, kDeparted, 1);
+    (void)endpoint_.flush();
+    return;
+  }
+  // Others may still read the counter: keep it until they left (or died, or time ran out).
+  Deadline deadline(detail::stall_timeout(FlowSpec{}));
+  std::uint64_t departed = 0;
+  while (departed + 1 < members_.size() && !deadline.expired()) {
+    if (!read_counter(kDeparted, departed) || !check_members()) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+Status Barrier::read_counter(std::size_t offset, std::uint64_t& value) {
+  if (remote_.mapped() != nullptr) {
+    if (Status s = endpoint_.status(); !s) return s;
+    value = memory::load_acquire(static_cast<std::byte*>(remote_.mapped()) + offset);
+    return {};
+  }
+  return endpoint_.get(&value, sizeof value, remote_, offset);
+}
+
+Status Barrier::check_members() {
+  const std::uint64_t epoch = node_.fabric().failure_epoch();
+  if (epoch == seen_failure_epoch_) return {};
+  seen_failure_epoch_ = epoch;
+  for (const SourceRef& m : members_) {
+    std::string reason = node_.fabric().peer_failure(m.rank);
+    if (!reason.empty()) {
+      return {Errc::peer_failed, label_ + ": member (rank " + std::to_string(m.rank) + ", thread " +
+                                     std::to_string(m.thread) + ") failed: " + reason};
+    }
+  }
+  return {};
+}
+
+Status Barrier::wait(std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) timeout = detail::stall_timeout(FlowSpec{});
+  ++round_;
+  const std::uint64_t target = round_ * members_.size();
+  std::uint64_t arrived = 0;
+  if (Status s = endpoint_.fetch_add(remote_, kArrived, 1, &arrived); !s) return {s.code(), label_ + ": " + s.message()};
+  ++arrived;
+  Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
+  for (std::uint64_t spin = 0; arrived < target; ++spin) {
+    if (Status s = read_counter(kArrived, arrived); !s) return {s.code(), label_ + ": " + s.message()};
+    if (arrived >= target) break;
+    if (Status s = check_members(); !s) return s;
+    if (deadline.expired()) {
+      return {Errc::timeout, label_ + ": round " + std::to_string(round_) + " incomplete after " +
+                                 std::to_string(timeout.count()) + " ms (" +
+                                 std::to_string(arrived - (round_ - 1) * members_.size()) + " of " +
+                                 std::to_string(members_.size()) + " arrived)"};
+    }
+    if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return {};
+}
+
+}  // namespace dfi::flow
