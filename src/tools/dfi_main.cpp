@@ -16,6 +16,7 @@
 #include "dfi/common/error.hpp"
 #include "bench/bench_cli.hpp"
 #include "dfi/launch/local_cluster.hpp"
+#include "demo.hpp"
 #include "fabric_check.hpp"
 
 namespace {
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
   run->add_option("--nodes,-n", cluster_options.nodes, "Number of ranks")->required()->check(CLI::Range(1, 256));
   run->add_option("--transport", cluster_options.transport, "shm or tcp")->check(CLI::IsMember({"shm", "tcp"}));
   run->add_flag("--netns", cluster_options.netns, "One network namespace per rank, joined by a bridge (TCP; needs root)");
+  run->add_option("--qdisc", cluster_options.qdisc,
+                  "With --netns: tc qdisc on every rank's link, e.g. \"netem delay 1ms loss 0.1%\"");
   run->add_option("--timeout", timeout_s, "Kill the cluster after this many seconds (0 = never)");
   run->add_option("--grace", grace_s, "Seconds the other ranks get to finish after one fails");
   run->add_option("program", cluster_options.argv, "PROGRAM ARGS... (after --)")->required();
@@ -57,6 +60,13 @@ int main(int argc, char** argv) {
   check->add_flag("--quick", check_options.quick, "Fewer repetitions");
   check->add_flag("--json", check_options.json, "One JSON object per pair");
   check->add_option("--message", check_options.bandwidth_message, "Bandwidth message size in bytes");
+
+  auto* demo = app.add_subcommand("demo", "Quick-start demo: an N:M shuffle across all ranks, verified and timed");
+  dfi::tools::DemoOptions demo_options;
+  demo->add_option("--sources", demo_options.sources_per_rank, "Source threads per rank")->check(CLI::Range(1, 64));
+  demo->add_option("--targets", demo_options.targets_per_rank, "Target threads per rank")->check(CLI::Range(1, 64));
+  demo->add_option("--tuples", demo_options.tuples_per_source, "Tuples each source pushes");
+  demo->add_option("--tuple-bytes", demo_options.tuple_bytes, "Tuple width (multiple of 8, >= 16)");
 
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
@@ -74,6 +84,7 @@ int main(int argc, char** argv) {
       return dfi::launch::run_cluster(cluster_options, std::cout, std::cerr);
     }
     if (*check) return dfi::tools::run_fabric_check(check_options, std::cout, std::cerr);
+    if (*demo) return dfi::tools::run_demo(demo_options, std::cout, std::cerr);
     if (*info) return print_config();
   } catch (const dfi::Error& e) {
     std::cerr << "dfi: " << e.what() << '\n';

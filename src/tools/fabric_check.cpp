@@ -200,7 +200,7 @@ int run_fabric_check(const FabricCheckOptions& options, std::ostream& out, std::
       try {
         fabric::Endpoint ep = node.connect(worker, peer);
         fabric::RemoteMemory remote = ep.attach(fabric::RegionDescriptor::parse(
-            node.registry().wait_for("check/region/" + std::to_string(peer), std::chrono::seconds(30))));
+            node.wait_for("check/region/" + std::to_string(peer), std::chrono::seconds(30))));
         result = PairCheck(worker, ep, remote, options, pongs).run();
       } catch (const Error& e) {
         result.ok = false;
