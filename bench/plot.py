@@ -76,23 +76,28 @@ def plot_categories(ax, panel):
         for p in s["points"]:
             if p["x"] not in categories:
                 categories.append(p["x"])
-    width = 0.8 / max(1, len(series))
-    for i, (s, color) in enumerate(zip(series, colors_for(series))):
+    # Per category, the bars of the series that have it, side by side around the tick.
+    present = {c: [s["id"] for s in series if any(p["x"] == c for p in s["points"])] for c in categories}
+    width = 0.8 / max(1, max(len(ids) for ids in present.values()) if present else 1)
+    for s, color in zip(series, colors_for(series)):
         by_x = {p["x"]: p for p in s["points"]}
         xs, ys, low, high = [], [], [], []
         for c, category in enumerate(categories):
-            if category in by_x:
-                p = by_x[category]
-                xs.append(c + (i - (len(series) - 1) / 2) * width)
-                ys.append(p["value"])
-                low.append(p["value"] - p["min"])
-                high.append(p["max"] - p["value"])
+            if category not in by_x:
+                continue
+            ids = present[category]
+            slot = ids.index(s["id"])
+            p = by_x[category]
+            xs.append(c + (slot - (len(ids) - 1) / 2) * width)
+            ys.append(p["value"])
+            low.append(p["value"] - p["min"])
+            high.append(p["max"] - p["value"])
         role = "DFI" if s["role"] == "dfi" else "baseline"
         bars = ax.bar(xs, ys, width, yerr=[low, high], capsize=3, label=f"{s['name']} ({role})", color=color,
                       hatch=None if s["role"] == "dfi" else "//", edgecolor="black", linewidth=0.5)
         for bar, y in zip(bars, ys):
             ax.annotate(f"{y:.3g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+                        ha="center", va="bottom", fontsize=7, xytext=(2, 2), textcoords="offset points")
     ax.set_xticks(range(len(categories)))
     ax.set_xticklabels([str(c) for c in categories], rotation=15, ha="right", fontsize=8)
 

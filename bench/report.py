@@ -122,7 +122,7 @@ def panel_table(panel):
         key = json.dumps(r["x"])
         compared.add((r["dfi"], key))
         row = (f"| {x_text(r['x'], panel['x'])} | {spread(point_lookup(dfi).get(key))} | "
-               f"{spread(point_lookup(base).get(key))} ({base['name']}) | {fmt(r['ratio'])}× | "
+               f"{base['name']}: {spread(point_lookup(base).get(key))} | {fmt(r['ratio'])}× | "
                f"{verdict(r['ratio'], panel['better'])} |")
         if has_target:
             row += f" {target_text(r['ratio'], r.get('target'), panel['better'])} |"

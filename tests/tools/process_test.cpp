@@ -63,6 +63,7 @@ TEST(Process, FreePortAndListeningCheck) {
 TEST(Text, ShellJoinAndTail) {
   EXPECT_EQ(shell_join({"a", "b c", "it's", "x=1"}), "a 'b c' 'it'\\''s' x=1");
   EXPECT_EQ(shell_join({""}), "''");
+  EXPECT_EQ(shell_join({"-p", "$PORT", "$(rm)", "$port"}), "-p $PORT '$(rm)' '$port'");
   EXPECT_EQ(tail_lines("1\n2\n3\n4\n", 2), "3\n4");
   EXPECT_EQ(tail_lines("only", 3), "only");
   EXPECT_EQ(tail_lines("", 3), "");

@@ -276,7 +276,10 @@ std::string shell_join(const std::vector<std::string>& argv) {
     const bool plain = !arg.empty() && arg.find_first_not_of(
                                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                            "0123456789-_./=:,+@%") == std::string::npos;
-    if (plain) {
+    // "$NAME" stays a variable reference (placeholders such as $PORT in recorded commands).
+    const bool variable = arg.size() > 1 && arg[0] == '$' &&
+                          arg.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", 1) == std::string::npos;
+    if (plain || variable) {
       line += arg;
       continue;
     }

@@ -80,7 +80,8 @@ int pick_free_port();
 // True if some socket listens on TCP `port` (any address, IPv4 or IPv6), per /proc/net/tcp{,6}.
 bool is_listening(int port);
 
-// `argv` as one shell-safe command line, for "the exact command" in results and messages.
+// `argv` as one shell-safe command line, for "the exact command" in results and messages. An
+// argument of the form $NAME (upper case) is left unquoted: a placeholder the reader sets.
 std::string shell_join(const std::vector<std::string>& argv);
 
 // The last `lines` lines of `text` (for error messages that quote a child's output).
