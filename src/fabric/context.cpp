@@ -64,8 +64,10 @@ Context::Context(ContextOptions options)
   // Peer failure detection turns shm off unless the mm transports allow error handling
   // (UCX-NOTES.md). These are transport settings ucp_config_modify cannot reach, so they go
   // through the environment, without overriding a user's explicit choice.
-  ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-  ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  if (options_.transport != Transport::tcp) {  // tcp loads no mm transport: UCX would warn
+    ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  }
 
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
