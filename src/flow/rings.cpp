@@ -62,6 +62,22 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
   const SourceRef me = spec_.sources.at(index);
   label_ = "flow '" + spec_.name + "' source (rank " + std::to_string(me.rank) + ", thread " +
            std::to_string(me.thread) + ")";
+  std::vector<Link> links;
+  for (std::size_t t = 0; t < spec_.targets.size(); ++t) {
+    const TargetRef target = spec_.targets[t];
+    links.push_back({t, index, label_ + " -> target (rank " + std::to_string(target.rank) + ", id " +
+                                   std::to_string(target.id) + ")"});
+  }
+  connect(node, worker, links);
+}
+
+SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::string label,
+                         const std::vector<Link>& links)
+    : spec_(std::move(spec)), label_(std::move(label)) {
+  connect(node, worker, links);
+}
+
+void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links) {
   const memory::RingLayout layout = spec_.layout();
   memory::RingWriterOptions options;
   options.mode = spec_.options.mode;
@@ -70,8 +86,8 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
   const auto timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
   std::unordered_map<int, fabric::Endpoint*> by_rank;
-  for (std::size_t t = 0; t < spec_.targets.size(); ++t) {
-    const TargetRef target = spec_.targets[t];
+  for (const Link& link : links) {
+    const TargetRef target = spec_.targets.at(link.target);
     fabric::Endpoint*& ep = by_rank[target.rank];
     if (ep == nullptr) {
       endpoints_.push_back(std::make_unique<fabric::Endpoint>(node.connect(worker, target.rank)));
@@ -79,18 +95,40 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
     }
     std::string record;
     try {
-      record = node.wait_for(target_record(spec_.name, t), timeout);
+      record = node.wait_for(target_record(spec_.name, link.target), timeout);
     } catch (const Error& e) {
       throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
                                 std::to_string(target.id) + ") did not open the flow: " + e.what());
     }
     remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
-    writers_.push_back(std::make_unique<memory::RingWriter>(
-        worker, *ep, *remotes_.back(), index * layout.bytes(), layout, options,
-        label_ + " -> target (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")"));
+    writers_.push_back(std::make_unique<memory::RingWriter>(worker, *ep, *remotes_.back(), link.ring * layout.bytes(),
+                                                            layout, options, link.label));
+    link_endpoints_.push_back(ep);
+    ring_offsets_.push_back(link.ring * layout.bytes());
     memory_bytes_ += writers_.back()->memory_bytes();
   }
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(memory_bytes_));
+}
+
+Status SourceRings::wait_visible(std::size_t index) {
+  if (writers_[index]->mapped()) return link_endpoints_[index]->status();
+  return link_endpoints_[index]->flush();
+}
+
+Status SourceRings::free_slots(std::size_t index, std::uint64_t& free) {
+  const memory::RingLayout layout = spec_.layout();
+  const std::size_t offset = ring_offsets_[index] + layout.credit_offset();
+  std::uint64_t released = 0;
+  const fabric::RemoteMemory& remote = *remotes_[index];
+  if (remote.mapped() != nullptr) {
+    if (Status s = link_endpoints_[index]->status(); !s) return s;
+    released = memory::load_acquire(static_cast<const std::byte*>(remote.mapped()) + offset);
+  } else if (Status s = link_endpoints_[index]->get(&released, sizeof released, remote, offset); !s) {
+    return s;
+  }
+  const std::uint64_t used = writers_[index]->counters().segments;
+  free = used - released < layout.segments ? layout.segments - (used - released) : 0;
+  return {};
 }
 
 SourceRings::~SourceRings() { account_memory(spec_.name, -static_cast<std::ptrdiff_t>(memory_bytes_)); }

@@ -40,8 +40,21 @@ std::chrono::milliseconds stall_timeout(const FlowSpec& spec);
 
 class SourceRings {
  public:
+  // One ring this writer side feeds: the ring of source `ring` at target `target`, and the name
+  // of that (flow, writer, target) in errors.
+  struct Link {
+    std::size_t target = 0;
+    std::size_t ring = 0;
+    std::string label;
+  };
+
   // Waits for every target to publish its rings, connects, and prepares one writer per target.
   SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t source_index);
+  // Connects to the given rings only, one writer per link, in order (replicate flows: a source
+  // feeding the top of its relay tree, a target forwarding to its children). `label` names the
+  // writer side.
+  SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::string label,
+              const std::vector<Link>& links);
   ~SourceRings();
   SourceRings(const SourceRings&) = delete;
   SourceRings& operator=(const SourceRings&) = delete;
@@ -57,14 +70,29 @@ class SourceRings {
   std::size_t memory_bytes() const noexcept { return memory_bytes_; }
   memory::RingCounters counters() const;
 
+  // The slots of writer `index`'s ring that its target has released and the writer has not
+  // used yet, read from the ring's credit word (a load where the ring is mapped, else a get). A
+  // non-zero answer means the next segment finds its slot free at once. Never call it after the
+  // writer closed (the target may have freed the ring). Errors: peer_failed, timeout.
+  Status free_slots(std::size_t index, std::uint64_t& free);
+  // Waits until everything writer `index` published is visible at its target (a flush of its
+  // endpoint, which also completes the other rings on that endpoint; the put path over TCP needs
+  // it, since nothing reaches the target before the writer's worker makes progress). Never call it
+  // after the writer closed. Errors: peer_failed, timeout.
+  Status wait_visible(std::size_t index);
+
  private:
+  void connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links);
+
   FlowSpec spec_;
   std::string label_;
   std::size_t memory_bytes_ = 0;
   bool closed_ = false;
   std::vector<std::unique_ptr<fabric::Endpoint>> endpoints_;      // one per target rank
-  std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per target
-  std::vector<std::unique_ptr<memory::RingWriter>> writers_;      // one per target
+  std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per link
+  std::vector<std::unique_ptr<memory::RingWriter>> writers_;      // one per link
+  std::vector<fabric::Endpoint*> link_endpoints_;                 // one per link
+  std::vector<std::size_t> ring_offsets_;                         // one per link
 };
 
 class TargetRings {
@@ -82,6 +110,10 @@ class TargetRings {
   // Like next() but returns Errc::retry at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
+  // Direct access to the ring written for source `ring`, for flows that read the rings their own
+  // way (replicate flows) instead of through next(); do not mix the two on one object.
+  memory::RingReader& reader(std::size_t ring) { return readers_[ring]; }
+  std::size_t ring_count() const noexcept { return readers_.size(); }
   const FlowSpec& spec() const noexcept { return spec_; }
   const std::string& label() const noexcept { return label_; }
   std::size_t memory_bytes() const noexcept { return region_.size(); }
