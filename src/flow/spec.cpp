@@ -2,12 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <unordered_map>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/flow/combiner.hpp"
+#include "dfi/flow/replicate.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
 
@@ -38,7 +42,96 @@ Enum parse_enum(const std::string& text, const std::array<std::pair<std::string_
   throw Error(Errc::protocol, "flow spec: unknown " + std::string(what) + " '" + text + "'");
 }
 
+constexpr std::array<std::pair<std::string_view, Aggregate>, 5> kAggregateNames{
+    {{"sum", Aggregate::sum}, {"count", Aggregate::count}, {"min", Aggregate::min}, {"max", Aggregate::max},
+     {"avg", Aggregate::avg}}};
+
+// Bytes in front of the tuples of every segment: replicate flows carry a sequence word there.
+std::size_t header_bytes(const FlowSpec& spec) {
+  return spec.type == FlowType::replicate ? kReplicateHeaderBytes : 0;
+}
+
+void validate_combiner(const FlowSpec& spec, const std::function<void(const std::string&)>& bad) {
+  if (spec.targets.size() != 1) {
+    bad("a combiner flow has exactly one target (N:1), not " + std::to_string(spec.targets.size()));
+  }
+  if (spec.options.mode != Mode::bandwidth) bad("a combiner flow runs in bandwidth mode");
+  if (spec.aggregates.empty()) bad("a combiner flow needs at least one aggregate (sum, count, min, max, avg)");
+  for (std::size_t i = 0; i < spec.aggregates.size(); ++i) {
+    const AggregateSpec& a = spec.aggregates[i];
+    const std::string what = std::string(aggregate_name(a.function)) + "(" + (a.column.empty() ? "*" : a.column) + ")";
+    if (a.column.empty()) {
+      if (a.function != Aggregate::count) bad(what + " needs a value column");
+    } else {
+      std::size_t column = 0;
+      try {
+        column = spec.schema.index_of(a.column);
+      } catch (const Error&) {
+        bad(what + ": the schema {" + spec.schema.describe() + "} has no column '" + a.column + "'");
+      }
+      if (spec.schema.column(column).type == Type::chars) bad(what + ": column '" + a.column + "' is not numeric");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (spec.aggregates[j].function == a.function && spec.aggregates[j].column == a.column) bad(what + " is listed twice");
+    }
+  }
+  const std::size_t row = combiner_row_bytes(spec);
+  const std::size_t capacity = spec.layout().payload_capacity();
+  if (row > capacity) {
+    bad("a partial-aggregate row of " + std::to_string(row) + " B does not fit a segment payload of " +
+        std::to_string(capacity) + " B");
+  }
+}
+
 }  // namespace
+
+std::string_view replication_name(Replication replication) {
+  return replication == Replication::naive ? "naive" : "relay";
+}
+
+std::string_view aggregate_name(Aggregate aggregate) {
+  for (const auto& [name, value] : kAggregateNames) {
+    if (value == aggregate) return name;
+  }
+  return "?";
+}
+
+std::string describe_aggregates(const std::vector<AggregateSpec>& aggregates) {
+  std::string text;
+  for (const AggregateSpec& a : aggregates) {
+    if (!text.empty()) text += ',';
+    text += std::string(aggregate_name(a.function)) + "(" + (a.column.empty() ? "*" : a.column) + ")";
+  }
+  return text;
+}
+
+std::vector<AggregateSpec> parse_aggregates(std::string_view text) {
+  std::vector<AggregateSpec> aggregates;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    const std::size_t open = item.find('(');
+    if (open == std::string_view::npos || item.size() < open + 2 || item.back() != ')') {
+      throw Error(Errc::invalid_argument, "aggregate '" + std::string(item) + "' is not function(column)");
+    }
+    const std::string name(item.substr(0, open));
+    std::string column(item.substr(open + 1, item.size() - open - 2));
+    AggregateSpec a;
+    bool known = false;
+    for (const auto& [n, value] : kAggregateNames) {
+      if (n == name) {
+        a.function = value;
+        known = true;
+      }
+    }
+    if (!known) throw Error(Errc::invalid_argument, "aggregate '" + std::string(item) + "': unknown function '" + name + "'");
+    if (column == "*") column.clear();
+    a.column = std::move(column);
+    aggregates.push_back(std::move(a));
+  }
+  return aggregates;
+}
 
 std::string_view flow_type_name(FlowType type) {
   switch (type) {
@@ -54,7 +147,8 @@ memory::RingLayout FlowSpec::layout() const {
   if (bytes == 0) {
     bytes = options.mode == Mode::bandwidth
                 ? kDefaultBandwidthSegment
-                : static_cast<std::uint32_t>((schema.tuple_bytes() + 7) / 8 * 8 + memory::kFooterBytes);
+                : static_cast<std::uint32_t>((schema.tuple_bytes() + 7) / 8 * 8 + header_bytes(*this) +
+                                             memory::kFooterBytes);
   }
   return memory::RingLayout::make(options.segments, bytes);
 }
@@ -78,7 +172,7 @@ void FlowSpec::validate(int cluster_size) const {
     if (t.id < 0) bad("target id " + std::to_string(t.id) + " is negative");
     if (!seen.insert({t.rank, t.id}).second) bad("target (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ") listed twice");
   }
-  if (routing == Routing::key_hash || type == FlowType::combiner) {
+  if ((type == FlowType::shuffle && routing == Routing::key_hash) || type == FlowType::combiner) {
     if (key_column.empty()) bad("needs a key column");
     (void)schema.index_of(key_column);  // throws not_found naming the column
   }
@@ -88,10 +182,18 @@ void FlowSpec::validate(int cluster_size) const {
   } catch (const Error& e) {
     bad(e.what());
   }
-  if (schema.tuple_bytes() > ring.payload_capacity()) {
+  const std::size_t header = header_bytes(*this);
+  // (Combiner segments carry partial-aggregate rows, checked below, not tuples.)
+  if (type != FlowType::combiner && schema.tuple_bytes() + header > ring.payload_capacity()) {
     bad("a tuple of " + std::to_string(schema.tuple_bytes()) + " B does not fit a segment payload of " +
-        std::to_string(ring.payload_capacity()) + " B");
+        std::to_string(ring.payload_capacity() - std::min(header, ring.payload_capacity())) + " B" +
+        (header > 0 ? " (after the " + std::to_string(header) + " B segment header)" : ""));
   }
+  if (type == FlowType::replicate) {
+    if (options.fanout == 0) bad("the relay fan-out must be at least 1");
+    if (options.ordered && options.gap_timeout.count() <= 0) bad("an ordered flow needs a positive gap timeout");
+  }
+  if (type == FlowType::combiner) validate_combiner(*this, bad);
 }
 
 std::string FlowSpec::to_json() const {
@@ -106,6 +208,13 @@ std::string FlowSpec::to_json() const {
   j["segment_bytes"] = options.segment_bytes;
   j["direct_write"] = options.direct_write;
   j["stall_timeout_ms"] = options.stall_timeout.count();
+  if (type == FlowType::replicate) {
+    j["replication"] = replication_name(options.replication);
+    j["fanout"] = options.fanout;
+    j["ordered"] = options.ordered;
+    j["gap_timeout_ms"] = options.gap_timeout.count();
+  }
+  if (!aggregates.empty()) j["aggregates"] = describe_aggregates(aggregates);
   for (const SourceRef& s : sources) j["sources"].push_back({s.rank, s.thread});
   for (const TargetRef& t : targets) j["targets"].push_back({t.rank, t.id});
   return j.dump();
@@ -132,6 +241,22 @@ FlowSpec FlowSpec::from_json(std::string_view text) {
     spec.options.segment_bytes = j.at("segment_bytes").get<std::uint32_t>();
     spec.options.direct_write = j.at("direct_write").get<bool>();
     spec.options.stall_timeout = std::chrono::milliseconds(j.at("stall_timeout_ms").get<long long>());
+    if (j.contains("replication")) {
+      spec.options.replication = parse_enum(j.at("replication").get<std::string>(),
+                                            std::array<std::pair<std::string_view, Replication>, 2>{
+                                                {{"naive", Replication::naive}, {"relay", Replication::relay}}},
+                                            "replication");
+      spec.options.fanout = j.at("fanout").get<std::uint32_t>();
+      spec.options.ordered = j.at("ordered").get<bool>();
+      spec.options.gap_timeout = std::chrono::milliseconds(j.at("gap_timeout_ms").get<long long>());
+    }
+    if (j.contains("aggregates")) {
+      try {
+        spec.aggregates = parse_aggregates(j.at("aggregates").get<std::string>());
+      } catch (const Error& e) {
+        throw Error(Errc::protocol, std::string("flow spec: ") + e.what());
+      }
+    }
     for (const auto& s : j.at("sources")) spec.sources.push_back({s.at(0).get<int>(), s.at(1).get<int>()});
     for (const auto& t : j.at("targets")) spec.targets.push_back({t.at(0).get<int>(), t.at(1).get<int>()});
     return spec;

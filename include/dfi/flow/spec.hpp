@@ -43,6 +43,25 @@ enum class Routing {
   explicit_target,  // the caller names the target on every push
 };
 
+// How a replicate flow reaches its targets (003 §4.2.2, §5.4).
+enum class Replication {
+  naive,  // each source writes every segment to every target
+  relay,  // each source writes to `fanout` targets, which forward along a tree (replicate.hpp)
+};
+std::string_view replication_name(Replication replication);
+
+// Combiner flows: one aggregate over a value column (COUNT counts rows and takes no column).
+enum class Aggregate { sum, count, min, max, avg };
+std::string_view aggregate_name(Aggregate aggregate);
+struct AggregateSpec {
+  Aggregate function = Aggregate::sum;
+  std::string column;  // empty for count
+  bool operator==(const AggregateSpec&) const = default;
+};
+// "sum(value),count(*),avg(price)" and back; parse throws dfi::Error(invalid_argument).
+std::string describe_aggregates(const std::vector<AggregateSpec>& aggregates);
+std::vector<AggregateSpec> parse_aggregates(std::string_view text);
+
 struct FlowOptions {
   Mode mode = Mode::bandwidth;
   std::uint32_t segments = 32;       // per (source, target) ring
@@ -51,6 +70,13 @@ struct FlowOptions {
   bool direct_write = true;          // on shm, write straight into the mapped remote ring
   std::chrono::milliseconds stall_timeout{0};  // longest wait for ring space or data; 0: setting
                                                // flow_timeout_ms
+
+  // Replicate flows only (see replicate.hpp).
+  Replication replication = Replication::naive;
+  std::uint32_t fanout = 2;       // relay: children per node of the tree; the source is its root
+  bool ordered = false;           // one global order at every target, from a sequencer
+  std::chrono::milliseconds gap_timeout{1000};  // ordered: how long a sequence number may be
+                                                // missing before a gap event reports it
 };
 
 struct FlowSpec {
@@ -62,6 +88,7 @@ struct FlowSpec {
   Routing routing = Routing::key_hash;
   std::string key_column;  // key_hash routing (and the combiner's group-by key)
   FlowOptions options;
+  std::vector<AggregateSpec> aggregates;  // combiner flows: what to compute per key
 
   // The ring every (source, target) pair uses, derived from options and schema.
   memory::RingLayout layout() const;

@@ -1,0 +1,173 @@
+// Combiner flows (003 §4.2.3, §5.4): N sources to one target, aggregated per key on the way.
+//
+//   // once, anywhere:
+//   flow::FlowSpec spec{.name = "revenue", .type = flow::FlowType::combiner,
+//                       .sources = {{0, 0}, {1, 0}, {2, 0}}, .targets = {{0, 0}},
+//                       .schema = Schema({{"region", Type::int32}, {"amount", Type::int64}}),
+//                       .key_column = "region",
+//                       .aggregates = flow::parse_aggregates("sum(amount),count(*),avg(amount)")};
+//   flow::create_flow(node, spec);
+//   // in a source thread:                          // in the target thread:
+//   flow::CombinerSource src(node, worker, "revenue", 0);   flow::CombinerTarget dst(node, "revenue");
+//   src.push(row);                                  flow::TupleBatch batch;   // result_schema() rows
+//   src.close();                                    while (dst.consume(batch) && !batch.empty()) ...
+//
+// Local state -> combine -> finalize. A source aggregates what it pushes in a local hash table
+// (one entry per key: row count and one partial state per aggregate). It ships the table as
+// partial rows (key, count, states) through its ring to the target and empties it when the
+// table holds `local_groups` keys, after `ship_tuples` pushed tuples, on flush() and on close().
+// The target merges partial rows into its own table as they arrive (combine) and computes the
+// final values when asked (finalize): all of them once every source closed (consume), or a
+// snapshot of what arrived so far at any time (read_partial).
+//
+// Results: one row per key that occurred in at least one pushed tuple — a key never pushed has
+// no row, so MIN/MAX/AVG never see an empty group and there is no NULL. Rows come in no
+// particular order. Columns (result_schema()): the key column, then per aggregate:
+//   sum(c)   integer c: int64 (signed c) or uint64 (unsigned c), computed modulo 2^64: overflow
+//            WRAPS (two's complement), never saturates or traps. Wrapping addition is
+//            associative, so the result does not depend on how partials were combined; it
+//            equals the exact sum whenever that fits. float c: float64 (rounding depends on
+//            the order partials are combined).
+//   count(*) uint64: number of tuples with the key.
+//   min(c), max(c)  c's own type.
+//   avg(c)   float64. Integer c: the exact sum (128-bit, cannot overflow) divided by the count,
+//            rounded once, so it is independent of combination order. float c: float64 sum / count.
+// Names: "sum_c", "count", "min_c", "max_c", "avg_c". Keys compare bytewise (float keys: -0.0
+// and 0.0 are different groups).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/flow/spec.hpp"
+
+namespace dfi::fabric {
+class Worker;
+}
+
+namespace dfi::flow {
+
+// The schema of a combiner flow's results; throws dfi::Error(invalid_argument) when the spec's
+// aggregates do not fit its schema (unknown or non-numeric column, clashing result names).
+Schema combiner_result_schema(const FlowSpec& spec);
+// Bytes of one partial-aggregate row on the wire (key padded to 8 B, count, states).
+std::size_t combiner_row_bytes(const FlowSpec& spec);
+
+namespace detail {
+class AggregateTable;
+}
+
+struct CombinerSourceOptions {
+  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+  std::size_t local_groups = 65536;       // ship the local table when it holds this many keys
+  std::size_t ship_tuples = 1u << 20;     // ... or after this many pushed tuples (0: only when full)
+};
+
+struct CombinerCounters {
+  std::uint64_t tuples = 0;    // source: tuples pushed; target: tuples the merged rows stand for
+  std::uint64_t rows = 0;      // partial rows shipped (source) or merged (target)
+  std::uint64_t segments = 0;  // segments published (source) or consumed (target)
+  std::uint64_t bytes = 0;     // payload bytes of those segments
+  std::uint64_t groups = 0;    // target: keys in its table
+};
+
+class CombinerSource {
+ public:
+  // Opens source `thread` of this rank in combiner flow `name`; `worker` must be the calling
+  // thread's own. Throws dfi::Error: not_found, invalid_argument (not a combiner flow, no such
+  // source, schema mismatch), timeout, peer_failed.
+  CombinerSource(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                 CombinerSourceOptions options = {});
+  // Closes the flow if close() was not called (errors are printed to stderr).
+  ~CombinerSource();
+  CombinerSource(const CombinerSource&) = delete;
+  CombinerSource& operator=(const CombinerSource&) = delete;
+
+  // Aggregates one tuple of the schema's width into the local table; ships the table when it is
+  // full. Owned by one thread. Errors: invalid_argument (wrong width), flow_failed (after
+  // close), peer_failed, timeout (the target stopped consuming).
+  Status push(const void* tuple, std::size_t bytes);
+  template <class T>
+  Status push(const T& tuple) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return push(&tuple, sizeof(T));
+  }
+  Status push_bulk(const void* tuples, std::size_t count);
+  // Ships the local table now and waits until it is visible at the target, so the target's
+  // partial results include everything pushed so far.
+  Status flush();
+  // Ships the local table, then end-of-stream. Idempotent.
+  Status close();
+
+  std::size_t memory_bytes() const noexcept;
+  const CombinerCounters& counters() const noexcept { return counters_; }
+
+ private:
+  Status ship();
+  Status width_error(std::size_t bytes) const;
+
+  detail::SourceRings rings_;
+  std::unique_ptr<detail::AggregateTable> table_;
+  std::size_t tuple_bytes_;
+  std::size_t local_groups_;
+  std::size_t ship_tuples_;
+  std::size_t since_ship_ = 0;
+  bool closed_ = false;
+  bool failed_ = false;  // a shipment failed half-way; nothing more may be sent
+  CombinerCounters counters_;
+};
+
+class CombinerTarget {
+ public:
+  // Opens the target (id `id` of this rank) of combiner flow `name` and publishes its rings.
+  // Throws dfi::Error: not_found, invalid_argument (not a combiner flow, not its target, schema
+  // mismatch), already_exists.
+  CombinerTarget(cluster::Node& node, std::string_view name, int id = 0,
+                 std::optional<Schema> expected_schema = std::nullopt);
+  ~CombinerTarget();
+  CombinerTarget(const CombinerTarget&) = delete;
+  CombinerTarget& operator=(const CombinerTarget&) = delete;
+
+  // The first call merges partial rows until every source closed; then each call hands out the
+  // next result rows (result_schema(), at most kResultBatchRows per batch, valid until the next
+  // call): ok with a non-empty batch, ok with an empty batch after the last (end() is then
+  // true). Owned by one thread. Errors: timeout (no data within `timeout`; 0 = the flow's stall
+  // timeout), peer_failed (a source died before closing: the results would be incomplete, so
+  // none are handed out).
+  Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Streaming read: merges whatever has arrived (never waits) and returns every key's aggregates
+  // over the partial rows merged so far (valid until the next call). Errors: peer_failed.
+  Status read_partial(TupleBatch& batch);
+  // Every source closed and everything is merged (consume() hands out final results).
+  bool sources_closed() const noexcept { return rings_.finished(); }
+  bool end() const noexcept { return ended_; }
+
+  const Schema& result_schema() const noexcept { return result_schema_; }
+  std::size_t memory_bytes() const noexcept;
+  const CombinerCounters& counters() const noexcept { return counters_; }
+
+  static constexpr std::size_t kResultBatchRows = 4096;
+
+ private:
+  void merge(const memory::SegmentView& view);
+
+  detail::TargetRings rings_;
+  std::unique_ptr<detail::AggregateTable> table_;
+  Schema result_schema_;
+  std::vector<std::byte> results_;  // finalized rows
+  std::vector<std::byte> partial_;  // read_partial snapshot
+  bool finalized_ = false;
+  bool ended_ = false;
+  std::size_t handed_out_ = 0;      // result rows handed out
+  CombinerCounters counters_;
+};
+
+}  // namespace dfi::flow

@@ -1,0 +1,238 @@
+// Replicate flows (003 §4.2.2, §5.4): N sources to M targets, every tuple to every target.
+//
+//   // once, anywhere:
+//   flow::FlowSpec spec{.name = "log", .type = flow::FlowType::replicate,
+//                       .sources = {{0, 0}}, .targets = {{1, 0}, {2, 0}, {3, 0}},
+//                       .schema = Schema({{"key", Type::int64}, {"value", Type::int64}})};
+//   spec.options.ordered = true;                  // optional: one global order
+//   flow::create_flow(node, spec);
+//   // in a source thread:                        // in a target thread:
+//   flow::ReplicateSource src(node, worker, "log", 0);   flow::ReplicateTarget dst(node, "log", 0);
+//   src.push(&tuple, sizeof tuple);               flow::ReplicateBatch batch;
+//   src.close();                                  while (dst.consume(batch) && !batch.end) {
+//                                                   if (batch.gap()) { ...batch.sequence... }
+//                                                   for (auto& t : batch.as<Tuple>()) ... }
+//
+// How segments travel (FlowOptions::replication):
+//  - naive: a source writes each segment into its ring at every target (one write per target).
+//  - relay: a tree per source carries the segments, so a source's outgoing link carries each
+//    segment `fanout` times instead of M times. Node 0 of source s's tree is the source; nodes
+//    1..M are the targets, node k holding target (k - 1 + s) mod M (each source's tree is
+//    rotated, so N:M flows spread the forwarding work); node k's children are nodes
+//    k·fanout + 1 .. k·fanout + fanout. fanout = 1 is a chain, fanout >= M is naive. Every member
+//    derives the same trees from the spec (relay_children / relay_parent below).
+//    A relaying target forwards a segment into its children's rings before it releases the slot
+//    it arrived in, forwards end-of-stream after the last segment, and forwards inside consume():
+//    a relaying target must keep calling consume() until end, or its subtree stalls. Forwarding
+//    never waits for ring space (it checks the child's credit word first), so no relay blocks
+//    another one, whatever the trees look like.
+//  - ordered (FlowOptions::ordered, with either of the above): before a segment goes out, its
+//    source takes the next global sequence number with a remote fetch-add on a 64-bit counter
+//    (the sequencer) that the process of target 0 hosts. Every target hands out segments in
+//    sequence order, without copying: out-of-order segments wait in their ring slots (each
+//    source's ring is already in sequence order, so the heads of the rings form the receive
+//    list, and consume() picks the head holding the next number — the paper's next list).
+//
+// Gaps (ordered). A sequence number can be missing for good: a source died after taking it and
+// before writing the segment everywhere. When number n is known to exist (a later number arrived,
+// or the sequencer counter passed it) and has not arrived within gap_timeout, consume() returns a
+// gap event: an ok status and a batch with gap() true, `sequence` = n and `gap_count` = how many
+// consecutive numbers from n are missing; the flow continues after them. A segment that arrives
+// after its gap was reported is dropped (counted as late). When every source's stream has ended
+// (closed or died), numbers the counter issued but no segment carried are reported as a gap at
+// once, before the end. Targets report the same gaps when the missing segment reached none of them
+// (a source that dies before writing); a source that dies half-way through writing one segment
+// may leave it at some targets and a gap at others — the application resolves that (NOPaxos gap
+// agreement). Nothing is ever skipped silently and no missing number makes consume() wait longer
+// than gap_timeout once it is known to exist.
+//
+// Failures. A dead peer is reported once per peer as Errc::peer_failed naming the flow and the
+// peer; consume()/push() may then be called again and the flow continues without it: a source
+// keeps writing to its other targets; a target drains what the dead writer left in its ring and
+// counts that ring as ended (ordered: the numbers it never delivered become gaps). A relaying
+// target whose upstream died passes a failure marker down its subtree, so every target below it
+// reports the failure too, naming the failed rank. Other errors (timeout) end the flow.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/flow/spec.hpp"
+
+namespace dfi::fabric {
+class Worker;
+}
+
+namespace dfi::flow {
+
+// Every replicate segment starts with one 64-bit word: the global sequence number (ordered
+// flows, from 1), 0 (unordered), or kReplicateAbortHeader (a relay's upstream failed; the next
+// word is the failed rank). The tuples follow, 8-byte aligned.
+inline constexpr std::size_t kReplicateHeaderBytes = 8;
+inline constexpr std::uint64_t kReplicateAbortHeader = ~std::uint64_t{0};
+
+// The targets (indices into spec.targets) that receive source `source`'s segments directly from
+// `from`: the source itself when `from` is nullopt, else target index *from. Naive flows: all
+// targets from the source, none from a target.
+std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source, std::optional<std::size_t> from);
+// Who writes source `source`'s ring at target `target`: nullopt for the source itself, else the
+// index of the relaying target.
+std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source, std::size_t target);
+
+struct ReplicateSourceOptions {
+  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+  // Test seam, ordered flows: runs after a segment received its sequence number and before it is
+  // written anywhere (tests kill or delay a source there to make a gap).
+  std::function<void(std::uint64_t sequence)> on_sequence;
+};
+
+class ReplicateSource {
+ public:
+  // Opens source `thread` of this rank in replicate flow `name`: waits until the flow, the
+  // targets it writes to and (ordered) the sequencer exist, then connects. `worker` must be the
+  // calling thread's own. Throws dfi::Error: not_found (no such flow), invalid_argument (not a
+  // replicate flow, no such source, schema mismatch), timeout, peer_failed.
+  ReplicateSource(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                  ReplicateSourceOptions options = {});
+  // Closes the flow if close() was not called (errors are printed to stderr).
+  ~ReplicateSource();
+  ReplicateSource(const ReplicateSource&) = delete;
+  ReplicateSource& operator=(const ReplicateSource&) = delete;
+
+  // Appends one tuple of exactly the schema's width to the current segment; a full segment goes
+  // out to every target (ordered: after taking its sequence number). Owned by one thread.
+  // Errors: invalid_argument (wrong width), flow_failed (after close, or every target dead),
+  // peer_failed (a target or the sequencer died; reported once per target, later calls go on
+  // without it), timeout (a target stopped consuming; the segment going out stays queued and
+  // is retried, for the targets that did not get it, by the next call). In latency mode every
+  // push sends its own segment, and a tuple reported with a timeout is already queued.
+  Status push(const void* tuple, std::size_t bytes) {
+    if (bytes != tuple_bytes_) [[unlikely]] return width_error(bytes);
+    if (fill_ + bytes > limit_) [[unlikely]] {
+      if (Status s = make_room(); !s) return s;
+    }
+    std::memcpy(segment_.data() + kReplicateHeaderBytes + fill_, tuple, bytes);
+    fill_ += bytes;
+    ++tuples_;
+    if (latency_) [[unlikely]] return emit();
+    return {};
+  }
+  template <class T>
+  Status push(const T& tuple) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return push(&tuple, sizeof(T));
+  }
+  // Pushes `count` contiguous tuples of the schema's width.
+  Status push_bulk(const void* tuples, std::size_t count);
+  // Sends the partly filled segment now (bandwidth mode batches until a segment is full) and waits
+  // until everything pushed so far is visible at the targets it writes to. Pushes alone complete
+  // in the background, which over TCP needs this thread to keep calling into the flow.
+  Status flush();
+  // Sends what is buffered, then end-of-stream to every target it writes to. Idempotent.
+  Status close();
+
+  // Targets this source writes to itself (all of them when naive, `fanout` when relaying).
+  std::size_t link_count() const noexcept { return rings_.target_count(); }
+  std::size_t memory_bytes() const noexcept { return rings_.memory_bytes() + segment_.size(); }
+  FlowCounters counters() const;
+
+ private:
+  Status make_room();
+  Status emit();
+  Status take_sequence(std::uint64_t& sequence);
+  Status width_error(std::size_t bytes) const;
+
+  detail::SourceRings rings_;
+  std::size_t tuple_bytes_;
+  bool latency_;
+  bool ordered_;
+  std::vector<std::byte> segment_;  // header word, then tuples
+  std::size_t capacity_;            // tuple bytes per segment
+  std::size_t fill_ = 0;
+  std::size_t limit_;               // capacity_, or 0 while a sealed segment waits to go out
+  bool sealed_ = false;             // the segment has its header and is going out
+  bool closed_ = false;
+  std::vector<char> done_;          // per link: the sealed segment reached it
+  std::vector<char> dead_;          // per link: its target died
+  std::size_t dead_links_ = 0;
+  std::function<void(std::uint64_t)> on_sequence_;
+  fabric::Endpoint sequencer_endpoint_;
+  fabric::RemoteMemory sequencer_;
+  std::string sequencer_name_;
+  std::uint64_t tuples_ = 0;
+};
+
+// What one consume call hands out: tuples (a view into the ring, valid until the next consume),
+// a gap event (ordered flows) or the end of the flow.
+struct ReplicateBatch : TupleBatch {
+  std::uint64_t sequence = 0;   // ordered: the segment's global sequence number, or the first
+                                // missing number of a gap event; 0 otherwise
+  std::uint64_t gap_count = 0;  // gap events: consecutive missing sequence numbers (> 0)
+  bool end = false;             // every source's stream ended; no more batches
+
+  bool gap() const noexcept { return gap_count > 0; }
+};
+
+struct ReplicateTargetOptions {
+  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+  // The calling thread's worker, used to forward (relay) and to read the sequencer (ordered).
+  // Null: the target creates its own worker the first time it needs one.
+  fabric::Worker* worker = nullptr;
+};
+
+struct ReplicateCounters {
+  std::uint64_t tuples = 0;     // handed out
+  std::uint64_t bytes = 0;      // tuple bytes handed out
+  std::uint64_t segments = 0;   // segments handed out
+  std::uint64_t forwarded = 0;  // segment copies written into children's rings (relay)
+  std::uint64_t gaps = 0;       // gap events
+  std::uint64_t missing = 0;    // sequence numbers reported missing
+  std::uint64_t late = 0;       // segments dropped because their gap had been reported
+};
+
+class ReplicateTarget {
+ public:
+  // Opens target `id` of this rank in replicate flow `name` and publishes its rings; target 0 of
+  // an ordered flow also hosts the sequencer. Owned by one thread (the one that consumes).
+  // Throws dfi::Error: not_found, invalid_argument (not a replicate flow, no such target, schema
+  // mismatch), already_exists (opened twice).
+  ReplicateTarget(cluster::Node& node, std::string_view name, int id, ReplicateTargetOptions options = {});
+  // Target 0 of an ordered flow waits (bounded by the stall timeout) until the other targets are
+  // done with the sequencer it hosts.
+  ~ReplicateTarget();
+  ReplicateTarget(const ReplicateTarget&) = delete;
+  ReplicateTarget& operator=(const ReplicateTarget&) = delete;
+
+  // Gives back the previous batch, forwards what this target relays, then waits for the next
+  // batch: ok with tuples; ok with a gap event (ordered, batch.gap()); ok with batch.end once
+  // every source's stream ended (end() is then true). Errors: timeout (nothing within `timeout`;
+  // 0 = the flow's stall timeout), peer_failed (once per dead peer; call again to go on).
+  Status consume(ReplicateBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // For code written against TupleBatch: ok with tuples, or ok with an empty batch at the end.
+  // A gap event is returned as Errc::retry whose message names the missing numbers (call again
+  // to go on) — never dropped.
+  Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Like consume() but never waits: Errc::retry when nothing is there yet.
+  Status try_consume(ReplicateBatch& batch);
+  bool end() const noexcept;
+
+  std::size_t memory_bytes() const noexcept;
+  const ReplicateCounters& counters() const noexcept;
+
+  struct State;  // defined in replicate_target.cpp
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dfi::flow

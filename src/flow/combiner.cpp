@@ -1,0 +1,513 @@
+// Combiner flows: the aggregate table (local state, combine, finalize), the source that fills and
+// ships it, and the target that merges and finalizes.
+#include "dfi/flow/combiner.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <unordered_map>
+
+#include "dfi/cluster/node.hpp"
+
+namespace dfi::flow {
+namespace detail {
+namespace {
+
+// AVG of integers sums exactly in 128 bits (a GCC/Clang extension on 64-bit targets).
+__extension__ typedef __int128 Int128;
+__extension__ typedef unsigned __int128 UInt128;
+
+enum class Kind : std::uint8_t { signed_int, unsigned_int, floating };
+
+Kind kind_of(Type type) {
+  switch (type) {
+    case Type::int8:
+    case Type::int16:
+    case Type::int32:
+    case Type::int64: return Kind::signed_int;
+    case Type::uint8:
+    case Type::uint16:
+    case Type::uint32:
+    case Type::uint64: return Kind::unsigned_int;
+    default: return Kind::floating;
+  }
+}
+
+template <class T>
+T load(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+void store(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+std::int64_t load_signed(const std::byte* p, Type type) {
+  switch (type) {
+    case Type::int8: return load<std::int8_t>(p);
+    case Type::int16: return load<std::int16_t>(p);
+    case Type::int32: return load<std::int32_t>(p);
+    default: return load<std::int64_t>(p);
+  }
+}
+std::uint64_t load_unsigned(const std::byte* p, Type type) {
+  switch (type) {
+    case Type::uint8: return load<std::uint8_t>(p);
+    case Type::uint16: return load<std::uint16_t>(p);
+    case Type::uint32: return load<std::uint32_t>(p);
+    default: return load<std::uint64_t>(p);
+  }
+}
+double load_float(const std::byte* p, Type type) {
+  return type == Type::float32 ? static_cast<double>(load<float>(p)) : load<double>(p);
+}
+
+// Writes a MIN/MAX state back in the column's own type (the value came from that type).
+void store_as(std::byte* p, Type type, const std::byte* state) {
+  switch (type) {
+    case Type::int8: return store(p, static_cast<std::int8_t>(load<std::int64_t>(state)));
+    case Type::int16: return store(p, static_cast<std::int16_t>(load<std::int64_t>(state)));
+    case Type::int32: return store(p, static_cast<std::int32_t>(load<std::int64_t>(state)));
+    case Type::int64: return store(p, load<std::int64_t>(state));
+    case Type::uint8: return store(p, static_cast<std::uint8_t>(load<std::uint64_t>(state)));
+    case Type::uint16: return store(p, static_cast<std::uint16_t>(load<std::uint64_t>(state)));
+    case Type::uint32: return store(p, static_cast<std::uint32_t>(load<std::uint64_t>(state)));
+    case Type::uint64: return store(p, load<std::uint64_t>(state));
+    case Type::float32: return store(p, static_cast<float>(load<double>(state)));
+    default: return store(p, load<double>(state));
+  }
+}
+
+std::string result_name(const AggregateSpec& a) {
+  if (a.function == Aggregate::count) return "count";
+  return std::string(aggregate_name(a.function)) + "_" + a.column;
+}
+
+}  // namespace
+
+// The per-key table of a combiner flow. A row is [key slot: key bytes padded to 8][count: u64]
+// [one state per aggregate], which is also the partial row shipped from sources to the target.
+// States: sum: u64 (integers, wrapping) or f64; min/max: i64, u64 or f64 (the value widened);
+// avg: i128/u128 (integers, exact) or f64; count: none (the row count serves).
+class AggregateTable {
+ public:
+  explicit AggregateTable(const FlowSpec& spec) {
+    const Schema& schema = spec.schema;
+    const std::size_t key = schema.index_of(spec.key_column);
+    key_type_ = schema.column(key);
+    key_offset_ = schema.offset(key);
+    key_bytes_ = schema.column_bytes(key);
+    key_slot_ = (key_bytes_ + 7) / 8 * 8;
+    std::size_t state = key_slot_ + 8;  // after the count
+    std::vector<Column> out{key_type_};
+    for (const AggregateSpec& a : spec.aggregates) {
+      Op op;
+      op.function = a.function;
+      if (a.function != Aggregate::count) {
+        const std::size_t column = schema.index_of(a.column);
+        op.type = schema.column(column).type;
+        if (op.type == Type::chars) {
+          throw Error(Errc::invalid_argument, "flow '" + spec.name + "': " + std::string(aggregate_name(a.function)) +
+                                                  "(" + a.column + "): column '" + a.column + "' is not numeric");
+        }
+        op.kind = kind_of(op.type);
+        op.in_offset = schema.offset(column);
+        op.state_offset = state;
+        state += (a.function == Aggregate::avg && op.kind != Kind::floating) ? 16 : 8;
+      }
+      Type out_type = Type::float64;
+      switch (a.function) {
+        case Aggregate::sum:
+          out_type = op.kind == Kind::signed_int ? Type::int64 : op.kind == Kind::unsigned_int ? Type::uint64 : Type::float64;
+          break;
+        case Aggregate::count: out_type = Type::uint64; break;
+        case Aggregate::min:
+        case Aggregate::max: out_type = op.type; break;
+        case Aggregate::avg: out_type = Type::float64; break;
+      }
+      out.push_back({result_name(a), out_type, 1});
+      ops_.push_back(op);
+    }
+    row_bytes_ = state;
+    try {
+      result_ = Schema(out);
+    } catch (const Error& e) {
+      throw Error(Errc::invalid_argument, "flow '" + spec.name + "': result columns clash: " + e.what());
+    }
+    for (std::size_t i = 0; i < ops_.size(); ++i) ops_[i].out_offset = result_.offset(i + 1);
+    wide_key_ = key_bytes_ > 8;
+  }
+
+  std::size_t row_bytes() const noexcept { return row_bytes_; }
+  const Schema& result_schema() const noexcept { return result_; }
+  std::size_t size() const noexcept { return rows_.size() / row_bytes_; }
+  const std::byte* rows() const noexcept { return rows_.data(); }
+  std::size_t memory_bytes() const noexcept { return rows_.capacity() + size() * 32; }
+  // Tuples that the partial rows merged so far stand for.
+  std::uint64_t tuples_merged() const noexcept { return tuples_merged_; }
+
+  void clear() {
+    rows_.clear();
+    narrow_.clear();
+    wide_.clear();
+  }
+
+  // Local state: one input tuple.
+  void add(const std::byte* tuple) {
+    std::byte* row = find_or_insert(tuple + key_offset_);
+    const std::uint64_t count = load<std::uint64_t>(row + key_slot_);
+    store(row + key_slot_, count + 1);
+    for (const Op& op : ops_) {
+      if (op.function == Aggregate::count) continue;
+      std::byte* s = row + op.state_offset;
+      const std::byte* in = tuple + op.in_offset;
+      switch (op.kind) {
+        case Kind::signed_int: update_int<std::int64_t, Int128>(op.function, s, load_signed(in, op.type), count == 0); break;
+        case Kind::unsigned_int:
+          update_int<std::uint64_t, UInt128>(op.function, s, load_unsigned(in, op.type), count == 0);
+          break;
+        case Kind::floating: update_float(op.function, s, load_float(in, op.type), count == 0); break;
+      }
+    }
+  }
+
+  // Combine: one partial row (same layout as ours).
+  void merge(const std::byte* partial) {
+    std::byte* row = find_or_insert(partial);
+    const std::uint64_t count = load<std::uint64_t>(row + key_slot_);
+    const std::uint64_t more = load<std::uint64_t>(partial + key_slot_);
+    store(row + key_slot_, count + more);
+    tuples_merged_ += more;
+    for (const Op& op : ops_) {
+      if (op.function == Aggregate::count) continue;
+      std::byte* s = row + op.state_offset;
+      const std::byte* p = partial + op.state_offset;
+      switch (op.kind) {
+        case Kind::signed_int: merge_int<std::int64_t, Int128>(op.function, s, p, count == 0); break;
+        case Kind::unsigned_int: merge_int<std::uint64_t, UInt128>(op.function, s, p, count == 0); break;
+        case Kind::floating: merge_float(op.function, s, p, count == 0); break;
+      }
+    }
+  }
+
+  // Finalize: one result tuple per row into `out` (resized).
+  void finalize(std::vector<std::byte>& out) const {
+    const std::size_t width = result_.tuple_bytes();
+    const std::size_t n = size();
+    out.assign(n * width, std::byte{0});
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::byte* row = rows_.data() + i * row_bytes_;
+      std::byte* t = out.data() + i * width;
+      std::memcpy(t, row, key_bytes_);
+      const std::uint64_t count = load<std::uint64_t>(row + key_slot_);
+      for (const Op& op : ops_) {
+        std::byte* o = t + op.out_offset;
+        const std::byte* s = row + op.state_offset;
+        switch (op.function) {
+          case Aggregate::count: store(o, count); break;
+          case Aggregate::sum:
+            std::memcpy(o, s, 8);  // u64 bits of the wrapped sum, or the f64 sum
+            break;
+          case Aggregate::min:
+          case Aggregate::max: store_as(o, op.type, s); break;
+          case Aggregate::avg:
+            if (op.kind == Kind::floating) {
+              store(o, load<double>(s) / static_cast<double>(count));
+            } else {  // the exact sum, divided in long double, rounded to double once
+              store(o, static_cast<double>(avg_exact(op.kind, s, count)));
+            }
+            break;
+        }
+      }
+    }
+  }
+
+ private:
+  struct Op {
+    Aggregate function = Aggregate::count;
+    Type type = Type::int64;
+    Kind kind = Kind::signed_int;
+    std::size_t in_offset = 0;
+    std::size_t state_offset = 0;
+    std::size_t out_offset = 0;
+  };
+
+  static long double avg_exact(Kind kind, const std::byte* s, std::uint64_t count) {
+    if (kind == Kind::signed_int) return static_cast<long double>(load<Int128>(s)) / static_cast<long double>(count);
+    return static_cast<long double>(load<UInt128>(s)) / static_cast<long double>(count);
+  }
+
+  template <class T, class Wide>
+  static void update_int(Aggregate function, std::byte* s, T v, bool first) {
+    switch (function) {
+      case Aggregate::sum:  // modulo 2^64: unsigned arithmetic, no undefined behaviour
+        store(s, load<std::uint64_t>(s) + static_cast<std::uint64_t>(v));
+        break;
+      case Aggregate::min:
+        if (first || v < load<T>(s)) store(s, v);
+        break;
+      case Aggregate::max:
+        if (first || v > load<T>(s)) store(s, v);
+        break;
+      case Aggregate::avg: store(s, static_cast<Wide>(load<Wide>(s) + static_cast<Wide>(v))); break;
+      case Aggregate::count: break;
+    }
+  }
+  template <class T, class Wide>
+  static void merge_int(Aggregate function, std::byte* s, const std::byte* p, bool first) {
+    switch (function) {
+      case Aggregate::sum: store(s, load<std::uint64_t>(s) + load<std::uint64_t>(p)); break;
+      case Aggregate::min:
+        if (first || load<T>(p) < load<T>(s)) std::memcpy(s, p, 8);
+        break;
+      case Aggregate::max:
+        if (first || load<T>(p) > load<T>(s)) std::memcpy(s, p, 8);
+        break;
+      case Aggregate::avg: store(s, static_cast<Wide>(load<Wide>(s) + load<Wide>(p))); break;
+      case Aggregate::count: break;
+    }
+  }
+  static void update_float(Aggregate function, std::byte* s, double v, bool first) {
+    switch (function) {
+      case Aggregate::sum:
+      case Aggregate::avg: store(s, load<double>(s) + v); break;
+      case Aggregate::min:
+        if (first || v < load<double>(s)) store(s, v);
+        break;
+      case Aggregate::max:
+        if (first || v > load<double>(s)) store(s, v);
+        break;
+      case Aggregate::count: break;
+    }
+  }
+  static void merge_float(Aggregate function, std::byte* s, const std::byte* p, bool first) {
+    update_float(function, s, load<double>(p), first);
+  }
+
+  // The row for the key at `key` (key_bytes_ bytes), created zeroed with the key if new.
+  std::byte* find_or_insert(const std::byte* key) {
+    std::uint32_t next = static_cast<std::uint32_t>(size());
+    std::uint32_t index;
+    if (!wide_key_) [[likely]] {
+      std::uint64_t k = 0;
+      std::memcpy(&k, key, key_bytes_);
+      index = narrow_.try_emplace(k, next).first->second;
+    } else {
+      lookup_.assign(reinterpret_cast<const char*>(key), key_bytes_);
+      index = wide_.try_emplace(lookup_, next).first->second;
+    }
+    if (index == next) {
+      rows_.resize(rows_.size() + row_bytes_, std::byte{0});
+      std::memcpy(rows_.data() + index * row_bytes_, key, key_bytes_);
+    }
+    return rows_.data() + std::size_t{index} * row_bytes_;
+  }
+
+  Column key_type_;
+  std::size_t key_offset_ = 0;
+  std::size_t key_bytes_ = 0;
+  std::size_t key_slot_ = 0;
+  bool wide_key_ = false;
+  std::vector<Op> ops_;
+  std::size_t row_bytes_ = 0;
+  Schema result_;
+  std::vector<std::byte> rows_;
+  std::unordered_map<std::uint64_t, std::uint32_t> narrow_;  // keys up to 8 bytes
+  std::unordered_map<std::string, std::uint32_t> wide_;      // longer (chars) keys
+  std::string lookup_;
+  std::uint64_t tuples_merged_ = 0;
+};
+
+}  // namespace detail
+
+Schema combiner_result_schema(const FlowSpec& spec) { return detail::AggregateTable(spec).result_schema(); }
+std::size_t combiner_row_bytes(const FlowSpec& spec) { return detail::AggregateTable(spec).row_bytes(); }
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                                const std::optional<Schema>& expected_schema) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, expected_schema);
+  const std::size_t index = detail::source_index(spec, node.rank(), thread);
+  return detail::SourceRings(node, worker, std::move(spec), index);
+}
+}  // namespace
+
+CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                               CombinerSourceOptions options)
+    : rings_(open_source(node, worker, name, thread, options.expected_schema)),
+      table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
+      tuple_bytes_(rings_.spec().schema.tuple_bytes()),
+      local_groups_(std::max<std::size_t>(1, options.local_groups)),
+      ship_tuples_(options.ship_tuples) {}
+
+CombinerSource::~CombinerSource() {
+  if (closed_) return;
+  if (Status s = close(); !s) std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
+}
+
+std::size_t CombinerSource::memory_bytes() const noexcept { return rings_.memory_bytes() + table_->memory_bytes(); }
+
+Status CombinerSource::width_error(std::size_t bytes) const {
+  return {Errc::invalid_argument, rings_.label() + ": tuple of " + std::to_string(bytes) +
+                                      " B does not match the schema's " + std::to_string(tuple_bytes_) +
+                                      " B {" + rings_.spec().schema.describe() + "}"};
+}
+
+Status CombinerSource::push(const void* tuple, std::size_t bytes) {
+  if (bytes != tuple_bytes_) [[unlikely]] return width_error(bytes);
+  if (closed_) [[unlikely]] return {Errc::flow_failed, rings_.label() + ": push after close"};
+  table_->add(static_cast<const std::byte*>(tuple));
+  ++counters_.tuples;
+  ++since_ship_;
+  if (table_->size() >= local_groups_ || since_ship_ == ship_tuples_) [[unlikely]] return ship();
+  return {};
+}
+
+Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
+  const auto* p = static_cast<const std::byte*>(tuples);
+  for (std::size_t i = 0; i < count; ++i, p += tuple_bytes_) {
+    if (Status s = push(p, tuple_bytes_); !s) return s;
+  }
+  return {};
+}
+
+// Sends the local table as partial rows and empties it. An error can leave part of the table sent,
+// so a retry could count rows twice: after any error here the source is failed for good.
+Status CombinerSource::ship() {
+  if (failed_) return {Errc::flow_failed, rings_.label() + ": an earlier error ended this source"};
+  since_ship_ = 0;
+  const std::size_t rows = table_->size();
+  if (rows == 0) return {};
+  memory::RingWriter& writer = rings_.writer(0);
+  const std::size_t width = table_->row_bytes();
+  const std::byte* row = table_->rows();
+  for (std::size_t i = 0; i < rows; ++i, row += width) {
+    if (Status s = writer.append(row, width); !s) {
+      failed_ = true;
+      return s;
+    }
+  }
+  if (Status s = writer.flush(); !s) {
+    failed_ = true;
+    return s;
+  }
+  counters_.rows += rows;
+  const memory::RingCounters rc = writer.counters();
+  counters_.segments = rc.segments;
+  counters_.bytes = rc.bytes;
+  table_->clear();
+  return {};
+}
+
+Status CombinerSource::flush() {
+  if (closed_) return {};
+  if (Status s = ship(); !s) return s;
+  return rings_.wait_visible(0);
+}
+
+Status CombinerSource::close() {
+  if (closed_) return {};
+  if (Status s = ship(); !s) return s;
+  Status s = rings_.close();
+  closed_ = true;
+  const memory::RingCounters rc = rings_.counters();
+  counters_.segments = rc.segments;
+  counters_.bytes = rc.bytes;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+detail::TargetRings open_target(cluster::Node& node, std::string_view name, int id,
+                                const std::optional<Schema>& expected_schema) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, expected_schema);
+  const std::size_t index = detail::target_index(spec, node.rank(), id);
+  return detail::TargetRings(node, std::move(spec), index);
+}
+}  // namespace
+
+CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int id, std::optional<Schema> expected_schema)
+    : rings_(open_target(node, name, id, expected_schema)),
+      table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
+      result_schema_(table_->result_schema()) {}
+
+CombinerTarget::~CombinerTarget() = default;
+
+std::size_t CombinerTarget::memory_bytes() const noexcept {
+  return rings_.memory_bytes() + table_->memory_bytes() + results_.capacity() + partial_.capacity();
+}
+
+void CombinerTarget::merge(const memory::SegmentView& view) {
+  const std::size_t width = table_->row_bytes();
+  const std::size_t rows = view.bytes / width;
+  const std::byte* row = view.data;
+  for (std::size_t i = 0; i < rows; ++i, row += width) {
+    table_->merge(row);
+  }
+  counters_.tuples = table_->tuples_merged();
+  counters_.rows += rows;
+  ++counters_.segments;
+  counters_.bytes += view.bytes;
+  counters_.groups = table_->size();
+}
+
+Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
+  batch = TupleBatch{};
+  batch.tuple_bytes = result_schema_.tuple_bytes();
+  if (timeout.count() == 0) timeout = detail::stall_timeout(rings_.spec());
+  while (!finalized_) {
+    memory::SegmentView view;
+    std::size_t source = 0;
+    if (Status s = rings_.next(view, source, timeout); !s) return s;
+    if (view.bytes > 0) {
+      merge(view);
+      continue;
+    }
+    if (rings_.finished()) {
+      table_->finalize(results_);
+      finalized_ = true;
+    }
+  }
+  const std::size_t width = result_schema_.tuple_bytes();
+  const std::size_t total = results_.size() / width;
+  const std::size_t n = std::min(kResultBatchRows, total - handed_out_);
+  if (n == 0) {
+    ended_ = true;
+    return {};
+  }
+  batch.data = results_.data() + handed_out_ * width;
+  batch.count = n;
+  handed_out_ += n;
+  return {};
+}
+
+Status CombinerTarget::read_partial(TupleBatch& batch) {
+  batch = TupleBatch{};
+  batch.tuple_bytes = result_schema_.tuple_bytes();
+  if (!finalized_) {
+    for (;;) {
+      memory::SegmentView view;
+      std::size_t source = 0;
+      Status s = rings_.try_next(view, source);
+      if (s.code() == Errc::retry) break;
+      if (!s) return s;
+      if (view.bytes > 0) {
+        merge(view);
+        continue;
+      }
+      if (rings_.finished()) break;
+    }
+  }
+  table_->finalize(partial_);
+  batch.data = partial_.data();
+  batch.count = partial_.size() / batch.tuple_bytes;
+  return {};
+}
+
+}  // namespace dfi::flow

@@ -1,0 +1,175 @@
+// ReplicateSource: batches tuples into one segment, gives it a header (ordered: a sequence number
+// from the sequencer), then writes it to every target the source feeds directly.
+#include <cstdio>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "dfi/flow/replicate.hpp"
+#include "replicate_detail.hpp"
+
+namespace dfi::flow {
+namespace {
+
+FlowSpec open_replicate_spec(cluster::Node& node, std::string_view name, const std::optional<Schema>& schema) {
+  return detail::open_spec(node, name, FlowType::replicate, schema);
+}
+
+detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, int thread) {
+  const std::size_t index = detail::source_index(spec, node.rank(), thread);
+  const std::string label = "flow '" + spec.name + "' " + detail::source_name(spec, index);
+  std::vector<detail::SourceRings::Link> links;
+  for (std::size_t target : relay_children(spec, index, std::nullopt)) {
+    links.push_back({target, index, label + " -> " + detail::target_name(spec, target)});
+  }
+  return detail::SourceRings(node, worker, std::move(spec), label, links);
+}
+
+}  // namespace
+
+ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
+                                 int thread, ReplicateSourceOptions options)
+    : rings_(open_source(node, worker, open_replicate_spec(node, name, options.expected_schema), thread)),
+      tuple_bytes_(rings_.spec().schema.tuple_bytes()),
+      latency_(rings_.spec().options.mode == Mode::latency),
+      ordered_(rings_.spec().options.ordered),
+      on_sequence_(std::move(options.on_sequence)) {
+  const FlowSpec& spec = rings_.spec();
+  const std::size_t payload = spec.layout().payload_capacity();
+  capacity_ = (payload - kReplicateHeaderBytes) / tuple_bytes_ * tuple_bytes_;
+  if (latency_) capacity_ = tuple_bytes_;
+  limit_ = capacity_;
+  segment_.assign(kReplicateHeaderBytes + capacity_, std::byte{0});
+  done_.assign(rings_.target_count(), 0);
+  dead_.assign(rings_.target_count(), 0);
+  if (ordered_) {
+    sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);
+    std::string record;
+    try {
+      record = node.wait_for(detail::sequencer_record(spec.name));
+    } catch (const Error& e) {
+      throw Error(e.code(), rings_.label() + ": " + sequencer_name_ + " was not published: " + e.what());
+    }
+    sequencer_endpoint_ = node.connect(worker, spec.targets[0].rank);
+    sequencer_ = sequencer_endpoint_.attach(fabric::RegionDescriptor::parse(record));
+  }
+}
+
+ReplicateSource::~ReplicateSource() {
+  if (closed_) return;
+  if (Status s = close(); !s) std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
+}
+
+Status ReplicateSource::width_error(std::size_t bytes) const {
+  return {Errc::invalid_argument, rings_.label() + ": tuple of " + std::to_string(bytes) +
+                                      " B does not match the schema's " + std::to_string(tuple_bytes_) +
+                                      " B {" + rings_.spec().schema.describe() + "}"};
+}
+
+Status ReplicateSource::make_room() {
+  if (closed_) return {Errc::flow_failed, rings_.label() + ": push after close"};
+  return emit();
+}
+
+Status ReplicateSource::take_sequence(std::uint64_t& sequence) {
+  std::uint64_t old = 0;
+  if (Status s = sequencer_endpoint_.fetch_add(sequencer_, detail::kSequencerCounter, 1, &old); !s) {
+    return {s.code(), rings_.label() + ": " + sequencer_name_ + ": " + s.message()};
+  }
+  sequence = old + 1;
+  return {};
+}
+
+// Publishes the current segment on every live link that does not have it yet. A peer failure
+// retires that link (reported once); any other error leaves the segment sealed, so the next call
+// resumes with the links still missing it and nothing is written twice.
+Status ReplicateSource::emit() {
+  if (!sealed_) {
+    if (fill_ == 0) return {};
+    std::uint64_t header = 0;
+    if (ordered_) {
+      if (Status s = take_sequence(header); !s) return s;
+    }
+    std::memcpy(segment_.data(), &header, sizeof header);
+    sealed_ = true;
+    limit_ = 0;
+    std::fill(done_.begin(), done_.end(), 0);
+    if (ordered_ && on_sequence_) on_sequence_(header);
+  }
+  Status first;
+  const std::size_t bytes = kReplicateHeaderBytes + fill_;
+  for (std::size_t i = 0; i < done_.size(); ++i) {
+    if (done_[i] != 0 || dead_[i] != 0) continue;
+    memory::RingWriter& writer = rings_.writer(i);
+    Status s = writer.append(segment_.data(), bytes);
+    if (s) s = writer.flush();
+    if (s) {
+      done_[i] = 1;
+      continue;
+    }
+    if (s.code() != Errc::peer_failed) return s;
+    dead_[i] = 1;
+    ++dead_links_;
+    if (first.is_ok()) first = std::move(s);
+  }
+  sealed_ = false;
+  fill_ = 0;
+  limit_ = capacity_;
+  if (!first.is_ok()) return first;
+  if (dead_links_ == dead_.size() && !dead_.empty()) {
+    return {Errc::flow_failed, rings_.label() + ": every target it writes to has failed"};
+  }
+  return {};
+}
+
+Status ReplicateSource::push_bulk(const void* tuples, std::size_t count) {
+  const auto* p = static_cast<const std::byte*>(tuples);
+  for (std::size_t i = 0; i < count; ++i, p += tuple_bytes_) {
+    if (Status s = push(p, tuple_bytes_); !s) return s;
+  }
+  return {};
+}
+
+Status ReplicateSource::flush() {
+  if (closed_) return {};
+  Status first = emit();
+  if (!first && first.code() != Errc::peer_failed) return first;
+  for (std::size_t i = 0; i < dead_.size(); ++i) {
+    if (dead_[i] != 0) continue;
+    Status s = rings_.wait_visible(i);
+    if (s) continue;
+    if (s.code() != Errc::peer_failed) return {s.code(), rings_.label() + ": " + s.message()};
+    dead_[i] = 1;
+    ++dead_links_;
+    if (first.is_ok()) first = {s.code(), rings_.label() + ": " + s.message()};
+  }
+  return first;
+}
+
+Status ReplicateSource::close() {
+  if (closed_) return {};
+  Status first = emit();
+  if (!first.is_ok() && first.code() != Errc::peer_failed && first.code() != Errc::flow_failed) return first;
+  for (std::size_t i = 0; i < dead_.size(); ++i) {
+    if (dead_[i] != 0) continue;
+    Status s = rings_.writer(i).close();
+    if (s) continue;
+    if (s.code() != Errc::peer_failed) return s;
+    dead_[i] = 1;
+    ++dead_links_;
+    if (first.is_ok()) first = std::move(s);
+  }
+  closed_ = true;
+  limit_ = 0;  // every later push takes the slow path, which refuses it
+  if (ordered_) {
+    sequencer_ = fabric::RemoteMemory();
+    sequencer_endpoint_ = fabric::Endpoint();
+  }
+  return first;
+}
+
+FlowCounters ReplicateSource::counters() const {
+  memory::RingCounters rings = rings_.counters();
+  return {tuples_, rings.bytes, rings.segments, rings.stalls};
+}
+
+}  // namespace dfi::flow
