@@ -25,12 +25,15 @@ Kind kind_of(Type type) {
     case Type::int8:
     case Type::int16:
     case Type::int32:
-    case Type::int64: return Kind::signed_int;
+    case Type::int64:
+      return Kind::signed_int;
     case Type::uint8:
     case Type::uint16:
     case Type::uint32:
-    case Type::uint64: return Kind::unsigned_int;
-    default: return Kind::floating;
+    case Type::uint64:
+      return Kind::unsigned_int;
+    default:
+      return Kind::floating;
   }
 }
 
@@ -47,18 +50,26 @@ void store(std::byte* p, T v) {
 
 std::int64_t load_signed(const std::byte* p, Type type) {
   switch (type) {
-    case Type::int8: return load<std::int8_t>(p);
-    case Type::int16: return load<std::int16_t>(p);
-    case Type::int32: return load<std::int32_t>(p);
-    default: return load<std::int64_t>(p);
+    case Type::int8:
+      return load<std::int8_t>(p);
+    case Type::int16:
+      return load<std::int16_t>(p);
+    case Type::int32:
+      return load<std::int32_t>(p);
+    default:
+      return load<std::int64_t>(p);
   }
 }
 std::uint64_t load_unsigned(const std::byte* p, Type type) {
   switch (type) {
-    case Type::uint8: return load<std::uint8_t>(p);
-    case Type::uint16: return load<std::uint16_t>(p);
-    case Type::uint32: return load<std::uint32_t>(p);
-    default: return load<std::uint64_t>(p);
+    case Type::uint8:
+      return load<std::uint8_t>(p);
+    case Type::uint16:
+      return load<std::uint16_t>(p);
+    case Type::uint32:
+      return load<std::uint32_t>(p);
+    default:
+      return load<std::uint64_t>(p);
   }
 }
 double load_float(const std::byte* p, Type type) {
@@ -68,16 +79,26 @@ double load_float(const std::byte* p, Type type) {
 // Writes a MIN/MAX state back in the column's own type (the value came from that type).
 void store_as(std::byte* p, Type type, const std::byte* state) {
   switch (type) {
-    case Type::int8: return store(p, static_cast<std::int8_t>(load<std::int64_t>(state)));
-    case Type::int16: return store(p, static_cast<std::int16_t>(load<std::int64_t>(state)));
-    case Type::int32: return store(p, static_cast<std::int32_t>(load<std::int64_t>(state)));
-    case Type::int64: return store(p, load<std::int64_t>(state));
-    case Type::uint8: return store(p, static_cast<std::uint8_t>(load<std::uint64_t>(state)));
-    case Type::uint16: return store(p, static_cast<std::uint16_t>(load<std::uint64_t>(state)));
-    case Type::uint32: return store(p, static_cast<std::uint32_t>(load<std::uint64_t>(state)));
-    case Type::uint64: return store(p, load<std::uint64_t>(state));
-    case Type::float32: return store(p, static_cast<float>(load<double>(state)));
-    default: return store(p, load<double>(state));
+    case Type::int8:
+      return store(p, static_cast<std::int8_t>(load<std::int64_t>(state)));
+    case Type::int16:
+      return store(p, static_cast<std::int16_t>(load<std::int64_t>(state)));
+    case Type::int32:
+      return store(p, static_cast<std::int32_t>(load<std::int64_t>(state)));
+    case Type::int64:
+      return store(p, load<std::int64_t>(state));
+    case Type::uint8:
+      return store(p, static_cast<std::uint8_t>(load<std::uint64_t>(state)));
+    case Type::uint16:
+      return store(p, static_cast<std::uint16_t>(load<std::uint64_t>(state)));
+    case Type::uint32:
+      return store(p, static_cast<std::uint32_t>(load<std::uint64_t>(state)));
+    case Type::uint64:
+      return store(p, load<std::uint64_t>(state));
+    case Type::float32:
+      return store(p, static_cast<float>(load<double>(state)));
+    default:
+      return store(p, load<double>(state));
   }
 }
 
@@ -110,8 +131,9 @@ class AggregateTable {
         const std::size_t column = schema.index_of(a.column);
         op.type = schema.column(column).type;
         if (op.type == Type::chars) {
-          throw Error(Errc::invalid_argument, "flow '" + spec.name + "': " + std::string(aggregate_name(a.function)) +
-                                                  "(" + a.column + "): column '" + a.column + "' is not numeric");
+          throw Error(Errc::invalid_argument,
+                      "flow '" + spec.name + "': " + std::string(aggregate_name(a.function)) + "(" +
+                          a.column + "): column '" + a.column + "' is not numeric");
         }
         op.kind = kind_of(op.type);
         op.in_offset = schema.offset(column);
@@ -121,12 +143,20 @@ class AggregateTable {
       Type out_type = Type::float64;
       switch (a.function) {
         case Aggregate::sum:
-          out_type = op.kind == Kind::signed_int ? Type::int64 : op.kind == Kind::unsigned_int ? Type::uint64 : Type::float64;
+          out_type = op.kind == Kind::signed_int     ? Type::int64
+                     : op.kind == Kind::unsigned_int ? Type::uint64
+                                                     : Type::float64;
           break;
-        case Aggregate::count: out_type = Type::uint64; break;
+        case Aggregate::count:
+          out_type = Type::uint64;
+          break;
         case Aggregate::min:
-        case Aggregate::max: out_type = op.type; break;
-        case Aggregate::avg: out_type = Type::float64; break;
+        case Aggregate::max:
+          out_type = op.type;
+          break;
+        case Aggregate::avg:
+          out_type = Type::float64;
+          break;
       }
       out.push_back({result_name(a), out_type, 1});
       ops_.push_back(op);
@@ -135,7 +165,8 @@ class AggregateTable {
     try {
       result_ = Schema(out);
     } catch (const Error& e) {
-      throw Error(Errc::invalid_argument, "flow '" + spec.name + "': result columns clash: " + e.what());
+      throw Error(Errc::invalid_argument,
+                  "flow '" + spec.name + "': result columns clash: " + e.what());
     }
     for (std::size_t i = 0; i < ops_.size(); ++i) ops_[i].out_offset = result_.offset(i + 1);
     wide_key_ = key_bytes_ > 8;
@@ -165,11 +196,16 @@ class AggregateTable {
       std::byte* s = row + op.state_offset;
       const std::byte* in = tuple + op.in_offset;
       switch (op.kind) {
-        case Kind::signed_int: update_int<std::int64_t, Int128>(op.function, s, load_signed(in, op.type), count == 0); break;
-        case Kind::unsigned_int:
-          update_int<std::uint64_t, UInt128>(op.function, s, load_unsigned(in, op.type), count == 0);
+        case Kind::signed_int:
+          update_int<std::int64_t, Int128>(op.function, s, load_signed(in, op.type), count == 0);
           break;
-        case Kind::floating: update_float(op.function, s, load_float(in, op.type), count == 0); break;
+        case Kind::unsigned_int:
+          update_int<std::uint64_t, UInt128>(op.function, s, load_unsigned(in, op.type),
+                                             count == 0);
+          break;
+        case Kind::floating:
+          update_float(op.function, s, load_float(in, op.type), count == 0);
+          break;
       }
     }
   }
@@ -186,9 +222,15 @@ class AggregateTable {
       std::byte* s = row + op.state_offset;
       const std::byte* p = partial + op.state_offset;
       switch (op.kind) {
-        case Kind::signed_int: merge_int<std::int64_t, Int128>(op.function, s, p, count == 0); break;
-        case Kind::unsigned_int: merge_int<std::uint64_t, UInt128>(op.function, s, p, count == 0); break;
-        case Kind::floating: merge_float(op.function, s, p, count == 0); break;
+        case Kind::signed_int:
+          merge_int<std::int64_t, Int128>(op.function, s, p, count == 0);
+          break;
+        case Kind::unsigned_int:
+          merge_int<std::uint64_t, UInt128>(op.function, s, p, count == 0);
+          break;
+        case Kind::floating:
+          merge_float(op.function, s, p, count == 0);
+          break;
       }
     }
   }
@@ -207,12 +249,16 @@ class AggregateTable {
         std::byte* o = t + op.out_offset;
         const std::byte* s = row + op.state_offset;
         switch (op.function) {
-          case Aggregate::count: store(o, count); break;
+          case Aggregate::count:
+            store(o, count);
+            break;
           case Aggregate::sum:
             std::memcpy(o, s, 8);  // u64 bits of the wrapped sum, or the f64 sum
             break;
           case Aggregate::min:
-          case Aggregate::max: store_as(o, op.type, s); break;
+          case Aggregate::max:
+            store_as(o, op.type, s);
+            break;
           case Aggregate::avg:
             if (op.kind == Kind::floating) {
               store(o, load<double>(s) / static_cast<double>(count));
@@ -236,7 +282,8 @@ class AggregateTable {
   };
 
   static long double avg_exact(Kind kind, const std::byte* s, std::uint64_t count) {
-    if (kind == Kind::signed_int) return static_cast<long double>(load<Int128>(s)) / static_cast<long double>(count);
+    if (kind == Kind::signed_int)
+      return static_cast<long double>(load<Int128>(s)) / static_cast<long double>(count);
     return static_cast<long double>(load<UInt128>(s)) / static_cast<long double>(count);
   }
 
@@ -252,35 +299,46 @@ class AggregateTable {
       case Aggregate::max:
         if (first || v > load<T>(s)) store(s, v);
         break;
-      case Aggregate::avg: store(s, static_cast<Wide>(load<Wide>(s) + static_cast<Wide>(v))); break;
-      case Aggregate::count: break;
+      case Aggregate::avg:
+        store(s, static_cast<Wide>(load<Wide>(s) + static_cast<Wide>(v)));
+        break;
+      case Aggregate::count:
+        break;
     }
   }
   template <class T, class Wide>
   static void merge_int(Aggregate function, std::byte* s, const std::byte* p, bool first) {
     switch (function) {
-      case Aggregate::sum: store(s, load<std::uint64_t>(s) + load<std::uint64_t>(p)); break;
+      case Aggregate::sum:
+        store(s, load<std::uint64_t>(s) + load<std::uint64_t>(p));
+        break;
       case Aggregate::min:
         if (first || load<T>(p) < load<T>(s)) std::memcpy(s, p, 8);
         break;
       case Aggregate::max:
         if (first || load<T>(p) > load<T>(s)) std::memcpy(s, p, 8);
         break;
-      case Aggregate::avg: store(s, static_cast<Wide>(load<Wide>(s) + load<Wide>(p))); break;
-      case Aggregate::count: break;
+      case Aggregate::avg:
+        store(s, static_cast<Wide>(load<Wide>(s) + load<Wide>(p)));
+        break;
+      case Aggregate::count:
+        break;
     }
   }
   static void update_float(Aggregate function, std::byte* s, double v, bool first) {
     switch (function) {
       case Aggregate::sum:
-      case Aggregate::avg: store(s, load<double>(s) + v); break;
+      case Aggregate::avg:
+        store(s, load<double>(s) + v);
+        break;
       case Aggregate::min:
         if (first || v < load<double>(s)) store(s, v);
         break;
       case Aggregate::max:
         if (first || v > load<double>(s)) store(s, v);
         break;
-      case Aggregate::count: break;
+      case Aggregate::count:
+        break;
     }
   }
   static void merge_float(Aggregate function, std::byte* s, const std::byte* p, bool first) {
@@ -323,22 +381,26 @@ class AggregateTable {
 
 }  // namespace detail
 
-Schema combiner_result_schema(const FlowSpec& spec) { return detail::AggregateTable(spec).result_schema(); }
-std::size_t combiner_row_bytes(const FlowSpec& spec) { return detail::AggregateTable(spec).row_bytes(); }
+Schema combiner_result_schema(const FlowSpec& spec) {
+  return detail::AggregateTable(spec).result_schema();
+}
+std::size_t combiner_row_bytes(const FlowSpec& spec) {
+  return detail::AggregateTable(spec).row_bytes();
+}
 
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
-                                const std::optional<Schema>& expected_schema) {
+detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std::string_view name,
+                                int thread, const std::optional<Schema>& expected_schema) {
   FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, expected_schema);
   const std::size_t index = detail::source_index(spec, node.rank(), thread);
   return detail::SourceRings(node, worker, std::move(spec), index);
 }
 }  // namespace
 
-CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
-                               CombinerSourceOptions options)
+CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
+                               int thread, CombinerSourceOptions options)
     : rings_(open_source(node, worker, name, thread, options.expected_schema)),
       table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
@@ -347,24 +409,34 @@ CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std:
 
 CombinerSource::~CombinerSource() {
   if (closed_) return;
-  if (Status s = close(); !s) std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
+  if (Status s = close(); !s)
+    std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
 }
 
-std::size_t CombinerSource::memory_bytes() const noexcept { return rings_.memory_bytes() + table_->memory_bytes(); }
+std::size_t CombinerSource::memory_bytes() const noexcept {
+  return rings_.memory_bytes() + table_->memory_bytes();
+}
 
 Status CombinerSource::width_error(std::size_t bytes) const {
   return {Errc::invalid_argument, rings_.label() + ": tuple of " + std::to_string(bytes) +
-                                      " B does not match the schema's " + std::to_string(tuple_bytes_) +
-                                      " B {" + rings_.spec().schema.describe() + "}"};
+                                      " B does not match the schema's " +
+                                      std::to_string(tuple_bytes_) + " B {" +
+                                      rings_.spec().schema.describe() + "}"};
 }
 
 Status CombinerSource::push(const void* tuple, std::size_t bytes) {
-  if (bytes != tuple_bytes_) [[unlikely]] return width_error(bytes);
-  if (closed_) [[unlikely]] return {Errc::flow_failed, rings_.label() + ": push after close"};
+  if (bytes != tuple_bytes_) [[unlikely]] {
+    return width_error(bytes);
+  }
+  if (closed_) [[unlikely]] {
+    return {Errc::flow_failed, rings_.label() + ": push after close"};
+  }
   table_->add(static_cast<const std::byte*>(tuple));
   ++counters_.tuples;
   ++since_ship_;
-  if (table_->size() >= local_groups_ || since_ship_ == ship_tuples_) [[unlikely]] return ship();
+  if (table_->size() >= local_groups_ || since_ship_ == ship_tuples_) [[unlikely]] {
+    return ship();
+  }
   return {};
 }
 
@@ -432,7 +504,8 @@ detail::TargetRings open_target(cluster::Node& node, std::string_view name, int 
 }
 }  // namespace
 
-CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int id, std::optional<Schema> expected_schema)
+CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int id,
+                               std::optional<Schema> expected_schema)
     : rings_(open_target(node, name, id, expected_schema)),
       table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
       result_schema_(table_->result_schema()) {}

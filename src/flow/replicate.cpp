@@ -24,18 +24,21 @@ std::size_t node_of(std::size_t target, std::size_t source, std::size_t targets)
 
 }  // namespace
 
-std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source, std::optional<std::size_t> from) {
+std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source,
+                                        std::optional<std::size_t> from) {
   const std::size_t m = spec.targets.size();
   const std::size_t f = fanout(spec);
   const std::size_t node = from ? node_of(*from, source, m) : 0;
   std::vector<std::size_t> children;
   if (f == 0 || node > (m - 1) / f) return children;  // a leaf (avoids overflow of node * f)
   const std::size_t first = node * f + 1;
-  for (std::size_t k = first; k < first + f && k <= m; ++k) children.push_back(target_at(k, source, m));
+  for (std::size_t k = first; k < first + f && k <= m; ++k)
+    children.push_back(target_at(k, source, m));
   return children;
 }
 
-std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source, std::size_t target) {
+std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source,
+                                        std::size_t target) {
   const std::size_t m = spec.targets.size();
   const std::size_t node = node_of(target, source, m);
   const std::size_t parent = (node - 1) / fanout(spec);

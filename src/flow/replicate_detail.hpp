@@ -9,7 +9,9 @@
 namespace dfi::flow::detail {
 
 // The sequencer of an ordered flow: a small region in target 0's process.
-inline std::string sequencer_record(const std::string& flow) { return "flow/" + flow + "/sequencer"; }
+inline std::string sequencer_record(const std::string& flow) {
+  return "flow/" + flow + "/sequencer";
+}
 inline constexpr std::size_t kSequencerCounter = 0;   // sequence numbers issued so far
 inline constexpr std::size_t kSequencerDeparted = 8;  // other targets done with the sequencer
 inline constexpr std::size_t kSequencerBytes = 64;

@@ -10,11 +10,13 @@
 namespace dfi::flow {
 namespace {
 
-FlowSpec open_replicate_spec(cluster::Node& node, std::string_view name, const std::optional<Schema>& schema) {
+FlowSpec open_replicate_spec(cluster::Node& node, std::string_view name,
+                             const std::optional<Schema>& schema) {
   return detail::open_spec(node, name, FlowType::replicate, schema);
 }
 
-detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, int thread) {
+detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, FlowSpec spec,
+                                int thread) {
   const std::size_t index = detail::source_index(spec, node.rank(), thread);
   const std::string label = "flow '" + spec.name + "' " + detail::source_name(spec, index);
   std::vector<detail::SourceRings::Link> links;
@@ -28,7 +30,8 @@ detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, Flo
 
 ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
                                  int thread, ReplicateSourceOptions options)
-    : rings_(open_source(node, worker, open_replicate_spec(node, name, options.expected_schema), thread)),
+    : rings_(open_source(node, worker, open_replicate_spec(node, name, options.expected_schema),
+                         thread)),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       latency_(rings_.spec().options.mode == Mode::latency),
       ordered_(rings_.spec().options.ordered),
@@ -47,7 +50,8 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
     try {
       record = node.wait_for(detail::sequencer_record(spec.name));
     } catch (const Error& e) {
-      throw Error(e.code(), rings_.label() + ": " + sequencer_name_ + " was not published: " + e.what());
+      throw Error(e.code(),
+                  rings_.label() + ": " + sequencer_name_ + " was not published: " + e.what());
     }
     sequencer_endpoint_ = node.connect(worker, spec.targets[0].rank);
     sequencer_ = sequencer_endpoint_.attach(fabric::RegionDescriptor::parse(record));
@@ -56,13 +60,15 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
 
 ReplicateSource::~ReplicateSource() {
   if (closed_) return;
-  if (Status s = close(); !s) std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
+  if (Status s = close(); !s)
+    std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
 }
 
 Status ReplicateSource::width_error(std::size_t bytes) const {
   return {Errc::invalid_argument, rings_.label() + ": tuple of " + std::to_string(bytes) +
-                                      " B does not match the schema's " + std::to_string(tuple_bytes_) +
-                                      " B {" + rings_.spec().schema.describe() + "}"};
+                                      " B does not match the schema's " +
+                                      std::to_string(tuple_bytes_) + " B {" +
+                                      rings_.spec().schema.describe() + "}"};
 }
 
 Status ReplicateSource::make_room() {
@@ -72,7 +78,8 @@ Status ReplicateSource::make_room() {
 
 Status ReplicateSource::take_sequence(std::uint64_t& sequence) {
   std::uint64_t old = 0;
-  if (Status s = sequencer_endpoint_.fetch_add(sequencer_, detail::kSequencerCounter, 1, &old); !s) {
+  if (Status s = sequencer_endpoint_.fetch_add(sequencer_, detail::kSequencerCounter, 1, &old);
+      !s) {
     return {s.code(), rings_.label() + ": " + sequencer_name_ + ": " + s.message()};
   }
   sequence = old + 1;
@@ -148,7 +155,8 @@ Status ReplicateSource::flush() {
 Status ReplicateSource::close() {
   if (closed_) return {};
   Status first = emit();
-  if (!first.is_ok() && first.code() != Errc::peer_failed && first.code() != Errc::flow_failed) return first;
+  if (!first.is_ok() && first.code() != Errc::peer_failed && first.code() != Errc::flow_failed)
+    return first;
   for (std::size_t i = 0; i < dead_.size(); ++i) {
     if (dead_[i] != 0) continue;
     Status s = rings_.writer(i).close();

@@ -40,16 +40,16 @@ struct ReplicateTarget::State {
     Head head = Head::none;
     memory::SegmentView view;
     std::uint64_t header = 0;
-    bool handed_out = false;         // the application holds the head
-    bool done_with = false;          // given back, or never to be handed out
-    bool forwarding = false;         // some child still lacks the head
-    std::vector<std::size_t> links;  // indices into `children` feeding this ring's subtree
-    std::vector<std::uint8_t> steps; // per link: forwarding steps done for the head
+    bool handed_out = false;          // the application holds the head
+    bool done_with = false;           // given back, or never to be handed out
+    bool forwarding = false;          // some child still lacks the head
+    std::vector<std::size_t> links;   // indices into `children` feeding this ring's subtree
+    std::vector<std::uint8_t> steps;  // per link: forwarding steps done for the head
     bool ended = false;
     int writer_rank = 0;
-    std::string writer_name;         // who writes this ring
-    std::string writer_failure;      // non-empty once the writer's rank is dead
-    std::uint64_t failed_rank = 0;   // Head::abort: the rank named in the marker we send down
+    std::string writer_name;        // who writes this ring
+    std::string writer_failure;     // non-empty once the writer's rank is dead
+    std::uint64_t failed_rank = 0;  // Head::abort: the rank named in the marker we send down
   };
 
   State(cluster::Node& n, std::string_view name, int id, ReplicateTargetOptions options);
@@ -110,8 +110,8 @@ struct ReplicateTarget::State {
   fabric::RemoteMemory sequencer;
   bool departed = false;
   bool counter_failed = false;
-  std::uint64_t expected = 1;   // next sequence number to hand out
-  std::uint64_t issued = 0;     // highest number known to be taken by a source
+  std::uint64_t expected = 1;  // next sequence number to hand out
+  std::uint64_t issued = 0;    // highest number known to be taken by a source
   bool gap_timing = false;
   Clock::time_point gap_since;
   std::uint64_t gap_evidence = 0;  // `issued` when the gap timer started
@@ -120,7 +120,8 @@ struct ReplicateTarget::State {
   bool final_checked = false;
 };
 
-ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id, ReplicateTargetOptions options)
+ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id,
+                              ReplicateTargetOptions options)
     : node(n),
       rings(open_target(n, name, id, options.expected_schema)),
       spec(rings.spec()),
@@ -137,17 +138,20 @@ ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id, R
     const std::optional<std::size_t> parent = relay_parent(spec, s, index);
     if (parent) {
       ring[s].writer_rank = spec.targets[*parent].rank;
-      ring[s].writer_name = detail::target_name(spec, *parent) + ", which relays " + detail::source_name(spec, s) + ",";
+      ring[s].writer_name = detail::target_name(spec, *parent) + ", which relays " +
+                            detail::source_name(spec, s) + ",";
     } else {
       ring[s].writer_rank = spec.sources[s].rank;
       ring[s].writer_name = detail::source_name(spec, s);
     }
   }
   seen_epoch = ~node.fabric().failure_epoch();  // differs: the first step looks at every writer
-  counter_poll_interval = std::clamp(gap_timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
+  counter_poll_interval =
+      std::clamp(gap_timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   if (ordered && index == 0) {
     sequencer_region.emplace(node.fabric(), detail::kSequencerBytes);
-    node.registry().publish(detail::sequencer_record(spec.name), sequencer_region->descriptor().serialize());
+    node.registry().publish(detail::sequencer_record(spec.name),
+                            sequencer_region->descriptor().serialize());
   }
 }
 
@@ -192,7 +196,8 @@ Status ReplicateTarget::State::connect_sequencer() {
     sequencer_endpoint = node.connect(own_or_given_worker(), spec.targets[0].rank);
     sequencer = sequencer_endpoint.attach(fabric::RegionDescriptor::parse(record));
   } catch (const Error& e) {
-    return {e.code(), label + ": cannot reach the sequencer at " + detail::target_name(spec, 0) + ": " + e.what()};
+    return {e.code(), label + ": cannot reach the sequencer at " + detail::target_name(spec, 0) +
+                          ": " + e.what()};
   }
   return {};
 }
@@ -206,13 +211,15 @@ Status ReplicateTarget::State::connect() {
     for (std::size_t s = 0; s < ring.size(); ++s) {
       for (std::size_t child : relay_children(spec, s, index)) {
         ring_links[s].push_back(links.size());
-        links.push_back({child, s, label + " relaying " + detail::source_name(spec, s) + " -> " +
-                                       detail::target_name(spec, child)});
+        links.push_back({child, s,
+                         label + " relaying " + detail::source_name(spec, s) + " -> " +
+                             detail::target_name(spec, child)});
       }
     }
     if (!links.empty()) {
       try {
-        children = std::make_unique<detail::SourceRings>(node, own_or_given_worker(), spec, label, links);
+        children =
+            std::make_unique<detail::SourceRings>(node, own_or_given_worker(), spec, label, links);
       } catch (const Error& e) {
         return {e.code(), label + ": " + e.what()};
       }
@@ -256,7 +263,9 @@ void ReplicateTarget::State::end_ring(std::size_t s) {
 // end-of-stream down the subtree so that the targets below do not wait for a writer that is alive.
 void ReplicateTarget::State::ring_failed(std::size_t s) {
   Ring& r = ring[s];
-  pending.push_back({Errc::peer_failed, label + ": " + r.writer_name + " failed before closing the flow: " + r.writer_failure});
+  pending.push_back(
+      {Errc::peer_failed,
+       label + ": " + r.writer_name + " failed before closing the flow: " + r.writer_failure});
   if (r.links.empty()) return end_ring(s);
   r.head = Head::abort;
   r.failed_rank = static_cast<std::uint64_t>(r.writer_rank);
@@ -279,8 +288,8 @@ void ReplicateTarget::State::load_head(std::size_t s, const memory::SegmentView&
   r.head = Head::data;
   if (view.bytes < kReplicateHeaderBytes) {
     r.done_with = true;
-    pending.push_back({Errc::protocol, label + ": a segment of " + std::to_string(view.bytes) + " B from " +
-                                           r.writer_name + " has no header"});
+    pending.push_back({Errc::protocol, label + ": a segment of " + std::to_string(view.bytes) +
+                                           " B from " + r.writer_name + " has no header"});
     return;
   }
   std::memcpy(&r.header, view.data, sizeof r.header);
@@ -288,15 +297,17 @@ void ReplicateTarget::State::load_head(std::size_t s, const memory::SegmentView&
     r.done_with = true;
     std::uint64_t rank = 0;
     if (view.bytes >= 2 * sizeof rank) std::memcpy(&rank, view.data + sizeof rank, sizeof rank);
-    pending.push_back({Errc::peer_failed, label + ": the stream of " + detail::source_name(spec, s) +
-                                              " ended early: rank " + std::to_string(rank) +
+    pending.push_back({Errc::peer_failed, label + ": the stream of " +
+                                              detail::source_name(spec, s) + " ended early: rank " +
+                                              std::to_string(rank) +
                                               " upstream in its relay tree failed"});
     return;
   }
   if ((view.bytes - kReplicateHeaderBytes) % tuple_bytes != 0) {
     r.done_with = true;
-    pending.push_back({Errc::protocol, label + ": a segment of " + std::to_string(view.bytes) + " B from " +
-                                           r.writer_name + " is not a whole number of tuples"});
+    pending.push_back({Errc::protocol, label + ": a segment of " + std::to_string(view.bytes) +
+                                           " B from " + r.writer_name +
+                                           " is not a whole number of tuples"});
     return;
   }
   if (ordered) {
@@ -467,17 +478,22 @@ bool ReplicateTarget::State::deliver_ordered(ReplicateBatch& batch) {
 
 Status ReplicateTarget::State::read_counter(std::uint64_t& value) {
   if (sequencer_region) {
-    value = memory::load_acquire(static_cast<std::byte*>(sequencer_region->data()) + detail::kSequencerCounter);
+    value = memory::load_acquire(static_cast<std::byte*>(sequencer_region->data()) +
+                                 detail::kSequencerCounter);
     return {};
   }
   Status st;
   if (sequencer.mapped() != nullptr) {
     st = sequencer_endpoint.status();
-    if (st) value = memory::load_acquire(static_cast<std::byte*>(sequencer.mapped()) + detail::kSequencerCounter);
+    if (st)
+      value = memory::load_acquire(static_cast<std::byte*>(sequencer.mapped()) +
+                                   detail::kSequencerCounter);
   } else {
     st = sequencer_endpoint.get(&value, sizeof value, sequencer, detail::kSequencerCounter);
   }
-  if (!st) return {st.code(), label + ": reading the sequencer at " + detail::target_name(spec, 0) + ": " + st.message()};
+  if (!st)
+    return {st.code(), label + ": reading the sequencer at " + detail::target_name(spec, 0) + ": " +
+                           st.message()};
   return {};
 }
 
@@ -543,13 +559,15 @@ Status ReplicateTarget::State::step(ReplicateBatch& batch, bool& got) {
 
 std::string ReplicateTarget::State::gap_text(const ReplicateBatch& batch) const {
   return label + ": gap: sequence numbers " + std::to_string(batch.sequence) + ".." +
-         std::to_string(batch.sequence + batch.gap_count - 1) + " are missing (not arrived within " +
-         std::to_string(gap_timeout.count()) + " ms, or never written)";
+         std::to_string(batch.sequence + batch.gap_count - 1) +
+         " are missing (not arrived within " + std::to_string(gap_timeout.count()) +
+         " ms, or never written)";
 }
 
 // ---------------------------------------------------------------------------------------------
 
-ReplicateTarget::ReplicateTarget(cluster::Node& node, std::string_view name, int id, ReplicateTargetOptions options)
+ReplicateTarget::ReplicateTarget(cluster::Node& node, std::string_view name, int id,
+                                 ReplicateTargetOptions options)
     : state_(std::make_unique<State>(node, name, id, std::move(options))) {}
 
 ReplicateTarget::~ReplicateTarget() = default;
@@ -579,15 +597,19 @@ Status ReplicateTarget::consume(ReplicateBatch& batch, std::chrono::milliseconds
   bool got = false;
   if (Status status = st.step(batch, got); !status || got) return status;
   if (timeout.count() == 0) timeout = st.stall;
-  Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
+  Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout)
+                                        : std::chrono::hours(24 * 365));
   for (std::uint64_t round = 1;; ++round) {
     if (st.children) st.worker->progress();
     if (Status status = st.step(batch, got); !status || got) return status;
     if ((round & 63) == 0 && deadline.expired()) {
-      return {Errc::timeout, st.label + ": nothing to consume within " + std::to_string(timeout.count()) + " ms (" +
-                                 std::to_string(st.open_rings) + " of " + std::to_string(st.ring.size()) +
-                                 " source streams still open" +
-                                 (st.ordered ? ", waiting for sequence number " + std::to_string(st.expected) : "") + ")"};
+      return {
+          Errc::timeout,
+          st.label + ": nothing to consume within " + std::to_string(timeout.count()) + " ms (" +
+              std::to_string(st.open_rings) + " of " + std::to_string(st.ring.size()) +
+              " source streams still open" +
+              (st.ordered ? ", waiting for sequence number " + std::to_string(st.expected) : "") +
+              ")"};
     }
     if (round > 4096) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -30,24 +30,29 @@ TEST_P(CombinerCluster, RandomFlowsEqualASingleNodeReference) {
   const std::string seed = property_seed();
   RunOptions options;
   options.timeout = std::chrono::seconds(300);
-  auto run = run_cluster(3, GetParam(), {COMBINER_NODE, "property", seed, property_count()}, options);
+  auto run =
+      run_cluster(3, GetParam(), {COMBINER_NODE, "property", seed, property_count()}, options);
   ASSERT_EQ(run.code, 0) << "seed " << seed << '\n' << run.all();
   EXPECT_TRUE(contains(run.out, "all equal to the reference")) << run.all();
   const auto at = run.out.find("combiner property:");
-  std::cout << "seed " << seed << ": " << (at == std::string::npos ? run.out : run.out.substr(at)) << std::flush;
+  std::cout << "seed " << seed << ": " << (at == std::string::npos ? run.out : run.out.substr(at))
+            << std::flush;
 }
 
 TEST_P(CombinerCluster, SumWrapsAvgIsExactMinMaxKeepExtremes) {
   auto run = run_cluster(3, GetParam(), {COMBINER_NODE, "overflow"});
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "wrapping sums, exact averages and extremes as documented")) << run.all();
-  EXPECT_TRUE(contains(run.out, "sum(v) of 3 x INT64_MAX = 9223372036854775805 (wrapped)")) << run.all();
+  EXPECT_TRUE(contains(run.out, "wrapping sums, exact averages and extremes as documented"))
+      << run.all();
+  EXPECT_TRUE(contains(run.out, "sum(v) of 3 x INT64_MAX = 9223372036854775805 (wrapped)"))
+      << run.all();
 }
 
 TEST_P(CombinerCluster, StreamingReadSeesFlushedPartials) {
   auto run = run_cluster(2, GetParam(), {COMBINER_NODE, "partial"});
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "after phase 2 the streaming read counts 2000 tuples in 10 groups")) << run.all();
+  EXPECT_TRUE(contains(run.out, "after phase 2 the streaming read counts 2000 tuples in 10 groups"))
+      << run.all();
   EXPECT_TRUE(contains(run.out, "final results have 10 groups")) << run.all();
 }
 
@@ -56,10 +61,11 @@ TEST_P(CombinerCluster, UserErrorsAreReportedClearly) {
   options.env = {{"DFI_REGISTRY_TIMEOUT_MS", "3000"}};
   auto run = run_cluster(2, GetParam(), {COMBINER_NODE, "errors"}, options);
   ASSERT_EQ(run.code, 0) << run.all();
-  for (const char* error : {"no aggregates", "unknown column", "non-numeric column", "two targets", "latency mode",
-                            "duplicate aggregate", "no key column", "result names clash", "unknown aggregate function",
-                            "sum without a column", "wrong flow type", "unknown flow", "source not in the flow",
-                            "wrong tuple width", "push after close"}) {
+  for (const char* error :
+       {"no aggregates", "unknown column", "non-numeric column", "two targets", "latency mode",
+        "duplicate aggregate", "no key column", "result names clash", "unknown aggregate function",
+        "sum without a column", "wrong flow type", "unknown flow", "source not in the flow",
+        "wrong tuple width", "push after close"}) {
     EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();
   }
 }
@@ -67,7 +73,9 @@ TEST_P(CombinerCluster, UserErrorsAreReportedClearly) {
 TEST_P(CombinerCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   auto run = run_cluster(3, GetParam(), {COMBINER_NODE, "kill-source"});
   EXPECT_NE(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "[rank 0] target saw: flow 'comb-victim' target (rank 0, id 0): source (rank 1, thread 0) failed before closing"))
+  EXPECT_TRUE(contains(run.out,
+                       "[rank 0] target saw: flow 'comb-victim' target (rank 0, id 0): source "
+                       "(rank 1, thread 0) failed before closing"))
       << run.all();
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }

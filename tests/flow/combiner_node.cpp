@@ -77,8 +77,9 @@ struct Config {
 };
 
 const std::vector<Type> kKeyTypes{Type::int32, Type::int64, Type::uint16, Type::chars};
-const std::vector<Type> kValueTypes{Type::int8, Type::int16, Type::int32, Type::int64, Type::uint8,
-                                    Type::uint32, Type::uint64, Type::float32, Type::float64};
+const std::vector<Type> kValueTypes{Type::int8,   Type::int16,   Type::int32,
+                                    Type::int64,  Type::uint8,   Type::uint32,
+                                    Type::uint64, Type::float32, Type::float64};
 
 std::string value_name(int v) {
   std::string name = std::to_string(v);
@@ -96,7 +97,8 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   spec.name = c.name;
   spec.type = FlowType::combiner;
   const int sources = static_cast<int>(pick(1, 4));
-  for (int s = 0; s < sources; ++s) spec.sources.push_back({static_cast<int>(pick(0, ranks - 1)), s});
+  for (int s = 0; s < sources; ++s)
+    spec.sources.push_back({static_cast<int>(pick(0, ranks - 1)), s});
   spec.targets.push_back({static_cast<int>(pick(0, ranks - 1)), 0});
   std::vector<Column> columns;
   const Type key_type = kKeyTypes[pick(0, kKeyTypes.size() - 1)];
@@ -105,14 +107,17 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   const int key_at = static_cast<int>(pick(0, values));
   for (int i = 0, v = 0; i <= values; ++i) {
     if (i == key_at) {
-      columns.push_back({"k", key_type, key_type == Type::chars ? static_cast<std::uint32_t>(pick(9, 14)) : 1u});
+      columns.push_back(
+          {"k", key_type, key_type == Type::chars ? static_cast<std::uint32_t>(pick(9, 14)) : 1u});
     } else {
       columns.push_back({value_name(v++), kValueTypes[pick(0, kValueTypes.size() - 1)], 1});
     }
   }
   spec.schema = Schema(columns);
-  spec.key_column = std::string("k");  // (a temporary: GCC 12 warns falsely on assigning "k", -Wrestrict)
-  const Aggregate all[] = {Aggregate::sum, Aggregate::count, Aggregate::min, Aggregate::max, Aggregate::avg};
+  spec.key_column =
+      std::string("k");  // (a temporary: GCC 12 warns falsely on assigning "k", -Wrestrict)
+  const Aggregate all[] = {Aggregate::sum, Aggregate::count, Aggregate::min, Aggregate::max,
+                           Aggregate::avg};
   for (int v = 0; v < values; ++v) {
     for (Aggregate a : all) {
       if (a == Aggregate::count || pick(0, 2) == 0) continue;
@@ -123,7 +128,8 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   std::shuffle(spec.aggregates.begin(), spec.aggregates.end(), rng);
   spec.options.segments = static_cast<std::uint32_t>(pick(2, 16));
   const std::size_t row = combiner_row_bytes(spec);
-  spec.options.segment_bytes = static_cast<std::uint32_t>(8 * pick((row + 16 + 7) / 8, std::max<std::uint64_t>((row + 16 + 7) / 8, 1024)));
+  spec.options.segment_bytes = static_cast<std::uint32_t>(
+      8 * pick((row + 16 + 7) / 8, std::max<std::uint64_t>((row + 16 + 7) / 8, 1024)));
   spec.options.direct_write = pick(0, 3) != 0;
   spec.options.stall_timeout = std::chrono::seconds(60);
   c.groups = pick(0, 3) == 0 ? pick(1, 5) : pick(1, 2000);
@@ -147,9 +153,21 @@ void make_tuple(const Config& c, std::size_t s, std::uint64_t i, std::vector<std
       // Sparse keys: only every third key of the domain occurs, so most keys have no group.
       const std::uint64_t k = (rng() % c.groups) * 3;
       switch (column.type) {
-        case Type::int32: { const std::int32_t v = static_cast<std::int32_t>(k) - 3000; std::memcpy(p, &v, 4); break; }
-        case Type::int64: { const std::int64_t v = static_cast<std::int64_t>(k * 0x100000001ull) - 123456789; std::memcpy(p, &v, 8); break; }
-        case Type::uint16: { const std::uint16_t v = static_cast<std::uint16_t>(k); std::memcpy(p, &v, 2); break; }
+        case Type::int32: {
+          const std::int32_t v = static_cast<std::int32_t>(k) - 3000;
+          std::memcpy(p, &v, 4);
+          break;
+        }
+        case Type::int64: {
+          const std::int64_t v = static_cast<std::int64_t>(k * 0x100000001ull) - 123456789;
+          std::memcpy(p, &v, 8);
+          break;
+        }
+        case Type::uint16: {
+          const std::uint16_t v = static_cast<std::uint16_t>(k);
+          std::memcpy(p, &v, 2);
+          break;
+        }
         default: {
           const std::string text = "key-" + std::to_string(k);
           std::memcpy(p, text.data(), std::min<std::size_t>(text.size(), column.length));
@@ -161,15 +179,51 @@ void make_tuple(const Config& c, std::size_t s, std::uint64_t i, std::vector<std
     const bool wide = c.value_style == 1 || (c.value_style == 2 && (r & 0x10) != 0);
     const std::int64_t small = static_cast<std::int64_t>(r % 2001) - 1000;  // negatives included
     switch (column.type) {
-      case Type::int8: { const std::int8_t v = static_cast<std::int8_t>(wide ? r : small % 128); std::memcpy(p, &v, 1); break; }
-      case Type::int16: { const std::int16_t v = static_cast<std::int16_t>(wide ? r : small); std::memcpy(p, &v, 2); break; }
-      case Type::int32: { const std::int32_t v = static_cast<std::int32_t>(wide ? r : small); std::memcpy(p, &v, 4); break; }
-      case Type::int64: { const std::int64_t v = wide ? static_cast<std::int64_t>(r) : small; std::memcpy(p, &v, 8); break; }
-      case Type::uint8: { const std::uint8_t v = static_cast<std::uint8_t>(r); std::memcpy(p, &v, 1); break; }
-      case Type::uint32: { const std::uint32_t v = static_cast<std::uint32_t>(wide ? r : r % 1000); std::memcpy(p, &v, 4); break; }
-      case Type::uint64: { const std::uint64_t v = wide ? r : r % 1000; std::memcpy(p, &v, 8); break; }
-      case Type::float32: { const float v = static_cast<float>(small) / 8.0f; std::memcpy(p, &v, 4); break; }
-      default: { const double v = wide ? static_cast<double>(static_cast<std::int64_t>(r)) / 1e3 : static_cast<double>(small) / 16.0; std::memcpy(p, &v, 8); }
+      case Type::int8: {
+        const std::int8_t v = static_cast<std::int8_t>(wide ? r : small % 128);
+        std::memcpy(p, &v, 1);
+        break;
+      }
+      case Type::int16: {
+        const std::int16_t v = static_cast<std::int16_t>(wide ? r : small);
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case Type::int32: {
+        const std::int32_t v = static_cast<std::int32_t>(wide ? r : small);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case Type::int64: {
+        const std::int64_t v = wide ? static_cast<std::int64_t>(r) : small;
+        std::memcpy(p, &v, 8);
+        break;
+      }
+      case Type::uint8: {
+        const std::uint8_t v = static_cast<std::uint8_t>(r);
+        std::memcpy(p, &v, 1);
+        break;
+      }
+      case Type::uint32: {
+        const std::uint32_t v = static_cast<std::uint32_t>(wide ? r : r % 1000);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case Type::uint64: {
+        const std::uint64_t v = wide ? r : r % 1000;
+        std::memcpy(p, &v, 8);
+        break;
+      }
+      case Type::float32: {
+        const float v = static_cast<float>(small) / 8.0f;
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      default: {
+        const double v = wide ? static_cast<double>(static_cast<std::int64_t>(r)) / 1e3
+                              : static_cast<double>(small) / 16.0;
+        std::memcpy(p, &v, 8);
+      }
     }
   }
 }
@@ -186,31 +240,78 @@ struct RefAgg {
 
 int kind(Type t) {  // 0 signed, 1 unsigned, 2 float
   switch (t) {
-    case Type::int8: case Type::int16: case Type::int32: case Type::int64: return 0;
-    case Type::uint8: case Type::uint16: case Type::uint32: case Type::uint64: return 1;
-    default: return 2;
+    case Type::int8:
+    case Type::int16:
+    case Type::int32:
+    case Type::int64:
+      return 0;
+    case Type::uint8:
+    case Type::uint16:
+    case Type::uint32:
+    case Type::uint64:
+      return 1;
+    default:
+      return 2;
   }
 }
 
 std::int64_t read_signed(const std::byte* p, Type t) {
   switch (t) {
-    case Type::int8: { std::int8_t v; std::memcpy(&v, p, 1); return v; }
-    case Type::int16: { std::int16_t v; std::memcpy(&v, p, 2); return v; }
-    case Type::int32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
-    default: { std::int64_t v; std::memcpy(&v, p, 8); return v; }
+    case Type::int8: {
+      std::int8_t v;
+      std::memcpy(&v, p, 1);
+      return v;
+    }
+    case Type::int16: {
+      std::int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case Type::int32: {
+      std::int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      std::int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 std::uint64_t read_unsigned(const std::byte* p, Type t) {
   switch (t) {
-    case Type::uint8: { std::uint8_t v; std::memcpy(&v, p, 1); return v; }
-    case Type::uint16: { std::uint16_t v; std::memcpy(&v, p, 2); return v; }
-    case Type::uint32: { std::uint32_t v; std::memcpy(&v, p, 4); return v; }
-    default: { std::uint64_t v; std::memcpy(&v, p, 8); return v; }
+    case Type::uint8: {
+      std::uint8_t v;
+      std::memcpy(&v, p, 1);
+      return v;
+    }
+    case Type::uint16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case Type::uint32: {
+      std::uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      std::uint64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 long double read_float(const std::byte* p, Type t) {
-  if (t == Type::float32) { float v; std::memcpy(&v, p, 4); return v; }
-  double v; std::memcpy(&v, p, 8); return v;
+  if (t == Type::float32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  double v;
+  std::memcpy(&v, p, 8);
+  return v;
 }
 
 std::map<std::string, RefAgg> reference(const Config& c) {
@@ -222,12 +323,19 @@ std::map<std::string, RefAgg> reference(const Config& c) {
   for (std::size_t s = 0; s < c.tuples.size(); ++s) {
     for (std::uint64_t i = 0; i < c.tuples[s]; ++i) {
       make_tuple(c, s, i, t);
-      std::string k(reinterpret_cast<const char*>(t.data() + schema.offset(key)), schema.column_bytes(key));
+      std::string k(reinterpret_cast<const char*>(t.data() + schema.offset(key)),
+                    schema.column_bytes(key));
       RefAgg& g = groups[k];
       if (g.count == 0) {
-        g.fsum.assign(cols, 0); g.fmin.assign(cols, 0); g.fmax.assign(cols, 0);
-        g.isum.assign(cols, 0); g.usum.assign(cols, 0);
-        g.imin.assign(cols, 0); g.imax.assign(cols, 0); g.umin.assign(cols, 0); g.umax.assign(cols, 0);
+        g.fsum.assign(cols, 0);
+        g.fmin.assign(cols, 0);
+        g.fmax.assign(cols, 0);
+        g.isum.assign(cols, 0);
+        g.usum.assign(cols, 0);
+        g.imin.assign(cols, 0);
+        g.imax.assign(cols, 0);
+        g.umin.assign(cols, 0);
+        g.umax.assign(cols, 0);
       }
       for (std::size_t col = 0; col < cols; ++col) {
         if (col == key) continue;
@@ -266,14 +374,16 @@ std::size_t check_results(const Config& c, const std::vector<std::byte>& results
   const std::size_t width = out.tuple_bytes();
   const std::size_t rows = results.size() / width;
   if (rows != want.size()) {
-    fail(c.name + ": " + std::to_string(rows) + " result rows, the reference has " + std::to_string(want.size()) +
-         " groups {" + c.spec.to_json() + "}");
+    fail(c.name + ": " + std::to_string(rows) + " result rows, the reference has " +
+         std::to_string(want.size()) + " groups {" + c.spec.to_json() + "}");
     return 0;
   }
   std::map<std::string, const std::byte*> got;
   for (std::size_t r = 0; r < rows; ++r) {
     const std::byte* row = results.data() + r * width;
-    if (!got.emplace(std::string(reinterpret_cast<const char*>(row + out.offset(0)), key_bytes), row).second) {
+    if (!got.emplace(std::string(reinterpret_cast<const char*>(row + out.offset(0)), key_bytes),
+                     row)
+             .second) {
       fail(c.name + ": a key appears twice in the results");
     }
   }
@@ -286,7 +396,8 @@ std::size_t check_results(const Config& c, const std::vector<std::byte>& results
     for (std::size_t a = 0; a < c.spec.aggregates.size(); ++a) {
       const AggregateSpec& spec = c.spec.aggregates[a];
       const std::byte* p = it->second + out.offset(a + 1);
-      const std::string what = c.name + ": " + std::string(aggregate_name(spec.function)) + "(" + spec.column + ")";
+      const std::string what =
+          c.name + ": " + std::string(aggregate_name(spec.function)) + "(" + spec.column + ")";
       if (spec.function == Aggregate::count) {
         if (read_unsigned(p, Type::uint64) != g.count) fail(what + ": wrong count");
         continue;
@@ -296,35 +407,50 @@ std::size_t check_results(const Config& c, const std::vector<std::byte>& results
       const int kd = kind(type);
       switch (spec.function) {
         case Aggregate::sum:
-          if (kd == 0 && read_signed(p, Type::int64) != static_cast<std::int64_t>(static_cast<std::uint64_t>(g.isum[col]))) fail(what + ": wrong sum (wrapped)");
-          if (kd == 1 && read_unsigned(p, Type::uint64) != static_cast<std::uint64_t>(g.usum[col])) fail(what + ": wrong sum (wrapped)");
+          if (kd == 0 && read_signed(p, Type::int64) !=
+                             static_cast<std::int64_t>(static_cast<std::uint64_t>(g.isum[col])))
+            fail(what + ": wrong sum (wrapped)");
+          if (kd == 1 && read_unsigned(p, Type::uint64) != static_cast<std::uint64_t>(g.usum[col]))
+            fail(what + ": wrong sum (wrapped)");
           if (kd == 2) {
             const long double v = read_float(p, Type::float64);
-            if (std::fabs(static_cast<double>(v - g.fsum[col])) > 1e-9 * (1 + std::fabs(static_cast<double>(g.fsum[col]))) + 1e-6) fail(what + ": wrong sum");
+            if (std::fabs(static_cast<double>(v - g.fsum[col])) >
+                1e-9 * (1 + std::fabs(static_cast<double>(g.fsum[col]))) + 1e-6)
+              fail(what + ": wrong sum");
           }
           break;
         case Aggregate::min:
         case Aggregate::max: {
           const bool is_min = spec.function == Aggregate::min;
-          if (kd == 0 && read_signed(p, type) != (is_min ? g.imin[col] : g.imax[col])) fail(what + ": wrong value");
-          if (kd == 1 && read_unsigned(p, type) != (is_min ? g.umin[col] : g.umax[col])) fail(what + ": wrong value");
-          if (kd == 2 && read_float(p, type) != (is_min ? g.fmin[col] : g.fmax[col])) fail(what + ": wrong value");
+          if (kd == 0 && read_signed(p, type) != (is_min ? g.imin[col] : g.imax[col]))
+            fail(what + ": wrong value");
+          if (kd == 1 && read_unsigned(p, type) != (is_min ? g.umin[col] : g.umax[col]))
+            fail(what + ": wrong value");
+          if (kd == 2 && read_float(p, type) != (is_min ? g.fmin[col] : g.fmax[col]))
+            fail(what + ": wrong value");
           break;
         }
         case Aggregate::avg: {
           const double v = static_cast<double>(read_float(p, Type::float64));
           double want_avg = 0;
-          if (kd == 0) want_avg = static_cast<double>(static_cast<long double>(g.isum[col]) / static_cast<long double>(g.count));
-          if (kd == 1) want_avg = static_cast<double>(static_cast<long double>(g.usum[col]) / static_cast<long double>(g.count));
+          if (kd == 0)
+            want_avg = static_cast<double>(static_cast<long double>(g.isum[col]) /
+                                           static_cast<long double>(g.count));
+          if (kd == 1)
+            want_avg = static_cast<double>(static_cast<long double>(g.usum[col]) /
+                                           static_cast<long double>(g.count));
           if (kd == 2) {
             want_avg = static_cast<double>(g.fsum[col] / static_cast<long double>(g.count));
-            if (std::fabs(v - want_avg) > 1e-9 * (1 + std::fabs(want_avg)) + 1e-6) fail(what + ": wrong average");
+            if (std::fabs(v - want_avg) > 1e-9 * (1 + std::fabs(want_avg)) + 1e-6)
+              fail(what + ": wrong average");
           } else if (v != want_avg) {
-            fail(what + ": average " + std::to_string(v) + " is not the exact " + std::to_string(want_avg));
+            fail(what + ": average " + std::to_string(v) + " is not the exact " +
+                 std::to_string(want_avg));
           }
           break;
         }
-        case Aggregate::count: break;
+        case Aggregate::count:
+          break;
       }
     }
   }
@@ -341,13 +467,16 @@ void run_source(cluster::Node& node, const Config& c, std::size_t index) {
   std::vector<std::byte> t(c.spec.schema.tuple_bytes());
   for (std::uint64_t i = 0; i < c.tuples[index]; ++i) {
     make_tuple(c, index, i, t);
-    if (Status s = source.push(t.data(), t.size()); !s) return fail(c.name + ": push: " + s.message());
+    if (Status s = source.push(t.data(), t.size()); !s)
+      return fail(c.name + ": push: " + s.message());
   }
   if (Status s = source.close(); !s) fail(c.name + ": close: " + s.message());
-  if (source.counters().tuples != c.tuples[index]) fail(c.name + ": source counted the wrong number of tuples");
+  if (source.counters().tuples != c.tuples[index])
+    fail(c.name + ": source counted the wrong number of tuples");
 }
 
-void run_target(cluster::Node& node, const Config& c, std::size_t& rows, std::uint64_t& partial_reads) {
+void run_target(cluster::Node& node, const Config& c, std::size_t& rows,
+                std::uint64_t& partial_reads) {
   CombinerTarget target(node, c.name, 0, c.spec.schema);
   // Streaming reads while the sources run: counts never shrink and never exceed the total.
   std::uint64_t total = 0, seen = 0;
@@ -360,7 +489,8 @@ void run_target(cluster::Node& node, const Config& c, std::size_t& rows, std::ui
   }();
   TupleBatch batch;
   while (!target.sources_closed()) {
-    if (Status s = target.read_partial(batch); !s) return fail(c.name + ": read_partial: " + s.message());
+    if (Status s = target.read_partial(batch); !s)
+      return fail(c.name + ": read_partial: " + s.message());
     ++partial_reads;
     if (count_at != 0) {
       std::uint64_t sum = 0;
@@ -369,7 +499,9 @@ void run_target(cluster::Node& node, const Config& c, std::size_t& rows, std::ui
         std::memcpy(&n, batch.tuple(r) + target.result_schema().offset(count_at), 8);
         sum += n;
       }
-      if (sum < seen || sum > total) return fail(c.name + ": partial counts went from " + std::to_string(seen) + " to " + std::to_string(sum));
+      if (sum < seen || sum > total)
+        return fail(c.name + ": partial counts went from " + std::to_string(seen) + " to " +
+                    std::to_string(sum));
       seen = sum;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -379,11 +511,14 @@ void run_target(cluster::Node& node, const Config& c, std::size_t& rows, std::ui
     Status s = target.consume(batch, std::chrono::seconds(60));
     if (!s) return fail(c.name + ": consume: " + s.message());
     if (batch.empty()) break;
-    if (batch.tuple_bytes != target.result_schema().tuple_bytes()) return fail(c.name + ": wrong result width");
+    if (batch.tuple_bytes != target.result_schema().tuple_bytes())
+      return fail(c.name + ": wrong result width");
     results.insert(results.end(), batch.data, batch.data + batch.count * batch.tuple_bytes);
   }
   if (!target.end()) fail(c.name + ": no end after the last batch");
-  if (target.counters().tuples != total) fail(c.name + ": the merged rows stand for " + std::to_string(target.counters().tuples) + " tuples, not " + std::to_string(total));
+  if (target.counters().tuples != total)
+    fail(c.name + ": the merged rows stand for " + std::to_string(target.counters().tuples) +
+         " tuples, not " + std::to_string(total));
   rows = check_results(c, results);
 }
 
@@ -398,17 +533,27 @@ int property(cluster::Node& node, std::uint64_t seed, int count) {
     std::uint64_t partial_reads = 0;
     if (c.spec.targets[0].rank == node.rank()) {
       threads.emplace_back([&] {
-        try { run_target(node, c, rows, partial_reads); } catch (const std::exception& e) { fail(c.name + ": target: " + e.what()); }
+        try {
+          run_target(node, c, rows, partial_reads);
+        } catch (const std::exception& e) {
+          fail(c.name + ": target: " + e.what());
+        }
       });
     }
     for (std::size_t s = 0; s < c.spec.sources.size(); ++s) {
-      if (c.spec.sources[s].rank == node.rank()) threads.emplace_back([&, s] {
-          try { run_source(node, c, s); } catch (const std::exception& e) { fail(c.name + ": source: " + e.what()); }
+      if (c.spec.sources[s].rank == node.rank())
+        threads.emplace_back([&, s] {
+          try {
+            run_source(node, c, s);
+          } catch (const std::exception& e) {
+            fail(c.name + ": source: " + e.what());
+          }
         });
     }
     for (auto& thread : threads) thread.join();
     if (c.spec.targets[0].rank == node.rank()) {
-      node.registry().publish(c.name + "/rows", std::to_string(rows) + " " + std::to_string(partial_reads));
+      node.registry().publish(c.name + "/rows",
+                              std::to_string(rows) + " " + std::to_string(partial_reads));
     }
     node.barrier("comb/" + c.name);
     if (node.rank() == 0) {
@@ -421,10 +566,14 @@ int property(cluster::Node& node, std::uint64_t seed, int count) {
     }
   }
   if (node.rank() == 0) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("combiner property: %d configurations, %llu tuples, %llu result rows, %llu streaming reads, %s in %.1f s\n",
-                count, static_cast<unsigned long long>(total_tuples), static_cast<unsigned long long>(total_rows),
-                static_cast<unsigned long long>(reads), failures == 0 ? "all equal to the reference" : "FAILURES", seconds);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf(
+        "combiner property: %d configurations, %llu tuples, %llu result rows, %llu streaming "
+        "reads, %s in %.1f s\n",
+        count, static_cast<unsigned long long>(total_tuples),
+        static_cast<unsigned long long>(total_rows), static_cast<unsigned long long>(reads),
+        failures == 0 ? "all equal to the reference" : "FAILURES", seconds);
   }
   node.finish();
   return failures == 0 ? 0 : 1;
@@ -465,7 +614,8 @@ int overflow(cluster::Node& node) {
       width = target.result_schema().tuple_bytes();
       say("result schema: " + target.result_schema().describe());
       TupleBatch batch;
-      while (target.consume(batch) && !batch.empty()) results.insert(results.end(), batch.data, batch.data + batch.count * width);
+      while (target.consume(batch) && !batch.empty())
+        results.insert(results.end(), batch.data, batch.data + batch.count * width);
     });
   }
   {
@@ -498,24 +648,36 @@ int overflow(cluster::Node& node) {
       got[o.key] = o;
     }
     auto wrap = [](std::int64_t a, std::int64_t times) {
-      return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(times));
+      return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) *
+                                       static_cast<std::uint64_t>(times));
     };
     const Out& a = got[1];
     const Out& b = got[2];
     const Out& c = got[3];
-    std::printf("overflow: sum(v) of %lld x INT64_MAX = %lld (wrapped), avg(v) = %.17g; sum(v) of %lld x INT64_MIN = %lld; "
-                "sum(u) of %lld x UINT64_MAX = %llu, avg(u) = %.17g\n",
-                static_cast<long long>(n), static_cast<long long>(a.sum_v), a.avg_v, static_cast<long long>(n),
-                static_cast<long long>(b.sum_v), static_cast<long long>(n), static_cast<unsigned long long>(a.sum_u), a.avg_u);
+    std::printf(
+        "overflow: sum(v) of %lld x INT64_MAX = %lld (wrapped), avg(v) = %.17g; sum(v) of %lld x "
+        "INT64_MIN = %lld; "
+        "sum(u) of %lld x UINT64_MAX = %llu, avg(u) = %.17g\n",
+        static_cast<long long>(n), static_cast<long long>(a.sum_v), a.avg_v,
+        static_cast<long long>(n), static_cast<long long>(b.sum_v), static_cast<long long>(n),
+        static_cast<unsigned long long>(a.sum_u), a.avg_u);
     if (got.size() != 3) fail("expected 3 groups, got " + std::to_string(got.size()));
-    if (a.sum_v != wrap(kMax, n) || b.sum_v != wrap(kMin, n)) fail("sum(v) did not wrap modulo 2^64");
-    if (a.avg_v != static_cast<double>(kMax) || b.avg_v != static_cast<double>(kMin)) fail("avg(v) is not exact");
-    if (a.min_v != kMax || a.max_v != kMax || b.min_v != kMin || b.max_v != kMin) fail("min/max of extremes");
+    if (a.sum_v != wrap(kMax, n) || b.sum_v != wrap(kMin, n))
+      fail("sum(v) did not wrap modulo 2^64");
+    if (a.avg_v != static_cast<double>(kMax) || b.avg_v != static_cast<double>(kMin))
+      fail("avg(v) is not exact");
+    if (a.min_v != kMax || a.max_v != kMax || b.min_v != kMin || b.max_v != kMin)
+      fail("min/max of extremes");
     if (c.sum_v != 0 || c.min_v != -1 || c.max_v != 1 || c.avg_v != 0.0) fail("key 3: -1 and 1");
-    if (a.sum_u != static_cast<std::uint64_t>(0) - static_cast<std::uint64_t>(n) || a.avg_u != static_cast<double>(kUMax)) fail("sum(u)/avg(u) of UINT64_MAX");
-    if (c.sum_u != static_cast<std::uint64_t>(n)) fail("key 3: sum(u) of UINT64_MAX + 2 wraps to 1 per rank");
-    if (a.count != static_cast<std::uint64_t>(n) || c.count != 2 * static_cast<std::uint64_t>(n)) fail("count");
-    if (failures == 0) std::printf("overflow: wrapping sums, exact averages and extremes as documented\n");
+    if (a.sum_u != static_cast<std::uint64_t>(0) - static_cast<std::uint64_t>(n) ||
+        a.avg_u != static_cast<double>(kUMax))
+      fail("sum(u)/avg(u) of UINT64_MAX");
+    if (c.sum_u != static_cast<std::uint64_t>(n))
+      fail("key 3: sum(u) of UINT64_MAX + 2 wraps to 1 per rank");
+    if (a.count != static_cast<std::uint64_t>(n) || c.count != 2 * static_cast<std::uint64_t>(n))
+      fail("count");
+    if (failures == 0)
+      std::printf("overflow: wrapping sums, exact averages and extremes as documented\n");
   }
   node.finish();
   return failures == 0 ? 0 : 1;
@@ -542,7 +704,8 @@ int partial(cluster::Node& node) {
       std::uint64_t count = 0;
       for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
            std::chrono::steady_clock::now() < deadline;) {
-        if (Status s = target.read_partial(batch); !s) return fail("read_partial: " + s.message()), 1;
+        if (Status s = target.read_partial(batch); !s)
+          return fail("read_partial: " + s.message()), 1;
         count = 0;
         for (std::size_t r = 0; r < batch.count; ++r) {
           std::uint64_t n;
@@ -552,9 +715,10 @@ int partial(cluster::Node& node) {
         if (count == static_cast<std::uint64_t>(phase * kPerPhase)) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      say("partial: after phase " + std::to_string(phase) + " the streaming read counts " + std::to_string(count) +
-          " tuples in " + std::to_string(batch.count) + " groups");
-      if (count != static_cast<std::uint64_t>(phase * kPerPhase)) fail("partial read missed flushed tuples");
+      say("partial: after phase " + std::to_string(phase) + " the streaming read counts " +
+          std::to_string(count) + " tuples in " + std::to_string(batch.count) + " groups");
+      if (count != static_cast<std::uint64_t>(phase * kPerPhase))
+        fail("partial read missed flushed tuples");
       if (target.sources_closed() != (phase == kPhases)) {
         // the source closes only after the last phase was read
         if (phase != kPhases) fail("sources_closed() too early");
@@ -607,7 +771,8 @@ int errors(cluster::Node& node) {
   if (node.rank() == 1) {
     CombinerTarget target(node, good.name);
     TupleBatch batch;
-    while (target.consume(batch) && !batch.empty()) {}
+    while (target.consume(batch) && !batch.empty()) {
+    }
     node.finish();
     return failures == 0 ? 0 : 1;
   }
@@ -626,20 +791,23 @@ int errors(cluster::Node& node) {
   };
   expect_error("no aggregates", Errc::invalid_argument, "needs at least one aggregate",
                [&] { return bad_spec("c1", [](FlowSpec& s) { s.aggregates.clear(); }); });
-  expect_error("unknown column", Errc::invalid_argument, "has no column 'price'",
-               [&] { return bad_spec("c2", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(price)"); }); });
+  expect_error("unknown column", Errc::invalid_argument, "has no column 'price'", [&] {
+    return bad_spec("c2", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(price)"); });
+  });
   expect_error("non-numeric column", Errc::invalid_argument, "is not numeric", [&] {
     return bad_spec("c3", [](FlowSpec& s) {
       s.schema = Schema({{"key", Type::int64}, {"name", Type::chars, 8}});
       s.aggregates = parse_aggregates("max(name)");
     });
   });
-  expect_error("two targets", Errc::invalid_argument, "exactly one target (N:1), not 2",
-               [&] { return bad_spec("c4", [](FlowSpec& s) { s.targets = {{0, 0}, {1, 0}}; }); });
+  expect_error("two targets", Errc::invalid_argument, "exactly one target (N:1), not 2", [&] {
+    return bad_spec("c4", [](FlowSpec& s) { s.targets = {{0, 0}, {1, 0}}; });
+  });
   expect_error("latency mode", Errc::invalid_argument, "runs in bandwidth mode",
                [&] { return bad_spec("c5", [](FlowSpec& s) { s.options.mode = Mode::latency; }); });
-  expect_error("duplicate aggregate", Errc::invalid_argument, "sum(v) is listed twice",
-               [&] { return bad_spec("c6", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(v),sum(v)"); }); });
+  expect_error("duplicate aggregate", Errc::invalid_argument, "sum(v) is listed twice", [&] {
+    return bad_spec("c6", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(v),sum(v)"); });
+  });
   expect_error("no key column", Errc::invalid_argument, "needs a key column",
                [&] { return bad_spec("c7", [](FlowSpec& s) { s.key_column.clear(); }); });
   expect_error("result names clash", Errc::invalid_argument, "result columns clash", [&] {
@@ -650,25 +818,39 @@ int errors(cluster::Node& node) {
     });
   });
   expect_error("unknown aggregate function", Errc::invalid_argument, "unknown function 'median'",
-               [&] { parse_aggregates("median(v)"); return Status(); });
-  expect_error("sum without a column", Errc::invalid_argument, "sum(*) needs a value column",
-               [&] { return bad_spec("c9", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(*)"); }); });
-  expect_error("wrong flow type", Errc::invalid_argument, "is a replicate flow, not a combiner flow",
-               [&] { CombinerTarget t(node, "comb-a-replicate"); return Status(); });
-  expect_error("unknown flow", Errc::not_found, "'nope' does not exist", [&] { CombinerTarget t(node, "nope"); return Status(); });
-  expect_error("source not in the flow", Errc::invalid_argument, "has no source (rank 0, thread 4)", [&] {
-    fabric::Worker w(node.fabric(), "w");
-    CombinerSource s(node, w, good.name, 4);
+               [&] {
+                 parse_aggregates("median(v)");
+                 return Status();
+               });
+  expect_error("sum without a column", Errc::invalid_argument, "sum(*) needs a value column", [&] {
+    return bad_spec("c9", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(*)"); });
+  });
+  expect_error("wrong flow type", Errc::invalid_argument,
+               "is a replicate flow, not a combiner flow", [&] {
+                 CombinerTarget t(node, "comb-a-replicate");
+                 return Status();
+               });
+  expect_error("unknown flow", Errc::not_found, "'nope' does not exist", [&] {
+    CombinerTarget t(node, "nope");
     return Status();
   });
+  expect_error("source not in the flow", Errc::invalid_argument, "has no source (rank 0, thread 4)",
+               [&] {
+                 fabric::Worker w(node.fabric(), "w");
+                 CombinerSource s(node, w, good.name, 4);
+                 return Status();
+               });
   fabric::Worker worker(node.fabric(), "errors");
   CombinerSource source(node, worker, good.name, 0);
   std::uint64_t two[2] = {1, 2};
-  expect_error("wrong tuple width", Errc::invalid_argument, "tuple of 16 B does not match the schema's 24 B",
+  expect_error("wrong tuple width", Errc::invalid_argument,
+               "tuple of 16 B does not match the schema's 24 B",
                [&] { return source.push(two, sizeof two); });
   if (Status s = source.push(Row{1, 1, 1}); !s) fail("good push: " + s.message());
   if (Status s = source.close(); !s) fail("close: " + s.message());
-  expect_error("push after close", Errc::flow_failed, "after close", [&] { return source.push(Row{2, 2, 2}); });
+  expect_error("push after close", Errc::flow_failed, "after close", [&] {
+    return source.push(Row{2, 2, 2});
+  });
   node.finish();
   return failures == 0 ? 0 : 1;
 }
@@ -706,7 +888,8 @@ int kill_source(cluster::Node& node) {
   Status s = target.consume(batch, std::chrono::seconds(20));
   if (s.is_ok()) return fail("consume handed out results although a source died"), 1;
   say("target saw: " + s.message());
-  if (s.code() != Errc::peer_failed || s.message().find("rank 1") == std::string::npos) fail("wrong error");
+  if (s.code() != Errc::peer_failed || s.message().find("rank 1") == std::string::npos)
+    fail("wrong error");
   std::_Exit(failures == 0 ? 0 : 1);
 }
 
@@ -722,7 +905,8 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
   const Schema schema({{"key", Type::int64}, {"value", Type::int64}});
   std::vector<Pair> data(1 << 16);
   std::mt19937_64 rng(static_cast<std::uint64_t>(node.rank()) + 1);
-  for (Pair& p : data) p = {static_cast<std::int64_t>(rng() % groups), static_cast<std::int64_t>(rng() % 2001) - 1000};
+  for (Pair& p : data)
+    p = {static_cast<std::int64_t>(rng() % groups), static_cast<std::int64_t>(rng() % 2001) - 1000};
   for (int round = 0; round < repeat; ++round) {
     for (const bool combiner : {true, false}) {
       FlowSpec spec;
@@ -752,7 +936,8 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
                 for (const Pair& p : batch.as<Pair>()) checksum += p.value;
                 result_groups += batch.count;
               }
-              seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+              seconds =
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             } else {
               ShuffleTarget target(node, spec.name, 0);
               node.barrier("bench/" + spec.name);
@@ -765,7 +950,8 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
               }
               for (const auto& [k, v] : sums) checksum += v;
               result_groups = sums.size();
-              seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+              seconds =
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             }
           } catch (const std::exception& e) {
             fail(e.what());
@@ -776,12 +962,15 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
         fabric::Worker worker(node.fabric(), "bench source");
         std::unique_ptr<CombinerSource> comb;
         std::unique_ptr<ShuffleSource> shuf;
-        if (combiner) comb = std::make_unique<CombinerSource>(node, worker, spec.name, 0);
-        else shuf = std::make_unique<ShuffleSource>(node, worker, spec.name, 0);
+        if (combiner)
+          comb = std::make_unique<CombinerSource>(node, worker, spec.name, 0);
+        else
+          shuf = std::make_unique<ShuffleSource>(node, worker, spec.name, 0);
         if (node.rank() != 0) node.barrier("bench/" + spec.name);
         while (!started) std::this_thread::sleep_for(std::chrono::microseconds(50));
         for (std::uint64_t sent = 0; sent < tuples; sent += data.size()) {
-          const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(data.size(), tuples - sent));
+          const std::size_t n =
+              static_cast<std::size_t>(std::min<std::uint64_t>(data.size(), tuples - sent));
           Status s = combiner ? comb->push_bulk(data.data(), n) : shuf->push_bulk(data.data(), n);
           if (!s) return fail("push: " + s.message()), 1;
         }
@@ -791,10 +980,13 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
       if (node.rank() == 0) {
         target_thread.join();
         const double total = static_cast<double>(tuples) * node.size();
-        std::printf("bench %s: %d sources x %llu tuples (16 B, %llu keys) -> 1 target in %.3f s: %.1f M tuples/s (%llu groups, checksum %lld)\n",
-                    combiner ? "combiner SUM      " : "shuffle+target SUM", node.size(),
-                    static_cast<unsigned long long>(tuples), static_cast<unsigned long long>(groups), seconds,
-                    total / seconds / 1e6, static_cast<unsigned long long>(result_groups), static_cast<long long>(checksum));
+        std::printf(
+            "bench %s: %d sources x %llu tuples (16 B, %llu keys) -> 1 target in %.3f s: %.1f M "
+            "tuples/s (%llu groups, checksum %lld)\n",
+            combiner ? "combiner SUM      " : "shuffle+target SUM", node.size(),
+            static_cast<unsigned long long>(tuples), static_cast<unsigned long long>(groups),
+            seconds, total / seconds / 1e6, static_cast<unsigned long long>(result_groups),
+            static_cast<long long>(checksum));
         std::fflush(stdout);
       }
       node.barrier("bench/done/" + spec.name);
@@ -808,18 +1000,23 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: combiner_node property SEED COUNT | overflow | partial | errors | kill-source | bench TUPLES GROUPS [REPEAT]\n");
+    std::fprintf(stderr,
+                 "usage: combiner_node property SEED COUNT | overflow | partial | errors | "
+                 "kill-source | bench TUPLES GROUPS [REPEAT]\n");
     return 2;
   }
   try {
     cluster::Node node;
     const std::string scenario = argv[1];
-    if (scenario == "property" && argc == 4) return property(node, std::stoull(argv[2]), std::stoi(argv[3]));
+    if (scenario == "property" && argc == 4)
+      return property(node, std::stoull(argv[2]), std::stoi(argv[3]));
     if (scenario == "overflow") return overflow(node);
     if (scenario == "partial") return partial(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-source") return kill_source(node);
-    if (scenario == "bench" && argc >= 4) return bench(node, std::stoull(argv[2]), std::stoull(argv[3]), argc > 4 ? std::stoi(argv[4]) : 1);
+    if (scenario == "bench" && argc >= 4)
+      return bench(node, std::stoull(argv[2]), std::stoull(argv[3]),
+                   argc > 4 ? std::stoi(argv[4]) : 1);
     fail("unknown scenario " + scenario);
   } catch (const std::exception& e) {
     fail(e.what());

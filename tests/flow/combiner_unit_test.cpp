@@ -13,7 +13,8 @@ FlowSpec combiner(const std::string& aggregates) {
   spec.type = FlowType::combiner;
   spec.sources = {{0, 0}, {1, 0}};
   spec.targets = {{0, 0}};
-  spec.schema = Schema({{"key", Type::int32}, {"a", Type::int16}, {"b", Type::uint64}, {"c", Type::float32}});
+  spec.schema =
+      Schema({{"key", Type::int32}, {"a", Type::int16}, {"b", Type::uint64}, {"c", Type::float32}});
   spec.key_column = "key";
   spec.aggregates = parse_aggregates(aggregates);
   return spec;
@@ -35,7 +36,8 @@ TEST(CombinerSpec, ResultSchemaHasDocumentedTypes) {
   const FlowSpec spec = combiner("sum(a),sum(b),sum(c),count(*),min(a),max(c),avg(a),avg(c)");
   spec.validate(2);
   EXPECT_EQ(combiner_result_schema(spec).describe(),
-            "key:int32,sum_a:int64,sum_b:uint64,sum_c:double,count:uint64,min_a:int16,max_c:float,avg_a:double,avg_c:double");
+            "key:int32,sum_a:int64,sum_b:uint64,sum_c:double,count:uint64,min_a:int16,max_c:float,"
+            "avg_a:double,avg_c:double");
 }
 
 TEST(CombinerSpec, PartialRowsCarryKeyCountAndStates) {
@@ -61,7 +63,9 @@ TEST(CombinerSpec, ValidationNamesTheProblem) {
   };
   FlowSpec spec = combiner("sum(a)");
   spec.options.segment_bytes = 16 + 16;  // a 24 B partial row does not fit 16 B
-  EXPECT_NE(message(spec).find("partial-aggregate row of 24 B does not fit a segment payload of 16 B"), std::string::npos);
+  EXPECT_NE(
+      message(spec).find("partial-aggregate row of 24 B does not fit a segment payload of 16 B"),
+      std::string::npos);
   spec = combiner("avg(zz)");
   EXPECT_NE(message(spec).find("has no column 'zz'"), std::string::npos);
   spec = combiner("min(*)");

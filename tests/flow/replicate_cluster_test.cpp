@@ -32,16 +32,22 @@ class ReplicateCluster : public ::testing::TestWithParam<std::string> {
     const std::string seed = property_seed();
     RunOptions options;
     options.timeout = std::chrono::seconds(300);
-    auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "property", mode, seed, property_count()}, options);
+    auto run = run_cluster(3, GetParam(),
+                           {REPLICATE_NODE, "property", mode, seed, property_count()}, options);
     ASSERT_EQ(run.code, 0) << "seed " << seed << '\n' << run.all();
     EXPECT_TRUE(contains(run.out, verdict)) << run.all();
     const auto at = run.out.find("property ");
-    std::cout << "seed " << seed << ": " << (at == std::string::npos ? run.out : run.out.substr(at)) << std::flush;
+    std::cout << "seed " << seed << ": " << (at == std::string::npos ? run.out : run.out.substr(at))
+              << std::flush;
   }
 };
 
-TEST_P(ReplicateCluster, NaiveDeliversEveryTupleToEveryTargetOnce) { random_flows("naive", "all exactly once"); }
-TEST_P(ReplicateCluster, RelayDeliversEveryTupleToEveryTargetOnce) { random_flows("relay", "all exactly once"); }
+TEST_P(ReplicateCluster, NaiveDeliversEveryTupleToEveryTargetOnce) {
+  random_flows("naive", "all exactly once");
+}
+TEST_P(ReplicateCluster, RelayDeliversEveryTupleToEveryTargetOnce) {
+  random_flows("relay", "all exactly once");
+}
 TEST_P(ReplicateCluster, OrderedTargetsConsumeIdenticalSequences) {
   random_flows("ordered", "all exactly once, identical order");
 }
@@ -54,12 +60,15 @@ TEST_P(ReplicateCluster, SourceKilledHoldingASequenceNumberLeavesAReportedGap) {
     auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "gap-kill", replication});
     EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed: the launcher says so
     EXPECT_TRUE(std::regex_search(run.err, std::regex(R"(rank 1 .*signal 9)"))) << run.all();
-    EXPECT_TRUE(contains(run.out, std::string("gap-kill-") + replication + ": 3 targets with identical sequences, 1 gap each"))
+    EXPECT_TRUE(contains(run.out, std::string("gap-kill-") + replication +
+                                      ": 3 targets with identical sequences, 1 gap each"))
         << run.all();
     EXPECT_TRUE(contains(run.out, "gap event: sequence")) << run.all();
-    EXPECT_TRUE(contains(run.out, "source (rank 1, thread 0) failed before closing the flow")) << run.all();
+    EXPECT_TRUE(contains(run.out, "source (rank 1, thread 0) failed before closing the flow"))
+        << run.all();
     EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
-    EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [02] exited with status)"))) << run.all();
+    EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [02] exited with status)")))
+        << run.all();
   }
 }
 
@@ -67,8 +76,9 @@ TEST_P(ReplicateCluster, SegmentDelayedPastTheTimeoutIsAGapThenDropped) {
   for (const char* replication : {"naive", "relay"}) {
     auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "gap-delay", replication});
     ASSERT_EQ(run.code, 0) << run.all();
-    EXPECT_TRUE(contains(run.out, std::string("gap-delay-") + replication +
-                                      ": 3 targets with identical sequences, 1 gap each, late segment dropped"))
+    EXPECT_TRUE(contains(
+        run.out, std::string("gap-delay-") + replication +
+                     ": 3 targets with identical sequences, 1 gap each, late segment dropped"))
         << run.all();
   }
 }
@@ -76,7 +86,9 @@ TEST_P(ReplicateCluster, SegmentDelayedPastTheTimeoutIsAGapThenDropped) {
 TEST_P(ReplicateCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "kill-source"});
   EXPECT_NE(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "[rank 0] target saw: flow 'rep-victim-source' target (rank 0, id 0): source (rank 1, thread 0) failed before closing"))
+  EXPECT_TRUE(contains(run.out,
+                       "[rank 0] target saw: flow 'rep-victim-source' target (rank 0, id 0): "
+                       "source (rank 1, thread 0) failed before closing"))
       << run.all();
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }
@@ -84,14 +96,21 @@ TEST_P(ReplicateCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
 TEST_P(ReplicateCluster, DeadRelayIsReportedBelowItAndToTheSource) {
   auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "kill-relay"});
   EXPECT_NE(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "[rank 2] target 1 saw: flow 'rep-victim-relay' target (rank 2, id 0): target (rank 1, id 0), which relays source (rank 0, thread 0), failed"))
+  EXPECT_TRUE(contains(run.out,
+                       "[rank 2] target 1 saw: flow 'rep-victim-relay' target (rank 2, id 0): "
+                       "target (rank 1, id 0), which relays source (rank 0, thread 0), failed"))
       << run.all();
-  EXPECT_TRUE(contains(run.out, "[rank 0] target 2 saw: flow 'rep-victim-relay' target (rank 0, id 1): the stream of source (rank 0, thread 0) ended early: rank 1"))
+  EXPECT_TRUE(contains(run.out,
+                       "[rank 0] target 2 saw: flow 'rep-victim-relay' target (rank 0, id 1): the "
+                       "stream of source (rank 0, thread 0) ended early: rank 1"))
       << run.all();
-  EXPECT_TRUE(contains(run.out, "[rank 0] source saw: flow 'rep-victim-relay' source (rank 0, thread 0) -> target (rank 1, id 0)"))
+  EXPECT_TRUE(contains(run.out,
+                       "[rank 0] source saw: flow 'rep-victim-relay' source (rank 0, thread 0) -> "
+                       "target (rank 1, id 0)"))
       << run.all();
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
-  EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [02] exited with status)"))) << run.all();
+  EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [02] exited with status)")))
+      << run.all();
 }
 
 TEST_P(ReplicateCluster, UserErrorsAreReportedClearly) {
@@ -99,9 +118,10 @@ TEST_P(ReplicateCluster, UserErrorsAreReportedClearly) {
   options.env = {{"DFI_REGISTRY_TIMEOUT_MS", "3000"}};  // "unknown flow" waits this long
   auto run = run_cluster(2, GetParam(), {REPLICATE_NODE, "errors"}, options);
   ASSERT_EQ(run.code, 0) << run.all();
-  for (const char* error : {"duplicate flow", "unknown flow", "wrong flow type", "schema mismatch", "target not in the flow",
-                            "source not in the flow", "tuple larger than a segment", "fan-out 0",
-                            "ordered without gap timeout", "wrong tuple width", "push after close"}) {
+  for (const char* error :
+       {"duplicate flow", "unknown flow", "wrong flow type", "schema mismatch",
+        "target not in the flow", "source not in the flow", "tuple larger than a segment",
+        "fan-out 0", "ordered without gap timeout", "wrong tuple width", "push after close"}) {
     EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();
   }
 }

@@ -64,7 +64,8 @@ bool tcp() { return config::get_string("transport") == "tcp"; }
 // the tests about DFI's failure handling, not about that UCX bug.
 [[noreturn]] void die_quietly(fabric::Worker* worker) {
   std::fflush(stdout);
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50); std::chrono::steady_clock::now() < until;) {
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+       std::chrono::steady_clock::now() < until;) {
     if (worker != nullptr) worker->progress();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -80,8 +81,12 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 33);
 }
 
-std::byte payload_byte(std::uint64_t key, std::size_t i) { return static_cast<std::byte>(mix(key + i) & 0xff); }
-std::uint64_t key_of(std::size_t source, std::uint64_t seq) { return (std::uint64_t{source} << 32) | seq; }
+std::byte payload_byte(std::uint64_t key, std::size_t i) {
+  return static_cast<std::byte>(mix(key + i) & 0xff);
+}
+std::uint64_t key_of(std::size_t source, std::uint64_t seq) {
+  return (std::uint64_t{source} << 32) | seq;
+}
 
 void fill_tuple(std::vector<std::byte>& tuple, std::uint64_t key) {
   std::memcpy(tuple.data(), &key, 8);
@@ -138,12 +143,14 @@ Config make_config(const std::string& mode, std::uint64_t seed, int index, int r
   c.width = 8 * pick(1, 64);  // 8 .. 512 B
   const bool latency = pick(0, 3) == 0;
   const std::uint64_t most = (latency ? 150 : 1500) / (tcp() ? 3 : 1);
-  for (std::size_t s = 0; s < spec.sources.size(); ++s) c.tuples.push_back(pick(0, 5) == 0 ? 0 : pick(1, most));
+  for (std::size_t s = 0; s < spec.sources.size(); ++s)
+    c.tuples.push_back(pick(0, 5) == 0 ? 0 : pick(1, most));
   c.bulk = pick(0, 3) == 0;
   c.flush_often = pick(0, 4) == 0;
 
   std::vector<Column> columns{{"key", Type::uint64}};
-  if (c.width > 8) columns.push_back({"payload", Type::chars, static_cast<std::uint32_t>(c.width - 8)});
+  if (c.width > 8)
+    columns.push_back({"payload", Type::chars, static_cast<std::uint32_t>(c.width - 8)});
   spec.name = c.name;
   spec.type = FlowType::replicate;
   spec.schema = Schema(columns);
@@ -151,14 +158,16 @@ Config make_config(const std::string& mode, std::uint64_t seed, int index, int r
   spec.options.segments = static_cast<std::uint32_t>(pick(2, 16));
   if (!latency) {
     const std::uint64_t smallest = (c.width + 8 + 16 + 7) / 8;
-    spec.options.segment_bytes = static_cast<std::uint32_t>(8 * pick(smallest, std::max<std::uint64_t>(smallest, 1024)));
+    spec.options.segment_bytes =
+        static_cast<std::uint32_t>(8 * pick(smallest, std::max<std::uint64_t>(smallest, 1024)));
   }
   spec.options.direct_write = pick(0, 3) != 0;
   spec.options.stall_timeout = std::chrono::seconds(60);
   spec.options.replication = m.replication;
   spec.options.fanout = static_cast<std::uint32_t>(pick(1, 3));
   spec.options.ordered = m.ordered;
-  spec.options.gap_timeout = std::chrono::seconds(20);  // no gaps here: only a real loss may make one
+  spec.options.gap_timeout =
+      std::chrono::seconds(20);  // no gaps here: only a real loss may make one
   return c;
 }
 
@@ -193,7 +202,8 @@ void run_source(cluster::Node& node, const Config& c, std::size_t index) {
     if (!s) return fail(c.name + ": push: " + s.message());
   }
   if (Status s = source.close(); !s) fail(c.name + ": close: " + s.message());
-  if (source.counters().tuples != c.tuples[index]) fail(c.name + ": source counted the wrong number of tuples");
+  if (source.counters().tuples != c.tuples[index])
+    fail(c.name + ": source counted the wrong number of tuples");
 }
 
 void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetResult& result) {
@@ -212,7 +222,8 @@ void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetR
     if (batch.end) break;
     if (batch.gap()) {
       ++result.gaps;
-      fail(c.name + ": unexpected gap of " + std::to_string(batch.gap_count) + " at " + std::to_string(batch.sequence));
+      fail(c.name + ": unexpected gap of " + std::to_string(batch.gap_count) + " at " +
+           std::to_string(batch.sequence));
       expected_sequence = batch.sequence + batch.gap_count;
       continue;
     }
@@ -224,7 +235,8 @@ void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetR
       }
       ++expected_sequence;
     } else if (batch.sequence != 0) {
-      return fail(c.name + ": unordered flow handed out sequence number " + std::to_string(batch.sequence));
+      return fail(c.name + ": unordered flow handed out sequence number " +
+                  std::to_string(batch.sequence));
     }
     for (std::size_t t = 0; t < batch.count; ++t) {
       const std::byte* tuple = batch.tuple(t);
@@ -233,12 +245,12 @@ void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetR
       const std::size_t source = key >> 32;
       const std::uint64_t seq = key & 0xffffffff;
       if (source >= c.spec.sources.size() || source != batch.source) {
-        return fail(c.name + ": key " + std::to_string(key) + " from an unknown source (batch from " +
-                    std::to_string(batch.source) + ")");
+        return fail(c.name + ": key " + std::to_string(key) +
+                    " from an unknown source (batch from " + std::to_string(batch.source) + ")");
       }
       if (seq != last[source] + 1) {
-        return fail(c.name + ": source " + std::to_string(source) + " seq " + std::to_string(seq) + " after " +
-                    std::to_string(last[source]) + " (lost, duplicated or reordered)");
+        return fail(c.name + ": source " + std::to_string(source) + " seq " + std::to_string(seq) +
+                    " after " + std::to_string(last[source]) + " (lost, duplicated or reordered)");
       }
       last[source] = seq;
       for (std::size_t i = 8; i < c.width; ++i) {
@@ -250,7 +262,8 @@ void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetR
     }
   }
   if (!target.end()) fail(c.name + ": the end batch came before end()");
-  if (target.counters().gaps != 0 || target.counters().late != 0) fail(c.name + ": gaps or late segments counted");
+  if (target.counters().gaps != 0 || target.counters().late != 0)
+    fail(c.name + ": gaps or late segments counted");
   result.forwarded = target.counters().forwarded;
 }
 
@@ -263,13 +276,23 @@ int property(cluster::Node& node, const std::string& mode, std::uint64_t seed, i
     std::vector<TargetResult> results(c.spec.targets.size());
     std::vector<std::thread> threads;
     for (std::size_t t = 0; t < c.spec.targets.size(); ++t) {
-      if (c.spec.targets[t].rank == node.rank()) threads.emplace_back([&, t] {
-          try { run_target(node, c, t, results[t]); } catch (const std::exception& e) { fail(c.name + ": target: " + e.what()); }
+      if (c.spec.targets[t].rank == node.rank())
+        threads.emplace_back([&, t] {
+          try {
+            run_target(node, c, t, results[t]);
+          } catch (const std::exception& e) {
+            fail(c.name + ": target: " + e.what());
+          }
         });
     }
     for (std::size_t s = 0; s < c.spec.sources.size(); ++s) {
-      if (c.spec.sources[s].rank == node.rank()) threads.emplace_back([&, s] {
-          try { run_source(node, c, s); } catch (const std::exception& e) { fail(c.name + ": source: " + e.what()); }
+      if (c.spec.sources[s].rank == node.rank())
+        threads.emplace_back([&, s] {
+          try {
+            run_source(node, c, s);
+          } catch (const std::exception& e) {
+            fail(c.name + ": source: " + e.what());
+          }
         });
     }
     for (auto& thread : threads) thread.join();
@@ -280,7 +303,8 @@ int property(cluster::Node& node, const std::string& mode, std::uint64_t seed, i
       if (c.spec.targets[t].rank != node.rank()) continue;
       const TargetResult& r = results[t];
       mine << t << ' ' << r.checksum << ' ' << r.digest << ' ' << r.forwarded;
-      for (std::size_t s = 0; s < c.spec.sources.size(); ++s) mine << ' ' << (r.counts.empty() ? 0 : r.counts[s]);
+      for (std::size_t s = 0; s < c.spec.sources.size(); ++s)
+        mine << ' ' << (r.counts.empty() ? 0 : r.counts[s]);
       mine << '\n';
     }
     node.registry().publish(c.name + "/result/" + std::to_string(node.rank()), mine.str());
@@ -303,30 +327,38 @@ int property(cluster::Node& node, const std::string& mode, std::uint64_t seed, i
           std::uint64_t got = 0;
           in >> got;
           if (got != c.tuples[s]) {
-            fail(c.name + ": target " + std::to_string(t) + " received " + std::to_string(got) + " of the " +
-                 std::to_string(c.tuples[s]) + " tuples of source " + std::to_string(s) + " {" + c.spec.to_json() + "}");
+            fail(c.name + ": target " + std::to_string(t) + " received " + std::to_string(got) +
+                 " of the " + std::to_string(c.tuples[s]) + " tuples of source " +
+                 std::to_string(s) + " {" + c.spec.to_json() + "}");
           }
         }
-        if (checksum != want_checksum) fail(c.name + ": target " + std::to_string(t) + ": checksum mismatch {" + c.spec.to_json() + "}");
+        if (checksum != want_checksum)
+          fail(c.name + ": target " + std::to_string(t) + ": checksum mismatch {" +
+               c.spec.to_json() + "}");
       }
     }
     if (digests.size() != c.spec.targets.size()) fail(c.name + ": not every target reported");
     if (c.spec.options.ordered) {
       for (const auto& [t, digest] : digests) {
         if (digest != digests.begin()->second) {
-          fail(c.name + ": target " + std::to_string(t) + " consumed a different sequence than target 0 {" + c.spec.to_json() + "}");
+          fail(c.name + ": target " + std::to_string(t) +
+               " consumed a different sequence than target 0 {" + c.spec.to_json() + "}");
         }
       }
     }
   }
   if (node.rank() == 0) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("property %s: %d configurations, %llu tuples, %llu segments forwarded by relays, %s in %.1f s\n",
-                mode.c_str(), count, static_cast<unsigned long long>(total_tuples),
-                static_cast<unsigned long long>(total_forwarded),
-                failures == 0 ? (parse_mode(mode).ordered ? "all exactly once, identical order" : "all exactly once")
-                              : "FAILURES",
-                seconds);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf(
+        "property %s: %d configurations, %llu tuples, %llu segments forwarded by relays, %s in "
+        "%.1f s\n",
+        mode.c_str(), count, static_cast<unsigned long long>(total_tuples),
+        static_cast<unsigned long long>(total_forwarded),
+        failures == 0
+            ? (parse_mode(mode).ordered ? "all exactly once, identical order" : "all exactly once")
+            : "FAILURES",
+        seconds);
   }
   node.finish();
   return failures == 0 ? 0 : 1;
@@ -339,7 +371,8 @@ struct Pair {
   std::uint64_t key, value;
 };
 
-FlowSpec pair_spec(const std::string& name, std::vector<SourceRef> sources, std::vector<TargetRef> targets) {
+FlowSpec pair_spec(const std::string& name, std::vector<SourceRef> sources,
+                   std::vector<TargetRef> targets) {
   FlowSpec spec;
   spec.name = name;
   spec.type = FlowType::replicate;
@@ -378,8 +411,11 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
     }
     if (batch.end) break;
     if (batch.gap()) {
-      if (batch.sequence != expected) fail(who + ": gap at " + std::to_string(batch.sequence) + " when " + std::to_string(expected) + " was due");
-      say(who + " gap event: sequence " + std::to_string(batch.sequence) + " count " + std::to_string(batch.gap_count));
+      if (batch.sequence != expected)
+        fail(who + ": gap at " + std::to_string(batch.sequence) + " when " +
+             std::to_string(expected) + " was due");
+      say(who + " gap event: sequence " + std::to_string(batch.sequence) + " count " +
+          std::to_string(batch.gap_count));
       ++log.gaps;
       log.missing += batch.gap_count;
       log.gap_at = batch.sequence;
@@ -388,7 +424,8 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
       continue;
     }
     if (batch.sequence != expected) {
-      fail(who + ": segment " + std::to_string(batch.sequence) + " handed out when " + std::to_string(expected) + " was due");
+      fail(who + ": segment " + std::to_string(batch.sequence) + " handed out when " +
+           std::to_string(expected) + " was due");
       break;
     }
     ++expected;
@@ -396,7 +433,8 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
       const std::size_t source = p.key >> 32;
       if (source >= sources || (p.key & 0xffffffff) != log.per_source[source] + 1) {
         // a gap may swallow tuples of a source: only order matters
-        if (source >= sources || (p.key & 0xffffffff) <= log.per_source[source]) fail(who + ": tuple out of order");
+        if (source >= sources || (p.key & 0xffffffff) <= log.per_source[source])
+          fail(who + ": tuple out of order");
       }
       if (source < sources) log.per_source[source] = p.key & 0xffffffff;
       log.digest = mix(log.digest ^ p.key ^ (batch.sequence << 40));
@@ -410,9 +448,10 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
 // target 2. kill: the victim takes a sequence number and dies before writing; delay: it sleeps
 // past the gap timeout before writing.
 int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
-  constexpr int kVictimSegment = 40;           // the victim's segment that goes wrong
-  constexpr std::uint64_t kPerSegment = 4;     // tuples per segment
-  const std::string name = std::string(kill ? "gap-kill-" : "gap-delay-") + std::string(replication_name(replication));
+  constexpr int kVictimSegment = 40;        // the victim's segment that goes wrong
+  constexpr std::uint64_t kPerSegment = 4;  // tuples per segment
+  const std::string name =
+      std::string(kill ? "gap-kill-" : "gap-delay-") + std::string(replication_name(replication));
   FlowSpec spec = pair_spec(name, {{1, 0}, {2, 0}}, {{0, 0}, {0, 1}, {2, 1}});
   spec.options.ordered = true;
   spec.options.replication = replication;
@@ -450,7 +489,8 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
         if (victim) {
           options.on_sequence = [&](std::uint64_t sequence) {
             if (++segments != kVictimSegment) return;
-            say(std::string(kill ? "victim dies holding sequence " : "victim delays sequence ") + std::to_string(sequence));
+            say(std::string(kill ? "victim dies holding sequence " : "victim delays sequence ") +
+                std::to_string(sequence));
             if (kill) die_quietly(&worker);
             std::this_thread::sleep_for(std::chrono::milliseconds(1500));
           };
@@ -458,8 +498,10 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
         ReplicateSource source(node, worker, name, 0, options);
         const std::uint64_t segments_to_push = victim ? 2 * kVictimSegment : 400;
         for (std::uint64_t seq = 1; seq <= segments_to_push * kPerSegment; ++seq) {
-          if (Status s = source.push(Pair{key_of(index, seq), seq}); !s) return fail("push: " + s.message());
-          if (seq % kPerSegment == 0) std::this_thread::sleep_for(std::chrono::microseconds(victim ? 1000 : 2500));
+          if (Status s = source.push(Pair{key_of(index, seq), seq}); !s)
+            return fail("push: " + s.message());
+          if (seq % kPerSegment == 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(victim ? 1000 : 2500));
         }
         if (Status s = source.close(); !s) fail("close: " + s.message());
       } catch (const std::exception& e) {
@@ -470,8 +512,9 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
   for (auto& thread : threads) thread.join();
   if (node.rank() == 2) {
     const OrderedLog& l = logs[2];
-    node.registry().publish(name + "/log", std::to_string(l.digest) + " " + std::to_string(l.gaps) + " " +
-                                               std::to_string(l.missing) + " " + std::to_string(l.late));
+    node.registry().publish(name + "/log", std::to_string(l.digest) + " " + std::to_string(l.gaps) +
+                                               " " + std::to_string(l.missing) + " " +
+                                               std::to_string(l.late));
   }
   if (node.rank() == 0) {
     std::istringstream in(node.wait_for(name + "/log", std::chrono::seconds(10)));
@@ -479,8 +522,12 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
     int same = 0;
     for (std::size_t t = 0; t < 3; ++t) {
       const OrderedLog& l = logs[t];
-      if (l.gaps != 1 || l.missing != 1) fail("target " + std::to_string(t) + " reported " + std::to_string(l.gaps) + " gaps, " + std::to_string(l.missing) + " numbers missing (want 1, 1)");
-      if (!kill && l.late != 1) fail("target " + std::to_string(t) + " dropped " + std::to_string(l.late) + " late segments (want 1)");
+      if (l.gaps != 1 || l.missing != 1)
+        fail("target " + std::to_string(t) + " reported " + std::to_string(l.gaps) + " gaps, " +
+             std::to_string(l.missing) + " numbers missing (want 1, 1)");
+      if (!kill && l.late != 1)
+        fail("target " + std::to_string(t) + " dropped " + std::to_string(l.late) +
+             " late segments (want 1)");
       same += l.digest == logs[0].digest ? 1 : 0;
     }
     if (same != 3) fail("the targets consumed different sequences");
@@ -519,10 +566,12 @@ int kill_source(cluster::Node& node) {
   ReplicateTarget target(node, spec.name, 0);
   ReplicateBatch batch;
   Status s;
-  while ((s = target.consume(batch, std::chrono::seconds(20))) && !batch.end) {}
+  while ((s = target.consume(batch, std::chrono::seconds(20))) && !batch.end) {
+  }
   if (s.is_ok()) return fail("consume ended normally although a source died"), 1;
   say("target saw: " + s.message());
-  if (s.code() != Errc::peer_failed || s.message().find("rank 1") == std::string::npos) fail("wrong error");
+  if (s.code() != Errc::peer_failed || s.message().find("rank 1") == std::string::npos)
+    fail("wrong error");
   std::_Exit(failures == 0 ? 0 : 1);
 }
 
@@ -548,7 +597,8 @@ int kill_relay(cluster::Node& node) {
     }
     if (first.is_ok()) return fail(who + ": the flow ended normally although its relay died");
     say(who + " saw: " + first.message());
-    if (first.code() != Errc::peer_failed || first.message().find("rank 1") == std::string::npos) fail(who + ": wrong error");
+    if (first.code() != Errc::peer_failed || first.message().find("rank 1") == std::string::npos)
+      fail(who + ": wrong error");
     if (!target.end()) fail(who + ": the flow did not end after the failure");
   };
   if (node.rank() == 1) {
@@ -576,9 +626,11 @@ int kill_relay(cluster::Node& node) {
     ReplicateSource source(node, worker, spec.name, 0);
     auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     Status s;
-    for (std::uint64_t i = 0; s.is_ok() && std::chrono::steady_clock::now() < give_up; ++i) s = source.push(Pair{i, i});
+    for (std::uint64_t i = 0; s.is_ok() && std::chrono::steady_clock::now() < give_up; ++i)
+      s = source.push(Pair{i, i});
     say("source saw: " + s.message());
-    if (s.code() != Errc::peer_failed && s.code() != Errc::flow_failed) fail("source: unexpected error " + s.message());
+    if (s.code() != Errc::peer_failed && s.code() != Errc::flow_failed)
+      fail("source: unexpected error " + s.message());
   }
   below.join();
   (void)node.wait_for("relay-victim/reported", std::chrono::seconds(10));
@@ -609,7 +661,8 @@ int errors(cluster::Node& node) {
   if (node.rank() == 1) {  // hosts the target
     ReplicateTarget target(node, "rep-good", 0);
     ReplicateBatch batch;
-    while (target.consume(batch) && !batch.end) {}
+    while (target.consume(batch) && !batch.end) {
+    }
     node.finish();
     return failures == 0 ? 0 : 1;
   }
@@ -621,10 +674,19 @@ int errors(cluster::Node& node) {
   shuffle.key_column = "key";
   create_flow(node, shuffle);
 
-  expect_error("duplicate flow", Errc::already_exists, "'rep-good' already exists", [&] { create_flow(node, good); return Status(); });
-  expect_error("unknown flow", Errc::not_found, "'nope' does not exist", [&] { ReplicateTarget t(node, "nope", 0); return Status(); });
+  expect_error("duplicate flow", Errc::already_exists, "'rep-good' already exists", [&] {
+    create_flow(node, good);
+    return Status();
+  });
+  expect_error("unknown flow", Errc::not_found, "'nope' does not exist", [&] {
+    ReplicateTarget t(node, "nope", 0);
+    return Status();
+  });
   expect_error("wrong flow type", Errc::invalid_argument, "is a shuffle flow, not a replicate flow",
-               [&] { ReplicateTarget t(node, "a-shuffle", 0); return Status(); });
+               [&] {
+                 ReplicateTarget t(node, "a-shuffle", 0);
+                 return Status();
+               });
   expect_error("schema mismatch", Errc::invalid_argument, "schema", [&] {
     ReplicateTargetOptions options;
     options.expected_schema = Schema({{"key", Type::uint64}});
@@ -632,19 +694,25 @@ int errors(cluster::Node& node) {
     return Status();
   });
   expect_error("target not in the flow", Errc::invalid_argument, "has no target (rank 0, id 3)",
-               [&] { ReplicateTarget t(node, "rep-good", 3); return Status(); });
-  expect_error("source not in the flow", Errc::invalid_argument, "has no source (rank 0, thread 9)", [&] {
-    fabric::Worker w(node.fabric(), "w");
-    ReplicateSource s(node, w, "rep-good", 9);
-    return Status();
-  });
-  expect_error("tuple larger than a segment", Errc::invalid_argument, "after the 8 B segment header", [&] {
-    FlowSpec big = good;
-    big.name = "rep-big";
-    big.options.segment_bytes = 16 + 16;  // 16 B payload: the header leaves 8 B for a 16 B tuple
-    create_flow(node, big);
-    return Status();
-  });
+               [&] {
+                 ReplicateTarget t(node, "rep-good", 3);
+                 return Status();
+               });
+  expect_error("source not in the flow", Errc::invalid_argument, "has no source (rank 0, thread 9)",
+               [&] {
+                 fabric::Worker w(node.fabric(), "w");
+                 ReplicateSource s(node, w, "rep-good", 9);
+                 return Status();
+               });
+  expect_error("tuple larger than a segment", Errc::invalid_argument,
+               "after the 8 B segment header", [&] {
+                 FlowSpec big = good;
+                 big.name = "rep-big";
+                 big.options.segment_bytes =
+                     16 + 16;  // 16 B payload: the header leaves 8 B for a 16 B tuple
+                 create_flow(node, big);
+                 return Status();
+               });
   expect_error("fan-out 0", Errc::invalid_argument, "fan-out must be at least 1", [&] {
     FlowSpec bad = good;
     bad.name = "rep-fanout";
@@ -664,11 +732,14 @@ int errors(cluster::Node& node) {
   fabric::Worker worker(node.fabric(), "errors");
   ReplicateSource source(node, worker, "rep-good", 0);
   std::uint64_t three[3] = {1, 2, 3};
-  expect_error("wrong tuple width", Errc::invalid_argument, "tuple of 24 B does not match the schema's 16 B",
+  expect_error("wrong tuple width", Errc::invalid_argument,
+               "tuple of 24 B does not match the schema's 16 B",
                [&] { return source.push(three, sizeof three); });
   if (Status s = source.push(Pair{1, 1}); !s) fail("good push: " + s.message());
   if (Status s = source.close(); !s) fail("close: " + s.message());
-  expect_error("push after close", Errc::flow_failed, "after close", [&] { return source.push(Pair{2, 2}); });
+  expect_error("push after close", Errc::flow_failed, "after close", [&] {
+    return source.push(Pair{2, 2});
+  });
   node.finish();
   return failures == 0 ? 0 : 1;
 }
@@ -706,16 +777,20 @@ int bench_bw(cluster::Node& node, const std::string& mode, std::uint64_t mib) {
     node.barrier("bench/start");
     const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t sent = 0; sent < tuples; sent += 1024) {
-      if (Status s = source.push_bulk(block.data(), 1024); !s) return fail("push: " + s.message()), 1;
+      if (Status s = source.push_bulk(block.data(), 1024); !s)
+        return fail("push: " + s.message()), 1;
     }
     if (Status s = source.close(); !s) return fail("close: " + s.message()), 1;
     const double push_seconds = seconds_since(start);
     node.barrier("bench/done");
     std::vector<double> rates;
-    for (int r = 1; r < node.size(); ++r) rates.push_back(std::stod(node.registry().lookup("bench/rate/" + std::to_string(r))));
+    for (int r = 1; r < node.size(); ++r)
+      rates.push_back(std::stod(node.registry().lookup("bench/rate/" + std::to_string(r))));
     std::sort(rates.begin(), rates.end());
-    std::printf("bench-bw %s: %llu MiB of 64 B tuples to %d targets; source done in %.3f s; per target GB/s:",
-                mode.c_str(), static_cast<unsigned long long>(mib), node.size() - 1, push_seconds);
+    std::printf(
+        "bench-bw %s: %llu MiB of 64 B tuples to %d targets; source done in %.3f s; per target "
+        "GB/s:",
+        mode.c_str(), static_cast<unsigned long long>(mib), node.size() - 1, push_seconds);
     for (double r : rates) std::printf(" %.2f", r);
     std::printf("; slowest %.2f GB/s\n", rates.front());
   } else {
@@ -786,17 +861,21 @@ int bench_lat(cluster::Node& node, const std::string& mode, int rounds) {
       const auto start = std::chrono::steady_clock::now();
       if (Status s = source.push(tuple); !s) return fail("push: " + s.message()), 1;
       for (int got = 0; got < node.size() - 1;) {
-        if (Status s = ack_target.consume(batch); !s || batch.empty()) return fail("ack: " + s.message()), 1;
+        if (Status s = ack_target.consume(batch); !s || batch.empty())
+          return fail("ack: " + s.message()), 1;
         got += static_cast<int>(batch.count);
       }
       if (i >= warmup) micros.push_back(seconds_since(start) * 1e6);
     }
     (void)source.close();
-    while (ack_target.consume(batch) && !batch.empty()) {}
+    while (ack_target.consume(batch) && !batch.empty()) {
+    }
     std::sort(micros.begin(), micros.end());
-    std::printf("bench-lat %s: 64 B to %d targets and back, %d rounds: median %.1f us, p90 %.1f us, p99 %.1f us\n",
-                mode.c_str(), node.size() - 1, rounds, micros[micros.size() / 2], micros[micros.size() * 9 / 10],
-                micros[micros.size() * 99 / 100]);
+    std::printf(
+        "bench-lat %s: 64 B to %d targets and back, %d rounds: median %.1f us, p90 %.1f us, p99 "
+        "%.1f us\n",
+        mode.c_str(), node.size() - 1, rounds, micros[micros.size() / 2],
+        micros[micros.size() * 9 / 10], micros[micros.size() * 99 / 100]);
   } else {
     ReplicateTargetOptions options;
     options.worker = &worker;
@@ -820,22 +899,28 @@ int bench_lat(cluster::Node& node, const std::string& mode, int rounds) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: replicate_node property MODE SEED COUNT | gap-kill REPL | gap-delay REPL | kill-source | "
+                 "usage: replicate_node property MODE SEED COUNT | gap-kill REPL | gap-delay REPL "
+                 "| kill-source | "
                  "kill-relay | errors | bench-bw MODE [MIB] | bench-lat MODE [ROUNDS]\n");
     return 2;
   }
   try {
     cluster::Node node;
     const std::string scenario = argv[1];
-    auto replication = [&](int i) { return argc > i && std::string(argv[i]) == "relay" ? Replication::relay : Replication::naive; };
-    if (scenario == "property" && argc == 5) return property(node, argv[2], std::stoull(argv[3]), std::stoi(argv[4]));
+    auto replication = [&](int i) {
+      return argc > i && std::string(argv[i]) == "relay" ? Replication::relay : Replication::naive;
+    };
+    if (scenario == "property" && argc == 5)
+      return property(node, argv[2], std::stoull(argv[3]), std::stoi(argv[4]));
     if (scenario == "gap-kill") return gap_scenario(node, true, replication(2));
     if (scenario == "gap-delay") return gap_scenario(node, false, replication(2));
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "kill-relay") return kill_relay(node);
     if (scenario == "errors") return errors(node);
-    if (scenario == "bench-bw" && argc >= 3) return bench_bw(node, argv[2], argc > 3 ? std::stoull(argv[3]) : 256);
-    if (scenario == "bench-lat" && argc >= 3) return bench_lat(node, argv[2], argc > 3 ? std::stoi(argv[3]) : 10000);
+    if (scenario == "bench-bw" && argc >= 3)
+      return bench_bw(node, argv[2], argc > 3 ? std::stoull(argv[3]) : 256);
+    if (scenario == "bench-lat" && argc >= 3)
+      return bench_lat(node, argv[2], argc > 3 ? std::stoi(argv[3]) : 10000);
     fail("unknown scenario " + scenario);
   } catch (const std::exception& e) {
     fail(e.what());

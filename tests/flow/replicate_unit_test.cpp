@@ -10,12 +10,15 @@
 namespace dfi::flow {
 namespace {
 
-FlowSpec spec_with(std::size_t sources, std::size_t targets, Replication replication, std::uint32_t fanout) {
+FlowSpec spec_with(std::size_t sources, std::size_t targets, Replication replication,
+                   std::uint32_t fanout) {
   FlowSpec spec;
   spec.name = "tree";
   spec.type = FlowType::replicate;
-  for (std::size_t s = 0; s < sources; ++s) spec.sources.push_back({static_cast<int>(s % 3), static_cast<int>(s)});
-  for (std::size_t t = 0; t < targets; ++t) spec.targets.push_back({static_cast<int>(t % 3), static_cast<int>(t)});
+  for (std::size_t s = 0; s < sources; ++s)
+    spec.sources.push_back({static_cast<int>(s % 3), static_cast<int>(s)});
+  for (std::size_t t = 0; t < targets; ++t)
+    spec.targets.push_back({static_cast<int>(t % 3), static_cast<int>(t)});
   spec.schema = Schema({{"key", Type::uint64}});
   spec.options.replication = replication;
   spec.options.fanout = fanout;
@@ -38,14 +41,16 @@ void check_tree(const FlowSpec& spec, std::size_t source) {
       for (std::size_t child : children) {
         ASSERT_LT(child, m);
         ++reached[child];
-        EXPECT_EQ(relay_parent(spec, source, child), node) << "source " << source << " target " << child;
+        EXPECT_EQ(relay_parent(spec, source, child), node)
+            << "source " << source << " target " << child;
         next.push_back(child);
       }
     }
     frontier = std::move(next);
     ++depth;
   }
-  for (std::size_t t = 0; t < m; ++t) EXPECT_EQ(reached[t], 1) << "source " << source << " target " << t;
+  for (std::size_t t = 0; t < m; ++t)
+    EXPECT_EQ(reached[t], 1) << "source " << source << " target " << t;
   // A tree of fan-out f over m targets is ceil(log_f) deep, a chain m deep.
   std::size_t want = 0;
   for (std::size_t level = 1, covered = 0; covered < m; level *= f, ++want) covered += level * f;

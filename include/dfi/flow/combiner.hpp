@@ -7,10 +7,14 @@
 //                       .key_column = "region",
 //                       .aggregates = flow::parse_aggregates("sum(amount),count(*),avg(amount)")};
 //   flow::create_flow(node, spec);
-//   // in a source thread:                          // in the target thread:
-//   flow::CombinerSource src(node, worker, "revenue", 0);   flow::CombinerTarget dst(node, "revenue");
-//   src.push(row);                                  flow::TupleBatch batch;   // result_schema() rows
-//   src.close();                                    while (dst.consume(batch) && !batch.empty()) ...
+//   // in each source thread:
+//   flow::CombinerSource src(node, worker, "revenue", 0);
+//   src.push(row);
+//   src.close();
+//   // in the target thread (result rows have result_schema()):
+//   flow::CombinerTarget dst(node, "revenue");
+//   flow::TupleBatch batch;
+//   while (dst.consume(batch) && !batch.empty()) { ... }
 //
 // Local state -> combine -> finalize. A source aggregates what it pushes in a local hash table
 // (one entry per key: row count and one partial state per aggregate). It ships the table as
@@ -66,9 +70,10 @@ class AggregateTable;
 }
 
 struct CombinerSourceOptions {
-  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
-  std::size_t local_groups = 65536;       // ship the local table when it holds this many keys
-  std::size_t ship_tuples = 1u << 20;     // ... or after this many pushed tuples (0: only when full)
+  // If set, opening fails unless the flow's schema equals it.
+  std::optional<Schema> expected_schema;
+  std::size_t local_groups = 65536;    // ship the local table when it holds this many keys
+  std::size_t ship_tuples = 1u << 20;  // ... or after this many pushed tuples (0: only when full)
 };
 
 struct CombinerCounters {
@@ -142,7 +147,8 @@ class CombinerTarget {
   // true). Owned by one thread. Errors: timeout (no data within `timeout`; 0 = the flow's stall
   // timeout), peer_failed (a source died before closing: the results would be incomplete, so
   // none are handed out).
-  Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  Status consume(TupleBatch& batch,
+                 std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Streaming read: merges whatever has arrived (never waits) and returns every key's aggregates
   // over the partial rows merged so far (valid until the next call). Errors: peer_failed.
   Status read_partial(TupleBatch& batch);
@@ -166,7 +172,7 @@ class CombinerTarget {
   std::vector<std::byte> partial_;  // read_partial snapshot
   bool finalized_ = false;
   bool ended_ = false;
-  std::size_t handed_out_ = 0;      // result rows handed out
+  std::size_t handed_out_ = 0;  // result rows handed out
   CombinerCounters counters_;
 };
 

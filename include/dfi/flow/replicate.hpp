@@ -84,13 +84,16 @@ inline constexpr std::uint64_t kReplicateAbortHeader = ~std::uint64_t{0};
 // The targets (indices into spec.targets) that receive source `source`'s segments directly from
 // `from`: the source itself when `from` is nullopt, else target index *from. Naive flows: all
 // targets from the source, none from a target.
-std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source, std::optional<std::size_t> from);
+std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source,
+                                        std::optional<std::size_t> from);
 // Who writes source `source`'s ring at target `target`: nullopt for the source itself, else the
 // index of the relaying target.
-std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source, std::size_t target);
+std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source,
+                                        std::size_t target);
 
 struct ReplicateSourceOptions {
-  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+  // If set, opening fails unless the flow's schema equals it.
+  std::optional<Schema> expected_schema;
   // Test seam, ordered flows: runs after a segment received its sequence number and before it is
   // written anywhere (tests kill or delay a source there to make a gap).
   std::function<void(std::uint64_t sequence)> on_sequence;
@@ -117,14 +120,18 @@ class ReplicateSource {
   // is retried, for the targets that did not get it, by the next call). In latency mode every
   // push sends its own segment, and a tuple reported with a timeout is already queued.
   Status push(const void* tuple, std::size_t bytes) {
-    if (bytes != tuple_bytes_) [[unlikely]] return width_error(bytes);
+    if (bytes != tuple_bytes_) [[unlikely]] {
+      return width_error(bytes);
+    }
     if (fill_ + bytes > limit_) [[unlikely]] {
       if (Status s = make_room(); !s) return s;
     }
     std::memcpy(segment_.data() + kReplicateHeaderBytes + fill_, tuple, bytes);
     fill_ += bytes;
     ++tuples_;
-    if (latency_) [[unlikely]] return emit();
+    if (latency_) [[unlikely]] {
+      return emit();
+    }
     return {};
   }
   template <class T>
@@ -159,11 +166,11 @@ class ReplicateSource {
   std::vector<std::byte> segment_;  // header word, then tuples
   std::size_t capacity_;            // tuple bytes per segment
   std::size_t fill_ = 0;
-  std::size_t limit_;               // capacity_, or 0 while a sealed segment waits to go out
-  bool sealed_ = false;             // the segment has its header and is going out
+  std::size_t limit_;    // capacity_, or 0 while a sealed segment waits to go out
+  bool sealed_ = false;  // the segment has its header and is going out
   bool closed_ = false;
-  std::vector<char> done_;          // per link: the sealed segment reached it
-  std::vector<char> dead_;          // per link: its target died
+  std::vector<char> done_;  // per link: the sealed segment reached it
+  std::vector<char> dead_;  // per link: its target died
   std::size_t dead_links_ = 0;
   std::function<void(std::uint64_t)> on_sequence_;
   fabric::Endpoint sequencer_endpoint_;
@@ -184,7 +191,8 @@ struct ReplicateBatch : TupleBatch {
 };
 
 struct ReplicateTargetOptions {
-  std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+  // If set, opening fails unless the flow's schema equals it.
+  std::optional<Schema> expected_schema;
   // The calling thread's worker, used to forward (relay) and to read the sequencer (ordered).
   // Null: the target creates its own worker the first time it needs one.
   fabric::Worker* worker = nullptr;
@@ -206,7 +214,8 @@ class ReplicateTarget {
   // an ordered flow also hosts the sequencer. Owned by one thread (the one that consumes).
   // Throws dfi::Error: not_found, invalid_argument (not a replicate flow, no such target, schema
   // mismatch), already_exists (opened twice).
-  ReplicateTarget(cluster::Node& node, std::string_view name, int id, ReplicateTargetOptions options = {});
+  ReplicateTarget(cluster::Node& node, std::string_view name, int id,
+                  ReplicateTargetOptions options = {});
   // Target 0 of an ordered flow waits (bounded by the stall timeout) until the other targets are
   // done with the sequencer it hosts.
   ~ReplicateTarget();
@@ -217,11 +226,13 @@ class ReplicateTarget {
   // batch: ok with tuples; ok with a gap event (ordered, batch.gap()); ok with batch.end once
   // every source's stream ended (end() is then true). Errors: timeout (nothing within `timeout`;
   // 0 = the flow's stall timeout), peer_failed (once per dead peer; call again to go on).
-  Status consume(ReplicateBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  Status consume(ReplicateBatch& batch,
+                 std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // For code written against TupleBatch: ok with tuples, or ok with an empty batch at the end.
   // A gap event is returned as Errc::retry whose message names the missing numbers (call again
   // to go on) — never dropped.
-  Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  Status consume(TupleBatch& batch,
+                 std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Like consume() but never waits: Errc::retry when nothing is there yet.
   Status try_consume(ReplicateBatch& batch);
   bool end() const noexcept;
