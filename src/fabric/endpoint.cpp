@@ -260,39 +260,30 @@ Status Endpoint::put_nbi(const void* source, std::size_t bytes, const RemoteMemo
 
 Request Endpoint::put_async(const void* source, std::size_t bytes, const RemoteMemory& remote,
                             std::size_t offset) {
-  detail::EndpointState& s = state();
-  Request request;
-  request.what_ = "put";
-  if (Status c = check(s, remote, bytes, offset, "put"); !c) {
-    request.status_ = c;
-    return request;
-  }
-  ucp_request_param_t param{};
-  ucs_status_ptr_t r = ucp_put_nbx(s.ep, source, bytes, remote.address() + offset,
-                                   static_cast<ucp_rkey_h>(remote.rkey_), &param);
-  if (UCS_PTR_IS_ERR(r)) {
-    request.status_ = s.fail(Errc::peer_failed, "put", ucx_error_text(UCS_PTR_STATUS(r)));
-  } else if (r != nullptr) {
-    request.endpoint_ = state_;
-    request.request_ = r;
-  }
-  return request;
+  return rma_async(/*put=*/true, const_cast<void*>(source), bytes, remote, offset);
 }
 
 Request Endpoint::get_async(void* destination, std::size_t bytes, const RemoteMemory& remote,
                             std::size_t offset) {
+  return rma_async(/*put=*/false, destination, bytes, remote, offset);
+}
+
+Request Endpoint::rma_async(bool put, void* buffer, std::size_t bytes, const RemoteMemory& remote,
+                            std::size_t offset) {
   detail::EndpointState& s = state();
   Request request;
-  request.what_ = "get";
-  if (Status c = check(s, remote, bytes, offset, "get"); !c) {
+  request.what_ = put ? "put" : "get";
+  if (Status c = check(s, remote, bytes, offset, request.what_); !c) {
     request.status_ = c;
     return request;
   }
   ucp_request_param_t param{};
-  ucs_status_ptr_t r = ucp_get_nbx(s.ep, destination, bytes, remote.address() + offset,
-                                   static_cast<ucp_rkey_h>(remote.rkey_), &param);
+  const std::uint64_t address = remote.address() + offset;
+  auto* rkey = static_cast<ucp_rkey_h>(remote.rkey_);
+  ucs_status_ptr_t r = put ? ucp_put_nbx(s.ep, buffer, bytes, address, rkey, &param)
+                           : ucp_get_nbx(s.ep, buffer, bytes, address, rkey, &param);
   if (UCS_PTR_IS_ERR(r)) {
-    request.status_ = s.fail(Errc::peer_failed, "get", ucx_error_text(UCS_PTR_STATUS(r)));
+    request.status_ = s.fail(Errc::peer_failed, request.what_, ucx_error_text(UCS_PTR_STATUS(r)));
   } else if (r != nullptr) {
     request.endpoint_ = state_;
     request.request_ = r;

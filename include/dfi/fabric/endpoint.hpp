@@ -132,6 +132,9 @@ class Endpoint {
 
  private:
   detail::EndpointState& state() const;
+  // put_async / get_async: `buffer` is read (put) or written (get).
+  Request rma_async(bool put, void* buffer, std::size_t bytes, const RemoteMemory& remote,
+                    std::size_t offset);
   std::shared_ptr<detail::EndpointState> state_;
 };
 
