@@ -10,6 +10,7 @@ namespace dfi::tools::bench {
 std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   std::vector<std::unique_ptr<Scenario>> all;
   all.push_back(make_fabric_bw_scenario());
+  all.push_back(make_shuffle_bw_scenario());
   return all;
 }
 

@@ -1,0 +1,536 @@
+// Scenario shuffle-bw (003 Fig 7a): bandwidth of a shuffle flow against the transport limit.
+//
+// DFI side (two ranks under a local cluster): one bandwidth-mode shuffle flow per configuration
+// (tuple size x source threads x direct_write). Rank 0 runs `threads` source threads, each with
+// its own fabric::Worker and ShuffleSource; rank 1 runs `targets` target threads (default 1, so
+// 1 thread = a 1:1 flow and 2 threads = 2 sources on rank 0 into 1 target on rank 1, a 2:1
+// flow; `--set targets=2` gives 1:2 and 2:2). Sources push tuple at a time (ShuffleSource::push,
+// key-hash routing, the default) from a 64 KiB block of pre-built tuples whose key column cycles
+// through 0..block-1; every source pushes bytes_per_point / threads bytes, then closes.
+// Each target consumes (zero copy) and reads the 8-byte key of every tuple to count and
+// checksum what arrived. Bandwidth = tuple payload bytes delivered after the first batch /
+// (end of stream of every source - arrival of the first batch), measured at the targets. The
+// driver checks that the tuple count and the key checksum at the targets equal what the sources
+// pushed, so nothing was lost or duplicated.
+//
+// Baseline: ucx_perftest -t ucp_put_bw with the flow's segment size (8 KiB by default: a flow
+// moves tuples in segments of that size), as many bytes as one configuration moves, and at most
+// `segments` puts outstanding (-O, the ring's depth). It is one measurement per repetition,
+// shown at every tuple size: the transport's limit does not depend on how the flow batches.
+//
+// On shm the flow can write tuples straight into the target's ring through UCX's mapping
+// (direct_write = true, the default) or batch them in a local staging segment and put it
+// (direct_write = false, what every other transport does); both are measured.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster_job.hpp"
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "perftest.hpp"
+#include "scenarios.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kBlockBytes = 64 * 1024;  // pre-built tuples a source cycles through
+
+struct Config {
+  std::size_t tuple_bytes = 0;
+  int threads = 1;
+  bool direct_write = true;
+  std::uint64_t tuples_per_source = 0;
+};
+
+json config_json(const Config& c) {
+  return {{"tuple_bytes", c.tuple_bytes},
+          {"threads", c.threads},
+          {"direct_write", c.direct_write},
+          {"tuples_per_source", c.tuples_per_source}};
+}
+
+Config config_from(const json& j) {
+  return {j.at("tuple_bytes").get<std::size_t>(), j.at("threads").get<int>(),
+          j.at("direct_write").get<bool>(), j.at("tuples_per_source").get<std::uint64_t>()};
+}
+
+std::size_t block_tuples(std::size_t tuple_bytes) {
+  return std::max<std::size_t>(1, kBlockBytes / tuple_bytes);
+}
+
+// Sum of the keys one source pushes: tuple i carries key i % block.
+std::uint64_t expected_key_sum(std::uint64_t tuples, std::uint64_t block) {
+  const std::uint64_t laps = tuples / block;
+  const std::uint64_t rest = tuples % block;
+  return laps * (block * (block - 1) / 2) + (rest == 0 ? 0 : rest * (rest - 1) / 2);
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rank program
+
+class ShuffleBwRank {
+ public:
+  ShuffleBwRank(const json& params, std::ostream& err) : params_(params), err_(err) {}
+
+  int run(std::ostream& out) {
+    cluster::Node node;
+    if (node.size() != 2) {
+      err_ << "bench shuffle-bw: needs exactly 2 ranks, got " << node.size() << '\n';
+      return 2;
+    }
+    const int me = node.rank();
+    json points = json::array();
+    std::size_t index = 0;
+    for (const json& c : params_.at("configs")) {
+      const Config config = config_from(c);
+      const flow::FlowSpec spec = make_spec(config, index);
+      if (me == 0) flow::create_flow(node, spec);
+      json point = me == 0 ? run_sources(node, spec, config) : run_targets(node, spec, config);
+      point["index"] = index;
+      points.push_back(point);
+      // The next flow starts only when both sides are done with this one.
+      node.barrier("bench/shuffle-bw/done/" + std::to_string(index));
+      ++index;
+    }
+    report_rank_result(out,
+                       {{"rank", me}, {"fabric", node.fabric().describe()}, {"points", points}});
+    node.finish();
+    return 0;
+  }
+
+ private:
+  flow::FlowSpec make_spec(const Config& config, std::size_t index) const {
+    flow::FlowSpec spec;
+    spec.name = "bench-shuffle-bw-" + std::to_string(index);
+    for (int t = 0; t < config.threads; ++t) spec.sources.push_back({0, t});
+    const int targets = params_.at("targets").get<int>();
+    for (int t = 0; t < targets; ++t) spec.targets.push_back({1, t});
+    spec.schema = flow::Schema(
+        {{"key", flow::Type::uint64, 1},
+         {"payload", flow::Type::chars, static_cast<std::uint32_t>(config.tuple_bytes - 8)}});
+    spec.key_column = "key";
+    spec.routing = params_.at("routing").get<std::string>() == "explicit"
+                       ? flow::Routing::explicit_target
+                       : flow::Routing::key_hash;
+    spec.options.mode = flow::Mode::bandwidth;
+    spec.options.segments = params_.at("segments").get<std::uint32_t>();
+    spec.options.segment_bytes = params_.at("segment_bytes").get<std::uint32_t>();
+    spec.options.direct_write = config.direct_write;
+    return spec;
+  }
+
+  // Rank 0: `threads` sources push, all starting together; returns what they sent.
+  json run_sources(cluster::Node& node, const flow::FlowSpec& spec, const Config& config) {
+    const std::size_t tb = config.tuple_bytes;
+    const std::size_t block = block_tuples(tb);
+    const std::size_t targets = spec.targets.size();
+    const bool explicit_routing = spec.routing == flow::Routing::explicit_target;
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::mutex mutex;
+    std::string error;
+    std::uint64_t stalls = 0, segments = 0, sent = 0;
+    bool direct = true;
+    double slowest = 0;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < config.threads; ++t) {
+      threads.emplace_back([&, t] {
+        bool counted = false;
+        try {
+          fabric::Worker worker(node.fabric(), "shuffle-bw source " + std::to_string(t));
+          flow::ShuffleSource source(node, worker, spec.name, t);
+          std::vector<std::byte> tuples(block * tb);
+          for (std::size_t j = 0; j < block; ++j) {
+            const std::uint64_t key = j;
+            std::memcpy(tuples.data() + j * tb, &key, sizeof key);
+            std::memset(tuples.data() + j * tb + 8, static_cast<int>(j & 0xff), tb - 8);
+          }
+          ++ready;
+          counted = true;
+          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+          const Clock::time_point start = Clock::now();
+          const std::byte* p = tuples.data();
+          const std::byte* const end = tuples.data() + block * tb;
+          std::size_t next_target = 0;
+          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
+            Status s;
+            if (explicit_routing) {
+              s = source.push_to(next_target, p, tb);
+              if (++next_target == targets) next_target = 0;
+            } else {
+              s = source.push(p, tb);
+            }
+            if (!s) [[unlikely]]
+              throw Error(s.code(), s.message());
+            p += tb;
+            if (p == end) p = tuples.data();
+          }
+          if (Status s = source.close(); !s) throw Error(s.code(), s.message());
+          const double seconds = seconds_between(start, Clock::now());
+          const flow::FlowCounters c = source.counters();
+          std::lock_guard lock(mutex);
+          stalls += c.stalls;
+          segments += c.segments;
+          sent += c.tuples;
+          direct = direct && source.direct();
+          slowest = std::max(slowest, seconds);
+        } catch (const std::exception& e) {
+          std::lock_guard lock(mutex);
+          if (error.empty()) error = e.what();
+          if (!counted) ++ready;
+        }
+      });
+    }
+    while (ready.load() < config.threads) std::this_thread::yield();
+    go.store(true, std::memory_order_release);
+    for (auto& thread : threads) thread.join();
+    if (!error.empty()) throw Error(Errc::io, "bench shuffle-bw: source: " + error);
+    return {{"sent_tuples", sent},
+            {"sent_key_sum", config.threads * expected_key_sum(config.tuples_per_source, block)},
+            {"stalls", stalls},
+            {"segments", segments},
+            {"direct", direct},
+            {"source_seconds", slowest}};
+  }
+
+  // Rank 1: `targets` threads consume until end of stream; returns what arrived and how fast.
+  json run_targets(cluster::Node& node, const flow::FlowSpec& spec, const Config& config) {
+    const std::size_t tb = config.tuple_bytes;
+    const auto timeout = std::chrono::milliseconds(params_.at("consume_timeout_ms").get<long>());
+    std::mutex mutex;
+    std::string error;
+    std::uint64_t tuples = 0, timed_tuples = 0, key_sum = 0;
+    Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < spec.targets.size(); ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          flow::ShuffleTarget target(node, spec.name, static_cast<int>(t));
+          flow::TupleBatch batch;
+          std::uint64_t count = 0, first_count = 0, sum = 0;
+          Clock::time_point start{}, end{};
+          bool started = false;
+          for (;;) {
+            Status s = target.consume(batch, timeout);
+            if (!s) throw Error(s.code(), s.message());
+            if (batch.empty()) {
+              end = Clock::now();
+              break;
+            }
+            if (!started) {
+              start = Clock::now();
+              first_count = batch.count;
+              started = true;
+            }
+            count += batch.count;
+            const std::byte* p = batch.data;
+            for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
+              std::uint64_t key;
+              std::memcpy(&key, p, sizeof key);
+              sum += key;
+            }
+          }
+          std::lock_guard lock(mutex);
+          tuples += count;
+          key_sum += sum;
+          if (started) {
+            timed_tuples += count - first_count;
+            first = std::min(first, start);
+            last = std::max(last, end);
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard lock(mutex);
+          if (error.empty()) error = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    if (!error.empty()) throw Error(Errc::io, "bench shuffle-bw: target: " + error);
+    const double seconds = timed_tuples > 0 ? seconds_between(first, last) : 0;
+    const double gbps = seconds > 0 ? static_cast<double>(timed_tuples * tb) / seconds / 1e9 : 0;
+    err_ << "bench shuffle-bw: " << tb << " B tuples, " << config.threads << " source thread(s), "
+         << (config.direct_write ? "direct" : "staged") << ": " << tuples << " tuples, " << gbps
+         << " GB/s\n";
+    return {{"received_tuples", tuples},
+            {"received_key_sum", key_sum},
+            {"timed_bytes", timed_tuples * tb},
+            {"seconds", seconds},
+            {"gbps", gbps}};
+  }
+
+  const json& params_;
+  std::ostream& err_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+
+std::string threads_text(int threads, int targets) {
+  return std::to_string(threads) + " source thread" + (threads == 1 ? "" : "s") + " on rank 0 -> " +
+         std::to_string(targets) + " target" + (targets == 1 ? "" : "s") + " on rank 1 (" +
+         std::to_string(threads) + ":" + std::to_string(targets) + ")";
+}
+
+class ShuffleBw final : public Scenario {
+ public:
+  std::string name() const override { return "shuffle-bw"; }
+  std::string title() const override {
+    return "Shuffle flow bandwidth vs tuple size and source threads (003 Fig 7a) vs ucx_perftest";
+  }
+  std::string description() const override {
+    return "Two ranks, one bandwidth-mode shuffle flow per tuple size and thread count: rank 0 "
+           "runs 1 or 2 source threads (each its own worker) pushing tuple at a time with "
+           "key-hash routing into `targets` targets on rank 1 (default 1: 1:1 and 2:1 flows); "
+           "each target consumes zero-copy and reads every tuple's 8-byte key (count and "
+           "checksum are checked against what the sources pushed). GB/s = tuple bytes delivered "
+           "between the first batch and the end of stream of every source, at the targets. On "
+           "shm both direct writes into the mapped ring (default) and staging + put "
+           "(direct_write=false) are measured. Baseline: ucx_perftest -t ucp_put_bw at the "
+           "flow's segment size (8 KiB), the same bytes, at most `segments` puts outstanding.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"tuple_sizes", json::array({16, 64, 4096}), json::array({16, 64, 256, 1024, 4096}),
+         "tuple sizes in bytes (>= 16, multiples of 8)"},
+        {"threads", json::array({1, 2}), json::array({1, 2}), "source threads on rank 0"},
+        {"targets", 1, 1, "target threads on rank 1"},
+        {"direct_write",
+         {{"shm", json::array({true, false})}, {"tcp", json::array({true})}},
+         {{"shm", json::array({true, false})}, {"tcp", json::array({true})}},
+         "direct_write settings measured (only shm can write directly; tcp always stages)"},
+        {"bytes_per_point",
+         {{"shm", 64u << 20}, {"tcp", 16u << 20}},
+         {{"shm", 512u << 20}, {"tcp", 128u << 20}},
+         "tuple bytes pushed per configuration (all sources together) and by ucx_perftest"},
+        {"max_tuples_per_source",
+         {{"shm", 4000000}, {"tcp", 1000000}},
+         {{"shm", 32000000}, {"tcp", 8000000}},
+         "upper bound of tuples per source (keeps 16 B points from dominating the run)"},
+        {"segments", 32, 32, "segments per ring (flow default)"},
+        {"segment_bytes", 8192, 8192, "segment size including the 16 B footer (flow default)"},
+        {"routing", "key_hash", "key_hash",
+         "key_hash (push, the default routing) or explicit (push_to, round robin)"},
+        {"timeout_s", 120, 600, "bound of each DFI cluster run and each ucx_perftest run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"ucx_perftest",
+             "ucp_put_bw at the flow's segment size (-s segment_bytes, -O segments), the same "
+             "bytes as one DFI configuration; server and client as two local processes over "
+             "127.0.0.1, UCX_TLS=sm (shm) or UCX_TLS=tcp UCX_NET_DEVICES=lo (tcp). One "
+             "measurement per repetition, shown at every tuple size"}};
+  }
+  std::string unavailable(const RunContext& context) const override {
+    (void)context;
+    try {
+      find_perftest();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return {};
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const std::vector<std::size_t> sizes = context.param("tuple_sizes");
+    const std::vector<int> thread_counts = context.param("threads");
+    const std::vector<bool> directs = context.param("direct_write");
+    const int targets = context.param("targets");
+    const std::size_t bytes = context.param("bytes_per_point");
+    const std::uint64_t max_tuples = context.param("max_tuples_per_source");
+    const std::size_t segments = context.param("segments");
+    const std::size_t segment_bytes = context.param("segment_bytes");
+    const std::string routing = context.param("routing");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    for (std::size_t s : sizes) {
+      if (s < 16 || s % 8 != 0 || s + 16 > segment_bytes) {
+        throw Error(Errc::invalid_argument,
+                    "bench shuffle-bw: tuple size " + std::to_string(s) +
+                        " must be a multiple of 8, at least 16 and fit a segment");
+      }
+    }
+    if (targets < 1 || thread_counts.empty() || directs.empty() || sizes.empty())
+      throw Error(Errc::invalid_argument, "bench shuffle-bw: nothing to measure");
+    if (routing != "key_hash" && routing != "explicit")
+      throw Error(Errc::invalid_argument, "bench shuffle-bw: routing is key_hash or explicit");
+
+    std::vector<Config> configs;
+    for (bool direct : directs) {
+      for (int threads : thread_counts) {
+        for (std::size_t size : sizes) {
+          Config c;
+          c.tuple_bytes = size;
+          c.threads = threads;
+          c.direct_write = direct;
+          c.tuples_per_source = std::clamp<std::uint64_t>(bytes / size / threads, 1000, max_tuples);
+          configs.push_back(c);
+        }
+      }
+    }
+    json planned = json::array();
+    for (const Config& c : configs) planned.push_back(config_json(c));
+    json parameters = context.resolved_parameters();
+    parameters["configs"] = planned;
+    result.set_parameters(parameters);
+    result.add_baseline("ucx_perftest", baselines()[0].description + "; UCX " + ucx_version());
+    const bool shm = context.transport == "shm" && !context.netns;
+    result.add_note(
+        "Targets read the 8-byte key of every tuple (count and checksum, verified against the "
+        "sources), not the whole payload; ucx_perftest's target reads nothing.");
+    if (shm) {
+      result.add_note(
+          "shm: both sides are memcpy into shared memory that stays in cache (the ring is 32 x "
+          "8 KiB = 256 KiB per source, ucx_perftest rewrites one 8 KiB buffer): these are "
+          "cache-to-cache copy rates of a 2-vCPU VM, not a network's limit.");
+    }
+    result.add_note(
+        "The 0.9x target applies from 64 B tuples; the 16 B row is shown for "
+        "completeness.");
+
+    auto dfi_name = [&](bool direct) {
+      if (!shm) return std::string("DFI shuffle (staging + put; the only path off shm)");
+      return std::string(direct ? "DFI shuffle, direct write into the mapped ring"
+                                : "DFI shuffle, staging + put (direct_write=false)");
+    };
+    auto series_id = [](bool direct, int threads) {
+      return std::string(direct ? "direct" : "staged") + "_t" + std::to_string(threads);
+    };
+    for (int threads : thread_counts) {
+      Panel& p = result.panel("bw_t" + std::to_string(threads), threads_text(threads, targets),
+                              {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"},
+                              Better::higher);
+      for (bool direct : directs) p.series(series_id(direct, threads), Role::dfi, dfi_name(direct));
+      p.series("ucx_perftest", Role::baseline,
+               "ucx_perftest ucp_put_bw " + std::to_string(segment_bytes) + " B",
+               "the transport limit at the segment size; the same value at every tuple size");
+      for (bool direct : directs)
+        p.compare(series_id(direct, threads), "ucx_perftest",
+                  direct ? std::optional<double>(0.9) : std::nullopt);
+    }
+    const bool both = shm && std::count(directs.begin(), directs.end(), true) > 0 &&
+                      std::count(directs.begin(), directs.end(), false) > 0;
+    if (both) {
+      Panel& p = result.panel(
+          "direct_vs_staged", "Direct write vs staging + put on shm (ratio > 1: direct is faster)",
+          {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"}, Better::higher);
+      for (int threads : thread_counts) {
+        const std::string t = std::to_string(threads);
+        p.series("direct_t" + t, Role::dfi, "direct write, " + t + " source thread(s)");
+        p.series("staged_t" + t, Role::baseline,
+                 "DFI's own staging + put path, " + t + " source thread(s)",
+                 "the same flow with direct_write=false; a DFI variant used as the reference");
+        p.compare("direct_t" + t, "staged_t" + t);
+      }
+    }
+
+    RankJob job;
+    job.nodes = 2;
+    job.scenario = name();
+    job.params = {{"configs", planned},   {"targets", targets},
+                  {"segments", segments}, {"segment_bytes", segment_bytes},
+                  {"routing", routing},   {"consume_timeout_ms", timeout.count() * 1000}};
+    job.timeout = timeout * 2;
+    const std::string dfi_command = rank_job_command(job, context);
+
+    PerftestRun perf;
+    perf.test = "ucp_put_bw";
+    perf.message_bytes = segment_bytes;
+    perf.iterations = std::max<std::size_t>(1000, bytes / segment_bytes);
+    perf.warmup = std::max<std::size_t>(100, perf.iterations / 10);
+    perf.transport = context.transport;
+    perf.timeout = timeout;
+    perf.extra_args = {"-O", std::to_string(segments)};
+
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      const std::string round =
+          "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat);
+      // Alternate which side goes first so that a drift in machine load hits both alike.
+      auto run_dfi = [&] {
+        context.say(round + ": DFI, " + std::to_string(configs.size()) + " flows, 2 ranks over " +
+                    (context.netns ? "netns tcp" : context.transport));
+        std::map<int, json> reports = run_rank_job(job, context);
+        if (!reports.count(0) || !reports.count(1))
+          throw Error(Errc::protocol, "bench shuffle-bw: a rank reported no result");
+        const json& sources = reports.at(0).at("points");
+        const json& targets_report = reports.at(1).at("points");
+        for (std::size_t i = 0; i < configs.size(); ++i) {
+          const Config& c = configs[i];
+          const json& s = sources.at(i);
+          const json& t = targets_report.at(i);
+          if (s.at("sent_tuples") != t.at("received_tuples") ||
+              s.at("sent_key_sum") != t.at("received_key_sum") ||
+              s.at("sent_tuples").get<std::uint64_t>() != c.tuples_per_source * c.threads) {
+            throw Error(Errc::protocol, "bench shuffle-bw: " + std::to_string(c.tuple_bytes) +
+                                            " B, " + std::to_string(c.threads) +
+                                            " thread(s): sent " + s.dump() + " but received " +
+                                            t.dump());
+          }
+          if (shm && c.direct_write && !s.at("direct").get<bool>()) {
+            result.add_note(
+                "direct_write=true did not write directly (no mapped ring) in "
+                "repetition " +
+                std::to_string(rep));
+          }
+          const double gbps = t.at("gbps").get<double>();
+          result.panel("bw_t" + std::to_string(c.threads))
+              .add(series_id(c.direct_write, c.threads), c.tuple_bytes, gbps);
+          if (both)
+            result.panel("direct_vs_staged")
+                .add(series_id(c.direct_write, c.threads), c.tuple_bytes, gbps);
+        }
+        for (int threads : thread_counts) {
+          for (bool direct : directs) {
+            result.panel("bw_t" + std::to_string(threads))
+                .add_command(series_id(direct, threads), dfi_command);
+            if (both)
+              result.panel("direct_vs_staged").add_command(series_id(direct, threads), dfi_command);
+          }
+        }
+      };
+      auto run_baseline = [&] {
+        PerftestResult pr = run_perftest(perf);
+        const double gbps = pr.final.bandwidth_gbps();
+        context.say(round + ": ucx_perftest ucp_put_bw " + std::to_string(segment_bytes) +
+                    " B: " + std::to_string(gbps) + " GB/s");
+        for (int threads : thread_counts) {
+          Panel& p = result.panel("bw_t" + std::to_string(threads));
+          for (std::size_t size : sizes) p.add("ucx_perftest", size, gbps);
+          p.add_command("ucx_perftest", pr.command);
+        }
+      };
+      if (rep % 2 == 1) {
+        run_dfi();
+        run_baseline();
+      } else {
+        run_baseline();
+        run_dfi();
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return ShuffleBwRank(params, err).run(out);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Scenario> make_shuffle_bw_scenario() { return std::make_unique<ShuffleBw>(); }
+
+}  // namespace dfi::tools::bench
