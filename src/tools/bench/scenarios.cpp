@@ -11,6 +11,9 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   std::vector<std::unique_ptr<Scenario>> all;
   all.push_back(make_fabric_bw_scenario());
   all.push_back(make_shuffle_bw_scenario());
+  all.push_back(make_shuffle_lat_scenario());
+  all.push_back(make_shuffle_bw_scenario());
+  all.push_back(make_shuffle_lat_scenario());
   return all;
 }
 
