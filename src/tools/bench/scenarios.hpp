@@ -8,10 +8,11 @@
 
 namespace dfi::tools::bench {
 
-std::unique_ptr<Scenario> make_fabric_bw_scenario();   // fabric_bw.cpp
-std::unique_ptr<Scenario> make_shuffle_bw_scenario();  // shuffle_bw.cpp
+std::unique_ptr<Scenario> make_fabric_bw_scenario();    // fabric_bw.cpp
+std::unique_ptr<Scenario> make_shuffle_bw_scenario();   // shuffle_bw.cpp
 std::unique_ptr<Scenario> make_shuffle_lat_scenario();  // shuffle_lat.cpp
-// Later: replicate, combiner, memory, mpi-p2p, mpi-alltoall.
+std::unique_ptr<Scenario> make_memory_scenario();       // memory_use.cpp
+// Later: replicate, combiner, mpi-p2p, mpi-alltoall.
 
 // A fresh instance of every scenario, in listing order.
 std::vector<std::unique_ptr<Scenario>> make_scenarios();
