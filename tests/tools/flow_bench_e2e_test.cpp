@@ -1,0 +1,199 @@
+// `dfi bench shuffle-bw | shuffle-lat | memory --quick`, for real (DFI ranks plus ucx_perftest),
+// with sizes cut down further so that each run stays well under 20 s on 2 cores. Checks the
+// result's shape, that every number is positive and that the scenario-specific invariants hold;
+// never how fast anything is.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "bench/process.hpp"
+#include "bench/result.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    char path[] = "/tmp/dfi-flow-bench-test-XXXXXX";
+    if (::mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+const json* find_by_id(const json& array, const std::string& id) {
+  for (const json& item : array) {
+    if (item.value("id", "") == id) return &item;
+  }
+  return nullptr;
+}
+
+// Runs `dfi bench <scenario> --quick --transport <t> --no-plot` plus `extra` into a temporary
+// folder and returns the parsed, validated result (null on failure, with the reason reported).
+json run_quick(const std::string& scenario, const std::string& transport,
+               const std::vector<std::string>& extra) {
+  TempDir out;
+  EXPECT_FALSE(out.path().empty());
+  std::vector<std::string> argv = {DFI_BINARY,    "bench",   scenario, "--quick",
+                                   "--transport", transport, "--out",  out.path().string(),
+                                   "--no-plot"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  ProcessResult r = run_process({argv, {}}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(r.timed_out) << r.output;
+  const fs::path file = out.path() / (scenario + "-" + transport + "-quick.json");
+  std::ifstream in(file);
+  EXPECT_TRUE(in.good()) << "no " << file << "\n" << r.output;
+  if (!in.good()) return json();
+  json result = json::parse(in, nullptr, false);
+  EXPECT_FALSE(result.is_discarded()) << file << " is not JSON";
+  if (result.is_discarded()) return json();
+  for (const std::string& problem : validate_result(result)) ADD_FAILURE() << problem;
+  EXPECT_EQ(result["scenario"], scenario);
+  EXPECT_EQ(result["transport"], transport);
+  return result;
+}
+
+// Every point of every series is positive; every measured series (DFI's, ucx_perftest's) has its
+// commands (computed references such as the memory expectation have none).
+void check_positive(const json& panel) {
+  for (const json& s : panel["series"]) {
+    const std::string id = s["id"];
+    if (s["role"] == "dfi" || id.starts_with("ucp") || id.starts_with("ucx")) {
+      EXPECT_FALSE(s["commands"].empty()) << panel["id"] << "/" << id;
+    }
+    for (const json& p : s["points"])
+      EXPECT_GT(p["value"].get<double>(), 0) << panel["id"] << "/" << s["id"] << " at " << p["x"];
+  }
+}
+
+std::set<std::size_t> xs_of(const json& series) {
+  std::set<std::size_t> xs;
+  for (const json& p : series["points"]) xs.insert(p["x"].get<std::size_t>());
+  return xs;
+}
+
+TEST(BenchShuffleBw, QuickOverShm) {
+  json r = run_quick("shuffle-bw", "shm",
+                     {"--set", "tuple_sizes=[16,1024]", "--set", "bytes_per_point=16777216"});
+  ASSERT_TRUE(r.is_object());
+  const std::set<std::size_t> sizes = {16, 1024};
+  for (const char* id : {"bw_t1", "bw_t2"}) {
+    const json* panel = find_by_id(r["panels"], id);
+    ASSERT_NE(panel, nullptr) << id;
+    check_positive(*panel);
+    const std::string t = std::string(id).substr(3);
+    for (const std::string& series : {"direct_" + t, "staged_" + t, std::string("ucx_perftest")}) {
+      const json* s = find_by_id((*panel)["series"], series);
+      ASSERT_NE(s, nullptr) << id << "/" << series;
+      EXPECT_EQ(xs_of(*s), sizes) << id << "/" << series;
+    }
+    // direct vs perftest (with the 0.9 target) and staged vs perftest, per size.
+    EXPECT_EQ((*panel)["ratios"].size(), 2 * sizes.size()) << id;
+    bool has_target = false;
+    for (const json& ratio : (*panel)["ratios"]) has_target |= ratio.contains("target");
+    EXPECT_TRUE(has_target) << id;
+  }
+  const json* versus = find_by_id(r["panels"], "direct_vs_staged");
+  ASSERT_NE(versus, nullptr);
+  EXPECT_EQ((*versus)["ratios"].size(), 2 * sizes.size());
+}
+
+TEST(BenchShuffleBw, QuickOverTcpHasOnlyThePutPath) {
+  json r = run_quick(
+      "shuffle-bw", "tcp",
+      {"--set", "tuple_sizes=[64]", "--set", "threads=[1]", "--set", "bytes_per_point=4194304"});
+  ASSERT_TRUE(r.is_object());
+  const json* panel = find_by_id(r["panels"], "bw_t1");
+  ASSERT_NE(panel, nullptr);
+  check_positive(*panel);
+  EXPECT_NE(find_by_id((*panel)["series"], "direct_t1"), nullptr);
+  EXPECT_EQ(find_by_id((*panel)["series"], "staged_t1"), nullptr);
+  EXPECT_EQ(find_by_id(r["panels"], "direct_vs_staged"), nullptr);
+}
+
+TEST(BenchShuffleLat, QuickOverShm) {
+  json r = run_quick("shuffle-lat", "shm", {"--set", "iterations=2000"});
+  ASSERT_TRUE(r.is_object());
+  const json* panel = find_by_id(r["panels"], "rtt");
+  ASSERT_NE(panel, nullptr);
+  check_positive(*panel);
+  const json* dfi = find_by_id((*panel)["series"], "dfi");
+  const json* put = find_by_id((*panel)["series"], "ucp_put_lat");
+  ASSERT_NE(dfi, nullptr);
+  ASSERT_NE(put, nullptr);
+  EXPECT_EQ((*dfi)["points"].size(), 2u);  // median and p99
+  EXPECT_EQ((*put)["points"].size(), 2u);
+  // The p99 is never below the median.
+  double median = 0, p99 = 0;
+  for (const json& p : (*dfi)["points"]) {
+    if (p["x"].get<std::string>().find("median") != std::string::npos) {
+      median = p["value"];
+    } else {
+      p99 = p["value"];
+    }
+  }
+  EXPECT_LE(median, p99);
+  EXPECT_GE((*panel)["ratios"].size(), 2u);
+}
+
+TEST(BenchShuffleLat, QuickOverTcp) {
+  json r = run_quick("shuffle-lat", "tcp", {"--set", "iterations=200"});
+  ASSERT_TRUE(r.is_object());
+  const json* panel = find_by_id(r["panels"], "rtt");
+  ASSERT_NE(panel, nullptr);
+  check_positive(*panel);
+}
+
+TEST(BenchMemory, QuickOverShmMatchesTheLayout) {
+  json r = run_quick("memory", "shm", {});
+  ASSERT_TRUE(r.is_object());
+  const json* panel = find_by_id(r["panels"], "flow_memory");
+  ASSERT_NE(panel, nullptr);
+  check_positive(*panel);
+  // The accounting equals the expectation from the ring layout, and 2 x 4 x 4 with defaults
+  // holds 4 targets x 8 rings of 32 x 8 KiB (+ credit word) per node, no staging on shm.
+  bool budgeted = false;
+  for (const json& ratio : (*panel)["ratios"]) {
+    if (ratio["baseline"] == "expected") {
+      EXPECT_NEAR(ratio["ratio"].get<double>(), 1.0, 1e-9);
+    }
+    if (ratio["baseline"] == "budget") {
+      budgeted = true;
+      EXPECT_NEAR(ratio["dfi_value"].get<double>(), 4 * 8 * (32 * 8192 + 8) / 1048576.0, 1e-9);
+    }
+  }
+  EXPECT_TRUE(budgeted);
+  ASSERT_NE(find_by_id(r["panels"], "rss_growth"), nullptr);
+}
+
+TEST(BenchMemory, QuickOverTcpCountsStaging) {
+  json r =
+      run_quick("memory", "tcp", {"--set", R"(settings=[{"ranks":2,"sources":1,"targets":1}])"});
+  ASSERT_TRUE(r.is_object());
+  const json* panel = find_by_id(r["panels"], "flow_memory");
+  ASSERT_NE(panel, nullptr);
+  const json* dfi = find_by_id((*panel)["series"], "dfi");
+  ASSERT_NE(dfi, nullptr);
+  ASSERT_EQ((*dfi)["points"].size(), 1u);
+  // 1 target x 2 rings + 1 source x 2 targets x 4 staging segments of 8 KiB.
+  const double expected = (2 * (32 * 8192 + 8) + 2 * 4 * 8192) / 1048576.0;
+  EXPECT_NEAR((*dfi)["points"][0]["value"].get<double>(), expected, 1e-9);
+}
+
+}  // namespace
+}  // namespace dfi::tools::bench
