@@ -1,8 +1,12 @@
 // ReplicateSource: batches tuples into one segment, gives it a header (ordered: a sequence number
 // from the sequencer), then writes it to every target the source feeds directly.
 #include <cstdio>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/deadline.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "replicate_detail.hpp"
@@ -35,6 +39,7 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       latency_(rings_.spec().options.mode == Mode::latency),
       ordered_(rings_.spec().options.ordered),
+      worker_(worker),
       on_sequence_(std::move(options.on_sequence)) {
   const FlowSpec& spec = rings_.spec();
   const std::size_t payload = spec.layout().payload_capacity();
@@ -44,6 +49,10 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
   segment_.assign(kReplicateHeaderBytes + capacity_, std::byte{0});
   done_.assign(rings_.target_count(), 0);
   dead_.assign(rings_.target_count(), 0);
+  link_free_.assign(rings_.target_count(), 0);
+  links_ = relay_children(spec, detail::source_index(spec, node.rank(), thread), std::nullopt);
+  stall_timeout_ = detail::stall_timeout(spec);
+  if (stall_timeout_.count() == 0) stall_timeout_ = std::chrono::hours(24 * 365);
   if (ordered_) {
     sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);
     std::string record;
@@ -102,30 +111,91 @@ Status ReplicateSource::emit() {
     std::fill(done_.begin(), done_.end(), 0);
     if (ordered_ && on_sequence_) on_sequence_(header);
   }
-  Status first;
-  const std::size_t bytes = kReplicateHeaderBytes + fill_;
-  for (std::size_t i = 0; i < done_.size(); ++i) {
-    if (done_[i] != 0 || dead_[i] != 0) continue;
-    memory::RingWriter& writer = rings_.writer(i);
-    Status s = writer.append(segment_.data(), bytes);
-    if (s) s = writer.flush();
-    if (s) {
-      done_[i] = 1;
-      continue;
-    }
-    if (s.code() != Errc::peer_failed) return s;
-    dead_[i] = 1;
-    ++dead_links_;
-    if (first.is_ok()) first = std::move(s);
-  }
+  if (Status s = write_links(); !s && s.code() != Errc::peer_failed) return s;
   sealed_ = false;
   fill_ = 0;
   limit_ = capacity_;
-  if (!first.is_ok()) return first;
+  if (!failure_.is_ok()) return std::exchange(failure_, Status());
   if (dead_links_ == dead_.size() && !dead_.empty()) {
     return {Errc::flow_failed, rings_.label() + ": every target it writes to has failed"};
   }
   return {};
+}
+
+// Writes the sealed segment to every live link without it. With several links it never waits for
+// one target while another has room: a slow target must not hold a segment back from the fast
+// ones (in ordered flows that would look like a gap to them). It polls each ring's credit word
+// and writes wherever a slot is free. A dead target retires its link (the failure is kept in
+// failure_ for the caller); any other error leaves the segment sealed for a retry.
+Status ReplicateSource::write_links() {
+  const std::size_t bytes = kReplicateHeaderBytes + fill_;
+  auto write = [&](std::size_t i) {
+    memory::RingWriter& writer = rings_.writer(i);
+    Status s = writer.append(segment_.data(), bytes);
+    if (s) s = writer.flush();
+    return s;
+  };
+  auto retire = [&](std::size_t i, Status s) {
+    dead_[i] = 1;
+    ++dead_links_;
+    if (failure_.is_ok()) failure_ = std::move(s);
+  };
+  if (done_.size() == 1) {  // one link: the ring writer's own wait is all we need
+    if (done_[0] != 0 || dead_[0] != 0) return {};
+    Status s = write(0);
+    if (s) {
+      done_[0] = 1;
+      return {};
+    }
+    if (s.code() == Errc::peer_failed) retire(0, s);
+    return s;
+  }
+  std::optional<Deadline> deadline;
+  for (std::uint64_t round = 0;; ++round) {
+    bool waiting = false;
+    for (std::size_t i = 0; i < done_.size(); ++i) {
+      if (done_[i] != 0 || dead_[i] != 0) continue;
+      if (link_free_[i] == 0) {
+        std::uint64_t free = 0;
+        if (Status s = rings_.free_slots(i, free); !s) {
+          if (s.code() != Errc::peer_failed) return {s.code(), rings_.label() + ": " + s.message()};
+          retire(i, {s.code(), rings_.label() + ": " + s.message()});
+          continue;
+        }
+        link_free_[i] = free;
+        if (free == 0) {
+          waiting = true;
+          continue;
+        }
+      }
+      Status s = write(i);
+      if (!s) {
+        if (s.code() != Errc::peer_failed) return s;
+        retire(i, std::move(s));
+        continue;
+      }
+      done_[i] = 1;
+      --link_free_[i];
+    }
+    if (!waiting) return {};
+    if (!deadline) deadline.emplace(stall_timeout_);
+    if (deadline->expired()) {
+      std::string stuck;
+      for (std::size_t i = 0; i < done_.size(); ++i) {
+        if (done_[i] == 0 && dead_[i] == 0)
+          stuck += (stuck.empty() ? "" : ", ") + detail::target_name(rings_.spec(), links_[i]);
+      }
+      return {Errc::timeout, rings_.label() + ": no free segment within " +
+                                 std::to_string(stall_timeout_.count()) + " ms at " + stuck +
+                                 " (is it consuming?)"};
+    }
+    worker_.progress();
+    if (round > 256) {
+      std::this_thread::sleep_for(std::chrono::microseconds(5 + round % 40));
+    } else if (round > 64) {
+      std::this_thread::yield();
+    }
+  }
 }
 
 Status ReplicateSource::push_bulk(const void* tuples, std::size_t count) {

@@ -83,6 +83,12 @@ TEST_P(ReplicateCluster, SegmentDelayedPastTheTimeoutIsAGapThenDropped) {
   }
 }
 
+TEST_P(ReplicateCluster, SlowTargetCausesNoGapsAtTheOthers) {
+  auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "slow-target"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "slow target: no false gaps, identical sequences")) << run.all();
+}
+
 TEST_P(ReplicateCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "kill-source"});
   EXPECT_NE(run.code, 0) << run.all();

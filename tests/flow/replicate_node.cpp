@@ -7,6 +7,7 @@
 //                                            targets report the gap after the timeout
 //   replicate_node gap-delay REPLICATION     ordered: a segment is delayed past the timeout;
 //                                            targets report the gap and drop it when it comes
+//   replicate_node slow-target               ordered: a slow target causes no gaps elsewhere
 //   replicate_node kill-source               naive: a dead source fails consume naming it
 //   replicate_node kill-relay                a relaying target dies: below it, the failure is named
 //   replicate_node errors                    every user error gives a clear error
@@ -544,6 +545,82 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
 // ---------------------------------------------------------------------------------------------
 // Failures in unordered flows
 
+// A slow target (rank 0) behind 2-segment rings holds its sources back for much longer than the
+// gap timeout; the fast targets must still see every segment in time: no false gaps anywhere.
+int slow_target(cluster::Node& node) {
+  constexpr std::uint64_t kPerSegment = 4, kSegments = 40;
+  FlowSpec spec = pair_spec("rep-slow-target", {{1, 0}, {2, 0}}, {{0, 0}, {1, 1}, {2, 1}});
+  spec.options.ordered = true;
+  spec.options.segments = 2;
+  spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + kPerSegment * sizeof(Pair));
+  spec.options.gap_timeout = std::chrono::milliseconds(400);
+  spec.options.stall_timeout = std::chrono::seconds(20);
+  if (node.rank() == 0) create_flow(node, spec);
+  std::vector<std::thread> threads;
+  OrderedLog log;
+  const int id = node.rank() == 0 ? 0 : 1;
+  threads.emplace_back([&] {
+    try {
+      ReplicateTarget target(node, spec.name, id);
+      if (node.rank() != 0) {
+        log = consume_ordered(target, 2, "target on rank " + std::to_string(node.rank()));
+        return;
+      }
+      std::uint64_t expected = 1, batches = 0;
+      ReplicateBatch batch;
+      for (;;) {
+        Status s = target.consume(batch, std::chrono::seconds(20));
+        if (!s) return fail("slow target: " + s.message());
+        if (batch.end) break;
+        if (batch.gap() || batch.sequence != expected++)
+          return fail("slow target: gap or disorder");
+        for (const Pair& p : batch.as<Pair>())
+          log.digest = mix(log.digest ^ p.key ^ (batch.sequence << 40));
+        if (++batches % 25 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      }
+    } catch (const std::exception& e) {
+      fail(std::string("target: ") + e.what());
+    }
+  });
+  if (node.rank() != 0) {
+    threads.emplace_back([&] {
+      try {
+        fabric::Worker worker(node.fabric(), "source");
+        ReplicateSource source(node, worker, spec.name, 0);
+        const std::size_t index = node.rank() == 1 ? 0 : 1;
+        for (std::uint64_t seq = 1; seq <= kSegments * kPerSegment; ++seq) {
+          if (Status s = source.push(Pair{key_of(index, seq), seq}); !s)
+            return fail("push: " + s.message());
+        }
+        if (Status s = source.close(); !s) fail("close: " + s.message());
+      } catch (const std::exception& e) {
+        fail(std::string("source: ") + e.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  node.registry().publish("slow/" + std::to_string(node.rank()),
+                          std::to_string(log.digest) + " " + std::to_string(log.gaps));
+  node.barrier("slow/done");
+  if (node.rank() == 0) {
+    std::uint64_t gaps = 0;
+    bool same = true;
+    for (int r = 0; r < node.size(); ++r) {
+      std::istringstream in(node.registry().lookup("slow/" + std::to_string(r)));
+      std::uint64_t digest = 0, g = 0;
+      in >> digest >> g;
+      gaps += g;
+      same = same && digest == log.digest;
+    }
+    if (gaps != 0) fail("a slow target made others report " + std::to_string(gaps) + " gaps");
+    if (!same) fail("the targets consumed different sequences");
+    std::printf("slow target: %s\n",
+                failures == 0 ? "no false gaps, identical sequences" : "FAILURES");
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 int kill_source(cluster::Node& node) {
   FlowSpec spec = pair_spec("rep-victim-source", {{1, 0}, {2, 0}}, {{0, 0}});
   if (node.rank() == 0) create_flow(node, spec);
@@ -915,6 +992,7 @@ int main(int argc, char** argv) {
     if (scenario == "gap-kill") return gap_scenario(node, true, replication(2));
     if (scenario == "gap-delay") return gap_scenario(node, false, replication(2));
     if (scenario == "kill-source") return kill_source(node);
+    if (scenario == "slow-target") return slow_target(node);
     if (scenario == "kill-relay") return kill_relay(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "bench-bw" && argc >= 3)

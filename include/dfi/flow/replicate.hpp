@@ -157,20 +157,26 @@ class ReplicateSource {
   Status make_room();
   Status emit();
   Status take_sequence(std::uint64_t& sequence);
+  Status write_links();
   Status width_error(std::size_t bytes) const;
 
   detail::SourceRings rings_;
   std::size_t tuple_bytes_;
   bool latency_;
   bool ordered_;
+  fabric::Worker& worker_;
+  std::vector<std::size_t> links_;  // target index of each link
+  std::chrono::milliseconds stall_timeout_{0};
+  Status failure_;                  // a target that died in the current call
   std::vector<std::byte> segment_;  // header word, then tuples
   std::size_t capacity_;            // tuple bytes per segment
   std::size_t fill_ = 0;
   std::size_t limit_;    // capacity_, or 0 while a sealed segment waits to go out
   bool sealed_ = false;  // the segment has its header and is going out
   bool closed_ = false;
-  std::vector<char> done_;  // per link: the sealed segment reached it
-  std::vector<char> dead_;  // per link: its target died
+  std::vector<char> done_;                // per link: the sealed segment reached it
+  std::vector<char> dead_;                // per link: its target died
+  std::vector<std::uint64_t> link_free_;  // per link: slots known free (from its credit word)
   std::size_t dead_links_ = 0;
   std::function<void(std::uint64_t)> on_sequence_;
   fabric::Endpoint sequencer_endpoint_;
