@@ -71,11 +71,14 @@ void print_summary(std::ostream& out, const json& result) {
   for (const json& panel : result["panels"]) {
     const std::string unit = panel["y"]["unit"];
     for (const json& r : panel["ratios"]) {
+      // Name the DFI series unless its id is the generic "dfi".
+      const std::string dfi = r["dfi"].get<std::string>();
       out << "  " << panel["title"].get<std::string>() << ", " << x_text(r["x"], panel["x"])
-          << ": DFI " << format_value(r["dfi_value"]) << " " << unit << ", "
-          << r["baseline"].get<std::string>() << " " << format_value(r["baseline_value"]) << " "
-          << unit << ", ratio " << format_value(r["ratio"]) << " ("
-          << panel["better"].get<std::string>() << " is better)\n";
+          << ": DFI " << (dfi == "dfi" ? "" : dfi + " ") << format_value(r["dfi_value"]) << " "
+          << unit << ", " << r["baseline"].get<std::string>() << " "
+          << format_value(r["baseline_value"]) << " " << unit << ", ratio "
+          << format_value(r["ratio"]) << " (" << panel["better"].get<std::string>()
+          << " is better)\n";
     }
   }
 }

@@ -12,7 +12,9 @@ std::unique_ptr<Scenario> make_fabric_bw_scenario();    // fabric_bw.cpp
 std::unique_ptr<Scenario> make_shuffle_bw_scenario();   // shuffle_bw.cpp
 std::unique_ptr<Scenario> make_shuffle_lat_scenario();  // shuffle_lat.cpp
 std::unique_ptr<Scenario> make_memory_scenario();       // memory_use.cpp
-// Later: replicate, combiner, mpi-p2p, mpi-alltoall.
+std::unique_ptr<Scenario> make_replicate_scenario();    // replicate_bench.cpp
+std::unique_ptr<Scenario> make_combiner_scenario();     // combiner_bench.cpp
+// Later: mpi-p2p, mpi-alltoall.
 
 // A fresh instance of every scenario, in listing order.
 std::vector<std::unique_ptr<Scenario>> make_scenarios();

@@ -1,0 +1,176 @@
+// `dfi bench replicate | combiner --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
+// with --set so that each run takes seconds, over shm and tcp. Checks the result's shape: both
+// DFI's and the baselines' series, every number positive, the ratios; never how fast anything
+// is. (Each scenario fails by itself if a target received wrong data or a wrong aggregate.)
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "bench/process.hpp"
+#include "bench/result.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    char path[] = "/tmp/dfi-repcomb-bench-test-XXXXXX";
+    if (::mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+const json* find_by_id(const json& array, const std::string& id) {
+  for (const json& item : array) {
+    if (item.value("id", "") == id) return &item;
+  }
+  return nullptr;
+}
+
+// Runs `dfi bench <scenario> --quick --transport <t> --no-plot` plus `extra` into a temporary
+// folder and returns the parsed, validated result (null on failure, with the reason reported).
+json run_quick(const std::string& scenario, const std::string& transport,
+               const std::vector<std::string>& extra) {
+  TempDir out;
+  EXPECT_FALSE(out.path().empty());
+  std::vector<std::string> argv = {DFI_BINARY,    "bench",   scenario, "--quick",
+                                   "--transport", transport, "--out",  out.path().string(),
+                                   "--no-plot"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  ProcessResult r = run_process({argv, {}}, 90s);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(r.timed_out) << r.output;
+  const fs::path file = out.path() / (scenario + "-" + transport + "-quick.json");
+  std::ifstream in(file);
+  EXPECT_TRUE(in.good()) << "no " << file << "\n" << r.output;
+  if (!in.good()) return json();
+  json result = json::parse(in, nullptr, false);
+  EXPECT_FALSE(result.is_discarded()) << file << " is not JSON";
+  if (result.is_discarded()) return json();
+  for (const std::string& problem : validate_result(result)) ADD_FAILURE() << problem;
+  EXPECT_EQ(result["scenario"], scenario);
+  EXPECT_EQ(result["transport"], transport);
+  return result;
+}
+
+// Every point of every series is positive and every series has the commands that produced it.
+void check_positive(const json& panel) {
+  for (const json& s : panel["series"]) {
+    EXPECT_FALSE(s["commands"].empty()) << panel["id"] << "/" << s["id"];
+    EXPECT_FALSE(s["points"].empty()) << panel["id"] << "/" << s["id"];
+    for (const json& p : s["points"])
+      EXPECT_GT(p["value"].get<double>(), 0) << panel["id"] << "/" << s["id"] << " at " << p["x"];
+  }
+}
+
+std::set<json> xs_of(const json& series) {
+  std::set<json> xs;
+  for (const json& p : series["points"]) xs.insert(p["x"]);
+  return xs;
+}
+
+// The series `ids` exist with points at exactly `xs`, and there is one ratio per (DFI series,
+// baseline, x) pair declared: `ratios_per_x` of them at every x.
+void check_panel(const json& result, const std::string& id, const std::vector<std::string>& ids,
+                 const std::set<json>& xs, std::size_t ratios_per_x) {
+  const json* panel = find_by_id(result["panels"], id);
+  ASSERT_NE(panel, nullptr) << id;
+  check_positive(*panel);
+  for (const std::string& series : ids) {
+    const json* s = find_by_id((*panel)["series"], series);
+    ASSERT_NE(s, nullptr) << id << "/" << series;
+    EXPECT_EQ(xs_of(*s), xs) << id << "/" << series;
+  }
+  EXPECT_EQ((*panel)["ratios"].size(), ratios_per_x * xs.size()) << id;
+  for (const json& ratio : (*panel)["ratios"])
+    EXPECT_GT(ratio["ratio"].get<double>(), 0) << id << ": " << ratio.dump();
+}
+
+void check_replicate(const json& r, const std::set<json>& sizes) {
+  const std::vector<std::string> modes = {"naive", "relay", "ordered"};
+  std::vector<std::string> bw = modes, rtt = modes;
+  bw.push_back("ucx_perftest");
+  rtt.push_back("ucp_put_lat");
+  check_panel(r, "bw", bw, sizes, modes.size());
+  check_panel(r, "rtt", rtt, {json("round trip, median"), json("round trip, 99th percentile")},
+              modes.size());
+  ASSERT_EQ(r["parameters"]["targets"], 3);
+  // Every mode's median round trip is no larger than its 99th percentile (DFI's come from one
+  // run; ucx_perftest's -R 50 and -R 99 are two runs, which a busy machine can invert).
+  const json* rtt_panel = find_by_id(r["panels"], "rtt");
+  ASSERT_NE(rtt_panel, nullptr);
+  for (const json& s : (*rtt_panel)["series"]) {
+    if (s["role"] != "dfi") continue;
+    double median = 0, p99 = 0;
+    for (const json& p : s["points"]) {
+      if (p["x"].get<std::string>().find("median") != std::string::npos) {
+        median = p["value"];
+      } else {
+        p99 = p["value"];
+      }
+    }
+    EXPECT_LE(median, p99) << s["id"];
+  }
+}
+
+TEST(BenchReplicate, QuickOverShm) {
+  json r = run_quick("replicate", "shm",
+                     {"--set", "tuple_sizes=[64,1024]", "--set", "bytes_per_point=4194304", "--set",
+                      "latency_iterations=300"});
+  ASSERT_TRUE(r.is_object());
+  check_replicate(r, {json(64), json(1024)});
+}
+
+TEST(BenchReplicate, QuickOverTcp) {
+  json r = run_quick("replicate", "tcp",
+                     {"--set", "tuple_sizes=[64]", "--set", "bytes_per_point=1048576", "--set",
+                      "latency_iterations=100"});
+  ASSERT_TRUE(r.is_object());
+  check_replicate(r, {json(64)});
+}
+
+void check_combiner(const json& r, const std::set<json>& groups) {
+  // combiner vs the shuffle flow and vs ucx_perftest, at every number of groups.
+  check_panel(r, "throughput", {"combiner", "shuffle", "ucx_perftest"}, groups, 2);
+  const json* panel = find_by_id(r["panels"], "throughput");
+  ASSERT_NE(panel, nullptr);
+  std::set<std::string> baselines;
+  for (const json& ratio : (*panel)["ratios"]) {
+    EXPECT_EQ(ratio["dfi"], "combiner");
+    baselines.insert(ratio["baseline"].get<std::string>());
+  }
+  EXPECT_EQ(baselines, (std::set<std::string>{"shuffle", "ucx_perftest"}));
+  EXPECT_EQ(r["parameters"]["sources"], 3);
+}
+
+TEST(BenchCombiner, QuickOverShm) {
+  json r = run_quick("combiner", "shm",
+                     {"--set", "groups=[16,4096]", "--set", "tuples_per_source=200000"});
+  ASSERT_TRUE(r.is_object());
+  check_combiner(r, {json(16), json(4096)});
+}
+
+TEST(BenchCombiner, QuickOverTcp) {
+  json r =
+      run_quick("combiner", "tcp", {"--set", "groups=[64]", "--set", "tuples_per_source=100000"});
+  ASSERT_TRUE(r.is_object());
+  check_combiner(r, {json(64)});
+}
+
+}  // namespace
+}  // namespace dfi::tools::bench
