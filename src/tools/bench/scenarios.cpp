@@ -15,6 +15,8 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_memory_scenario());
   all.push_back(make_replicate_scenario());
   all.push_back(make_combiner_scenario());
+  all.push_back(make_mpi_p2p_scenario());
+  all.push_back(make_mpi_alltoall_scenario());
   return all;
 }
 

@@ -1,0 +1,169 @@
+// `dfi bench mpi-p2p | mpi-alltoall --quick`, for real (DFI ranks plus OpenMPI under mpirun),
+// over shm and tcp, with sizes cut down so that each run takes seconds. Checks that the result
+// has both the DFI and the MPI series, with every point positive, and the DFI / MPI ratios with
+// their targets; never how fast anything is.
+//
+// These tests need OpenMPI (openmpi-bin, libopenmpi-dev; the test set-up of scripts/dev installs
+// them). Without mpirun or mpicxx they fail and say so: they do not skip.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "bench/mpi_baseline.hpp"
+#include "bench/process.hpp"
+#include "bench/result.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    char path[] = "/tmp/dfi-mpi-bench-test-XXXXXX";
+    if (::mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+const json* find_by_id(const json& array, const std::string& id) {
+  for (const json& item : array) {
+    if (item.value("id", "") == id) return &item;
+  }
+  return nullptr;
+}
+
+// Fails the test (not skips) when OpenMPI is missing.
+bool have_mpi() {
+  const std::string why = mpi_unavailable();
+  if (why.empty()) return true;
+  ADD_FAILURE() << "the MPI bench tests need OpenMPI, which is missing: " << why;
+  return false;
+}
+
+// Runs `dfi bench <scenario> --quick --transport <t> --no-plot` plus `extra` into a temporary
+// folder and returns the parsed, validated result (null on failure, with the reason reported).
+json run_quick(const std::string& scenario, const std::string& transport,
+               const std::vector<std::string>& extra) {
+  TempDir out;
+  EXPECT_FALSE(out.path().empty());
+  std::vector<std::string> argv = {DFI_BINARY,    "bench",   scenario, "--quick",
+                                   "--transport", transport, "--out",  out.path().string(),
+                                   "--no-plot"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  // The first run compiles the MPI program with mpicxx (seconds) into the build tree.
+  ProcessResult r = run_process({argv, {}}, 120s);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(r.timed_out) << r.output;
+  const fs::path file = out.path() / (scenario + "-" + transport + "-quick.json");
+  std::ifstream in(file);
+  EXPECT_TRUE(in.good()) << "no " << file << "\n" << r.output;
+  if (!in.good()) return json();
+  json result = json::parse(in, nullptr, false);
+  EXPECT_FALSE(result.is_discarded()) << file << " is not JSON";
+  if (result.is_discarded()) return json();
+  for (const std::string& problem : validate_result(result)) ADD_FAILURE() << problem;
+  EXPECT_EQ(result["scenario"], scenario);
+  EXPECT_EQ(result["transport"], transport);
+  return result;
+}
+
+// The x values of series `id` in `panel` (numbers or categories, as JSON dumps).
+std::set<std::string> xs_of(const json& panel, const std::string& id) {
+  std::set<std::string> xs;
+  const json* s = find_by_id(panel["series"], id);
+  EXPECT_NE(s, nullptr) << panel["id"] << "/" << id;
+  if (s == nullptr) return xs;
+  EXPECT_FALSE((*s)["commands"].empty()) << panel["id"] << "/" << id;
+  for (const json& p : (*s)["points"]) {
+    EXPECT_GT(p["value"].get<double>(), 0) << panel["id"] << "/" << id << " at " << p["x"];
+    xs.insert(p["x"].dump());
+  }
+  return xs;
+}
+
+// Checks that `panel` exists, that every series in `ids` has exactly the points `xs`, and that it
+// has `ratios` ratios, all with `target` (or none when target is 0).
+void check_panel(const json& result, const std::string& panel_id,
+                 const std::vector<std::string>& ids, const std::set<std::string>& xs,
+                 std::size_t ratios, double target) {
+  const json* panel = find_by_id(result["panels"], panel_id);
+  ASSERT_NE(panel, nullptr) << panel_id;
+  for (const std::string& id : ids) EXPECT_EQ(xs_of(*panel, id), xs) << panel_id << "/" << id;
+  EXPECT_EQ((*panel)["ratios"].size(), ratios) << panel_id;
+  for (const json& ratio : (*panel)["ratios"]) {
+    EXPECT_GT(ratio["ratio"].get<double>(), 0) << panel_id;
+    if (target > 0) {
+      ASSERT_TRUE(ratio.contains("target")) << panel_id;
+      EXPECT_DOUBLE_EQ(ratio["target"].get<double>(), target) << panel_id;
+    } else {
+      EXPECT_FALSE(ratio.contains("target")) << panel_id;
+    }
+  }
+}
+
+void check_p2p(const json& r, const std::set<std::string>& sizes,
+               const std::set<std::string>& threads, const std::string& smallest) {
+  ASSERT_TRUE(r.is_object());
+  for (const char* id : {"single_runtime", "single_rate"})
+    check_panel(r, id, {"dfi", "mpi"}, sizes, sizes.size(), 0);
+  check_panel(r, "smallest_tuple", {"dfi", "mpi"}, {smallest}, 1, 10.0);
+  for (const char* id : {"threads_runtime", "threads_rate"}) {
+    check_panel(r, id, {"dfi", "mpi_threads", "mpi_processes"}, threads, 2 * threads.size(), 0);
+  }
+}
+
+void check_alltoall(const json& r, const std::set<std::string>& sizes) {
+  ASSERT_TRUE(r.is_object());
+  check_panel(r, "pipelined", {"dfi", "mpi_pipelined"}, sizes, sizes.size(), 0.2);
+  check_panel(r, "straggler", {"dfi", "mpi_batched"}, {"\"s = 0.5\"", "\"s = 0.25\""}, 2, 0.7);
+  check_panel(r, "no_straggler", {"dfi", "mpi_batched"}, {"\"s = 1\""}, 1, 0);
+}
+
+TEST(BenchMpiP2p, QuickOverShm) {
+  if (!have_mpi()) return;
+  json r = run_quick("mpi-p2p", "shm",
+                     {"--set", "tuple_sizes=[16,64]", "--set", "threads=[1,2]", "--set",
+                      "table_bytes=1048576"});
+  check_p2p(r, {"16", "64"}, {"1", "2"}, "\"16 B, 1 thread\"");
+}
+
+TEST(BenchMpiP2p, QuickOverTcp) {
+  if (!have_mpi()) return;
+  json r = run_quick("mpi-p2p", "tcp",
+                     {"--set", "tuple_sizes=[16]", "--set", "threads=[1,2]", "--set",
+                      "thread_tuple_bytes=32", "--set", "table_bytes=262144"});
+  check_p2p(r, {"16"}, {"1", "2"}, "\"16 B, 1 thread\"");
+}
+
+TEST(BenchMpiAlltoall, QuickOverShm) {
+  if (!have_mpi()) return;
+  json r = run_quick("mpi-alltoall", "shm",
+                     {"--set", "tuple_sizes=[16,64]", "--set", "pipelined_tuples_per_rank=2000",
+                      "--set", "straggler_tuples_per_rank=20000"});
+  check_alltoall(r, {"16", "64"});
+}
+
+TEST(BenchMpiAlltoall, QuickOverTcp) {
+  if (!have_mpi()) return;
+  json r = run_quick("mpi-alltoall", "tcp",
+                     {"--set", "tuple_sizes=[64]", "--set", "pipelined_tuples_per_rank=1000",
+                      "--set", "straggler_tuples_per_rank=10000"});
+  check_alltoall(r, {"64"});
+}
+
+}  // namespace
+}  // namespace dfi::tools::bench
