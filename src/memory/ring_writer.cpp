@@ -84,26 +84,14 @@ Status RingWriter::stalled_error() const {
                              " ms (is the target consuming?)"};
 }
 
-Status RingWriter::wait_free_slot_bandwidth() {
+Status RingWriter::wait_free_slot_mapped() {
   const std::uint64_t needed = layout_.free_state_for(next_);
   if (needed == 0) return {};  // first lap: the ring starts zeroed
   const std::size_t offset = layout_.state_offset(next_);
   Deadline deadline(timeout_or_forever(stall_timeout_));
   Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
   for (;;) {
-    std::uint64_t state;
-    if (mapped_ != nullptr) {
-      state = remote_word(offset);
-    } else {
-      if (slot_state_for_ != next_) {  // no pipelined read for this slot: issue one now
-        slot_read_ = endpoint_->get_async(&slot_state_, sizeof slot_state_, *remote_, ring_offset_ + offset);
-        slot_state_for_ = next_;
-      }
-      if (Status s = slot_read_.wait(); !s) return s;
-      state = slot_state_;
-      slot_state_for_ = 0;  // consumed: a retry reads again
-    }
-    if (state == needed) return {};
+    if (remote_word(offset) == needed) return {};
     if (backoff.rounds() == 0) ++counters_.stalls;
     if (Status s = endpoint_->status(); !s) return s;
     if (deadline.expired()) return stalled_error();
@@ -111,7 +99,7 @@ Status RingWriter::wait_free_slot_bandwidth() {
   }
 }
 
-Status RingWriter::wait_free_slot_latency() {
+Status RingWriter::wait_free_slot_credits() {
   if (credits_ > 0) return {};
   Deadline deadline(timeout_or_forever(stall_timeout_));
   Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
@@ -137,7 +125,7 @@ Status RingWriter::wait_free_slot_latency() {
 }
 
 Status RingWriter::acquire() {
-  Status s = mode_ == RingMode::bandwidth ? wait_free_slot_bandwidth() : wait_free_slot_latency();
+  Status s = mapped_ != nullptr && mode_ == RingMode::bandwidth ? wait_free_slot_mapped() : wait_free_slot_credits();
   if (!s) return s;
   if (mapped_ != nullptr) {
     cursor_ = mapped_ + layout_.slot_offset(next_);
@@ -179,21 +167,15 @@ Status RingWriter::publish(std::uint64_t flags) {
     if (Status f = worker_->fence(); !f) return f;
     staging.puts.push_back(endpoint_->put_async(footer + 8, 8, *remote_, slot + capacity + 8));
     if (Status s = endpoint_->status(); !s) return s;
-    // Pipelined read of the next slot's state, so the next acquire rarely waits a round trip.
-    // Never after end-of-stream: the target may free the ring as soon as it sees that segment.
-    if (mode_ == RingMode::bandwidth && (flags & kEndOfStream) == 0 &&
-        layout_.free_state_for(sequence + 1) != 0) {
-      slot_read_ = endpoint_->get_async(&slot_state_, sizeof slot_state_, *remote_,
-                                        ring_offset_ + layout_.state_offset(sequence + 1));
-      slot_state_for_ = sequence + 1;
-    }
   }
   ++counters_.segments;
   counters_.bytes += fill_;
   if (credits_ > 0) --credits_;
-  // Latency mode: refresh the credits in the background once half are used.
-  if (mode_ == RingMode::latency && mapped_ == nullptr && !credit_read_pending_ &&
-      (flags & kEndOfStream) == 0 && credits_ == layout_.segments / 2) {
+  // Put path: refresh the credits in the background once half are used, so the source learns
+  // about released slots one round trip ahead of needing them. Never after end-of-stream: the
+  // target may free the ring as soon as it sees that segment.
+  if (mapped_ == nullptr && !credit_read_pending_ && (flags & kEndOfStream) == 0 &&
+      credits_ == layout_.segments / 2) {
     credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
     credit_read_pending_ = true;
   }
@@ -252,7 +234,6 @@ Status RingWriter::close_ring() {
     staging.puts.clear();
   }
   if (mapped_ == nullptr) {
-    slot_read_ = fabric::Request();
     credit_read_ = fabric::Request();
     return endpoint_->flush();
   }

@@ -5,11 +5,15 @@
 //  - mapped (shm, RemoteMemory::mapped() != null): tuples are copied straight into the target's
 //    ring and the state word is published with a release store; no fabric call at all;
 //  - put (any transport): tuples are batched in a local staging segment, written with one put,
-//    then fence, then a put of the state word. In bandwidth mode the state of the next slot is
-//    read with a get pipelined behind the put; completion of a staging segment's put is waited
-//    for only when the staging buffer wraps around.
-// Latency mode publishes every append as its own segment and tracks free slots with credits: a
-// local copy of the target's free-slot count, refreshed from the ring's credit word (003 §5.3).
+//    then fence, then a put of the state word; completion of a staging segment's put is waited
+//    for only when the staging buffers wrap around.
+// Free slots: the mapped path reads the state word of the slot it is about to write (a local
+// load). The put path tracks them with credits (003 §5.3): a local count of free slots, refreshed
+// from the ring's released-segments word by a get issued in the background once half the credits
+// are used. That is one remote read per half ring instead of one per segment: over TCP a get is an
+// emulated round trip through the target's progress thread (tens of µs), and waiting for one per
+// 8 KiB segment capped a flow at about 0.1 GB/s.
+// Latency mode publishes every append as its own segment.
 //
 // Owned by one thread (the one owning the endpoint's worker).
 #pragma once
@@ -92,8 +96,8 @@ class RingWriter {
   Status close_ring();
   Status acquire();                             // wait until slot of next_ is free
   Status publish(std::uint64_t flags);          // write current segment with state flags
-  Status wait_free_slot_bandwidth();
-  Status wait_free_slot_latency();
+  Status wait_free_slot_mapped();   // bandwidth mode, mapped: the slot's own state word
+  Status wait_free_slot_credits();  // otherwise: credits
   Status stalled_error() const;
   std::uint64_t remote_word(std::size_t offset);  // mapped read of a ring word
 
@@ -117,11 +121,8 @@ class RingWriter {
   std::vector<Staging> stagings_;
   std::uint64_t state_out_ = 0;   // unused on the mapped path
 
-  // Bandwidth mode, put path: the pipelined read of the next slot's state.
-  fabric::Request slot_read_;
-  std::uint64_t slot_state_ = 0;
-  std::uint64_t slot_state_for_ = 0;  // the sequence slot_state_ was read for (0: none)
-  // Latency mode: credits.
+  // Credits: free slots as far as this writer knows, and the background read of the
+  // target's released-segments word that refreshes them.
   std::uint64_t credits_ = 0;
   std::uint64_t released_seen_ = 0;
   fabric::Request credit_read_;
