@@ -577,6 +577,15 @@ class ReplicateBench final : public Scenario {
         "CPU time (copies, polling) rather than by a link, and a round trip includes "
         "scheduling delays.");
 
+    if (context.transport == "shm" && !context.netns) {
+      result.add_note(
+          "shm: ucx_perftest rewrites one 8 KiB buffer between two processes on two cores "
+          "(cache to cache), so its put_bw is a memcpy-in-cache rate, far above what 4 ranks "
+          "sharing 2 cores can move; ucp_put_lat is two processes spinning on two cores, while "
+          "DFI's round trip needs 4 ranks to take turns on them. Read the ratios here as "
+          "'how far from an uncontended two-process transport', not as a link limit.");
+    }
+
     Panel& bw = result.panel("bw",
                              "Bandwidth per target, 1 source -> " + std::to_string(targets) +
                                  " targets (slowest target)",
