@@ -90,6 +90,16 @@ Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
   return {};
 }
 
+Status ShuffleSource::flush() {
+  for (std::size_t t = 0; t < target_count_; ++t) {
+    if (Status s = rings_.writer(t).flush(); !s) return s;
+  }
+  for (std::size_t t = 0; t < target_count_; ++t) {
+    if (Status s = rings_.writer(t).drain(); !s) return s;
+  }
+  return {};
+}
+
 Status ShuffleSource::close() { return rings_.close(); }
 
 FlowCounters ShuffleSource::counters() const {

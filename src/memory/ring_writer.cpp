@@ -167,6 +167,10 @@ Status RingWriter::publish(std::uint64_t flags) {
     if (Status f = worker_->fence(); !f) return f;
     staging.puts.push_back(endpoint_->put_async(footer + 8, 8, *remote_, slot + capacity + 8));
     if (Status s = endpoint_->status(); !s) return s;
+    // Puts that did not fit into the transport at once wait in UCX until the worker is
+    // progressed; one pass sends them now, so a published segment does not depend on the
+    // caller's next fabric call (a thread that pushes and then waits elsewhere).
+    worker_->progress();
   }
   ++counters_.segments;
   counters_.bytes += fill_;
@@ -216,6 +220,16 @@ Status RingWriter::flush() {
   return labelled(publish(kConsumable));
 }
 
+Status RingWriter::drain() {
+  for (Staging& staging : stagings_) {
+    for (fabric::Request& put : staging.puts) {
+      if (Status p = put.wait(); !p) return labelled(std::move(p));
+    }
+    staging.puts.clear();
+  }
+  return {};
+}
+
 Status RingWriter::close() { return labelled(close_ring()); }
 
 Status RingWriter::close_ring() {
@@ -227,12 +241,7 @@ Status RingWriter::close_ring() {
   fill_ = 0;
   if (Status s = publish(kConsumable | kEndOfStream); !s) return s;
   closed_ = true;
-  for (Staging& staging : stagings_) {
-    for (fabric::Request& put : staging.puts) {
-      if (Status p = put.wait(); !p) return p;
-    }
-    staging.puts.clear();
-  }
+  if (Status s = drain(); !s) return s;
   if (mapped_ == nullptr) {
     credit_read_ = fabric::Request();
     return endpoint_->flush();

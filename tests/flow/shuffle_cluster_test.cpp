@@ -47,6 +47,12 @@ TEST_P(ShuffleCluster, SlowConsumerBehindTwoSegmentsLosesNothing) {
   EXPECT_TRUE(contains(run.out, "received 4000 of 4000")) << run.all();
 }
 
+TEST_P(ShuffleCluster, FlushDeliversAPartialSegmentBeforeClose) {
+  auto run = run_cluster(2, GetParam(), {SHUFFLE_NODE, "flush"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "flush: 20 rounds of 3 tuples echoed")) << run.all();
+}
+
 TEST_P(ShuffleCluster, UserErrorsAreReportedClearly) {
   RunOptions options;
   options.env = {{"DFI_REGISTRY_TIMEOUT_MS", "3000"}};  // "unknown flow" waits this long

@@ -2,6 +2,7 @@
 //
 //   shuffle_node property SEED COUNT   COUNT random flows: every tuple exactly once, per-pair order
 //   shuffle_node backpressure          a slow consumer behind a 2-segment ring loses nothing
+//   shuffle_node flush                 flush() delivers a partial segment before close (ping-pong)
 //   shuffle_node errors                every user error gives a clear error
 //   shuffle_node kill-target           a target dies: its source's push fails naming it
 //   shuffle_node kill-source           a source dies: the target's consume fails naming it
@@ -302,6 +303,55 @@ int backpressure(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// Ping-pong over two bandwidth-mode flows: each round, rank 0 pushes a few tuples (far less than
+// a segment), flushes and waits for rank 1 to echo them on the other flow. Without flush() the
+// tuples would sit in a partly filled segment and both sides would time out.
+int flush_ping_pong(cluster::Node& node) {
+  constexpr std::uint64_t kRounds = 20, kPerRound = 3;
+  const std::chrono::seconds timeout(5);
+  if (node.rank() == 0) {
+    create_flow(node, pair_spec("ping", {{0, 0}}, {{1, 0}}));
+    create_flow(node, pair_spec("pong", {{1, 0}}, {{0, 0}}));
+  }
+  fabric::Worker worker(node.fabric(), "ping-pong");
+  const bool pinger = node.rank() == 0;
+  ShuffleTarget in(node, pinger ? "pong" : "ping", 0);
+  ShuffleSource out(node, worker, pinger ? "ping" : "pong", 0);
+  TupleBatch batch;
+  std::uint64_t next = 0;  // the next key expected on `in`
+  for (std::uint64_t round = 0; round < kRounds && failures == 0; ++round) {
+    if (pinger) {
+      for (std::uint64_t i = 0; i < kPerRound; ++i) {
+        const std::uint64_t key = round * kPerRound + i;
+        if (Status s = out.push(Pair{key, key * 3}); !s) fail("push: " + s.message());
+      }
+      if (Status s = out.flush(); !s) fail("flush: " + s.message());
+    }
+    while (next < (round + 1) * kPerRound && failures == 0) {
+      if (Status s = in.consume(batch, timeout); !s || batch.empty()) {
+        fail("round " + std::to_string(round) + ": waited for tuple " + std::to_string(next) + ": " +
+             (s ? std::string("end of flow") : s.message()));
+        break;
+      }
+      for (const Pair& p : batch.as<Pair>()) {
+        if (p.key != next || p.value != next * 3) fail("tuple " + std::to_string(next) + " lost or reordered");
+        if (!pinger) (void)out.push(p);
+        ++next;
+      }
+    }
+    if (!pinger) {
+      if (Status s = out.flush(); !s) fail("flush: " + s.message());
+    }
+  }
+  if (Status s = out.close(); !s) fail("close: " + s.message());
+  while (in.consume(batch, timeout) && !batch.empty()) fail("tuples after the last round");
+  if (!in.end()) fail("the flow did not end");
+  std::printf("flush: %llu rounds of %llu tuples echoed\n", static_cast<unsigned long long>(next / kPerRound),
+              static_cast<unsigned long long>(kPerRound));
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 template <class F>
 void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
   try {
@@ -534,7 +584,7 @@ int barrier_kill(cluster::Node& node) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: shuffle_node property SEED COUNT | backpressure | errors | kill-target | kill-source\n");
+    std::fprintf(stderr, "usage: shuffle_node property SEED COUNT | backpressure | flush | errors | kill-target | kill-source\n");
     return 2;
   }
   try {
@@ -542,6 +592,7 @@ int main(int argc, char** argv) {
     const std::string scenario = argv[1];
     if (scenario == "property" && argc == 4) return property(node, std::stoull(argv[2]), std::stoi(argv[3]));
     if (scenario == "backpressure") return backpressure(node);
+    if (scenario == "flush") return flush_ping_pong(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);

@@ -107,6 +107,13 @@ class ShuffleSource {
   Status push_to(std::size_t target, const void* tuple, std::size_t bytes);
   // Pushes `count` contiguous tuples of the schema's width.
   Status push_bulk(const void* tuples, std::size_t count);
+  // Publishes every partly filled segment (bandwidth mode batches tuples until a segment is
+  // full) and waits until everything pushed so far has left this process, so that it reaches its
+  // targets without more pushes, progress of this source's worker, or close(). Does not wait
+  // for the targets to see it. Call it before waiting for a reply on another flow, in either
+  // mode: over TCP a latency-mode push may also stay in UCX until the worker is progressed.
+  // Each call costs a segment per target that had tuples buffered. Errors: as push.
+  Status flush();
   // Sends what is buffered and marks end of stream at every target. Idempotent.
   Status close();
 

@@ -71,8 +71,14 @@ class RingWriter {
     return {};
   }
 
-  // Publishes the current segment if it holds anything.
+  // Publishes the current segment if it holds anything (and hands it to the fabric: does not wait
+  // until it is visible at the target).
   Status flush();
+  // Waits until every put issued so far has left this process (local completion; over TCP the
+  // fence before a state word may hold it back until the payload is acknowledged). Without it, a
+  // published segment may wait in UCX until this worker is progressed again. Errors: peer_failed,
+  // timeout. No-op on the mapped path.
+  Status drain();
   // Publishes what is left, then an end-of-stream segment, then waits until all of it is
   // visible at the target. Idempotent.
   Status close();
