@@ -10,6 +10,7 @@
 #include "bench/paths.hpp"
 #include "bench/process.hpp"
 #include "bench/result.hpp"
+#include "bench_e2e.hpp"
 
 namespace dfi::tools::bench {
 namespace {
@@ -17,29 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-class TempDir {
- public:
-  TempDir() {
-    char path[] = "/tmp/dfi-bench-test-XXXXXX";
-    if (::mkdtemp(path) != nullptr) path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-const json* find_by_id(const json& array, const std::string& id) {
-  for (const json& item : array) {
-    if (item.value("id", "") == id) return &item;
-  }
-  return nullptr;
-}
+using testing::find_by_id;
+using testing::TempDir;
 
 json run_quick(const std::string& transport, const fs::path& out) {
   ProcessResult r = run_process({{DFI_BINARY, "bench", "fabric-bw", "--quick", "--transport",

@@ -11,61 +11,18 @@
 
 #include "bench/process.hpp"
 #include "bench/result.hpp"
+#include "bench_e2e.hpp"
 
 namespace dfi::tools::bench {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
+using testing::find_by_id;
 
-class TempDir {
- public:
-  TempDir() {
-    char path[] = "/tmp/dfi-flow-bench-test-XXXXXX";
-    if (::mkdtemp(path) != nullptr) path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-const json* find_by_id(const json& array, const std::string& id) {
-  for (const json& item : array) {
-    if (item.value("id", "") == id) return &item;
-  }
-  return nullptr;
-}
-
-// Runs `dfi bench <scenario> --quick --transport <t> --no-plot` plus `extra` into a temporary
-// folder and returns the parsed, validated result (null on failure, with the reason reported).
 json run_quick(const std::string& scenario, const std::string& transport,
                const std::vector<std::string>& extra) {
-  TempDir out;
-  EXPECT_FALSE(out.path().empty());
-  std::vector<std::string> argv = {DFI_BINARY,    "bench",   scenario, "--quick",
-                                   "--transport", transport, "--out",  out.path().string(),
-                                   "--no-plot"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  ProcessResult r = run_process({argv, {}}, 60s);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_FALSE(r.timed_out) << r.output;
-  const fs::path file = out.path() / (scenario + "-" + transport + "-quick.json");
-  std::ifstream in(file);
-  EXPECT_TRUE(in.good()) << "no " << file << "\n" << r.output;
-  if (!in.good()) return json();
-  json result = json::parse(in, nullptr, false);
-  EXPECT_FALSE(result.is_discarded()) << file << " is not JSON";
-  if (result.is_discarded()) return json();
-  for (const std::string& problem : validate_result(result)) ADD_FAILURE() << problem;
-  EXPECT_EQ(result["scenario"], scenario);
-  EXPECT_EQ(result["transport"], transport);
-  return result;
+  return testing::run_quick(scenario, transport, extra, 60s);
 }
 
 // Every point of every series is positive; every measured series (DFI's, ucx_perftest's) has its

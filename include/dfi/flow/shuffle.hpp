@@ -133,7 +133,10 @@ class ShuffleSource {
     key ^= key >> 33;
     key *= 0xc4ceb9fe1a85ec53ull;
     key ^= key >> 33;
-    return static_cast<std::size_t>(key % target_count_);
+    // Multiply-shift maps the mixed key onto 0 .. targets-1 without a division (Lemire's
+    // reduction; fair because the finaliser spreads the key over all 64 bits).
+    __extension__ using Wide = unsigned __int128;  // GCC/Clang; __extension__: no -Wpedantic note
+    return static_cast<std::size_t>((static_cast<Wide>(key) * target_count_) >> 64);
   }
   static std::uint64_t hash_bytes(const std::byte* data, std::size_t bytes) noexcept;
   Status route_slow(const std::byte* tuple, std::size_t& target);

@@ -510,13 +510,7 @@ class CombinerBench final : public Scenario {
         for (std::uint64_t g : groups) panel.add("ucx_perftest", g, rate);
         panel.add_command("ucx_perftest", pr.command);
       };
-      if (rep % 2 == 1) {
-        run_dfi();
-        run_baseline();
-      } else {
-        run_baseline();
-        run_dfi();
-      }
+      run_alternating(rep, run_dfi, run_baseline);
     }
   }
 

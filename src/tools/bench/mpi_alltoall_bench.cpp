@@ -595,14 +595,7 @@ class MpiAlltoall final : public Scenario {
       auto run_baseline = [&] {
         for (const Run& run : runs) mpi(run);
       };
-      // Alternate which side goes first so that a drift in machine load hits both alike.
-      if (rep % 2 == 1) {
-        run_dfi();
-        run_baseline();
-      } else {
-        run_baseline();
-        run_dfi();
-      }
+      run_alternating(rep, run_dfi, run_baseline);
     }
   }
 

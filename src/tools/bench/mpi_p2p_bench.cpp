@@ -503,14 +503,7 @@ class MpiP2p final : public Scenario {
           }
         }
       };
-      // Alternate which side goes first so that a drift in machine load hits both alike.
-      if (rep % 2 == 1) {
-        run_dfi();
-        run_baseline();
-      } else {
-        run_baseline();
-        run_dfi();
-      }
+      run_alternating(rep, run_dfi, run_baseline);
     }
   }
 

@@ -103,18 +103,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The p-th percentile (0..100) of `samples` by nearest rank; 0 for none.
-double percentile(std::vector<double> samples, double p) {
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  const double rank = p / 100.0 * static_cast<double>(samples.size());
-  const std::size_t index = rank <= 1 ? 0 : static_cast<std::size_t>(rank + 0.999999) - 1;
-  return samples[std::min(index, samples.size() - 1)];
-}
-
-void check(const Status& status) {
-  if (!status) throw Error(status.code(), status.message());
-}
 
 // Throws for a failed wait, saying what was awaited (built only then: no string per round).
 template <class Describe>
@@ -241,7 +229,7 @@ class ReplicateRank {
       p += tb;
       if (p == end) p = tuples.data();
     }
-    check(source.close());
+    source.close().throw_if_error();
     const double seconds = seconds_between(start, Clock::now());
     const flow::FlowCounters c = source.counters();
     return {{"sent_tuples", c.tuples},
@@ -364,7 +352,7 @@ class ReplicateRank {
       Clock::time_point previous = Clock::now();
       for (std::uint64_t i = 1; i <= total; ++i) {
         std::memcpy(tuple.data(), &i, sizeof i);
-        check(source.push(tuple.data(), tb));
+        source.push(tuple.data(), tb).throw_if_error();
         std::uint64_t acked = 0;
         while (acked != all) {
           check_wait(poll([&] { return ack_target.try_consume(batch); }, worker, stall_),
@@ -389,7 +377,7 @@ class ReplicateRank {
           rtt_us.push_back(std::chrono::duration<double, std::micro>(now - previous).count());
         previous = now;
       }
-      check(source.close());
+      source.close().throw_if_error();
       // Every target closes its ack source after it saw the end.
       check_wait(poll([&] { return ack_target.try_consume(batch); }, worker, stall_),
                  [&] { return mode + ": the end of the acks"; });
@@ -431,11 +419,11 @@ class ReplicateRank {
         }
         std::memcpy(tuple.data(), &round, 8);
         std::memcpy(tuple.data() + 8, &from, 8);
-        check(ack.push(tuple.data(), tb));
+        ack.push(tuple.data(), tb).throw_if_error();
         ++expected;
       }
     }
-    check(ack.close());
+    ack.close().throw_if_error();
     if (expected != total + 1) {
       throw Error(Errc::protocol, "bench replicate: " + mode + ": target " + std::to_string(id) +
                                       " saw " + std::to_string(expected - 1) + " rounds of " +
@@ -707,13 +695,7 @@ class ReplicateBench final : public Scenario {
           rtt.add_command("ucp_put_lat", lr.command);
         }
       };
-      if (rep % 2 == 1) {
-        run_dfi();
-        run_baselines();
-      } else {
-        run_baselines();
-        run_dfi();
-      }
+      run_alternating(rep, run_dfi, run_baselines);
     }
     const double limit = median(limits);
     result.add_note("Naive replication writes " + std::to_string(targets) +

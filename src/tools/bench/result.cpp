@@ -36,6 +36,14 @@ double median(std::vector<double> samples) {
   return n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
 }
 
+double percentile(std::vector<double> samples, double p) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const double rank = p / 100.0 * static_cast<double>(samples.size());
+  const std::size_t index = rank <= 1 ? 0 : static_cast<std::size_t>(rank + 0.999999) - 1;
+  return samples[std::min(index, samples.size() - 1)];
+}
+
 // ---------------------------------------------------------------------------------------------
 // Panel
 

@@ -142,5 +142,7 @@ std::vector<std::string> validate_result(const nlohmann::json& result);
 
 // The median of `samples` (mean of the two middle ones for an even count); 0 for none.
 double median(std::vector<double> samples);
+// The p-th percentile (0..100) of `samples` by nearest rank; 0 for none.
+double percentile(std::vector<double> samples, double p);
 
 }  // namespace dfi::tools::bench

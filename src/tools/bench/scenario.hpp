@@ -85,6 +85,19 @@ class Scenario {
   virtual int run_rank(const nlohmann::json& params, std::ostream& out, std::ostream& err);
 };
 
+// Runs repetition `rep`'s DFI and baseline measurements, alternating which goes first (DFI on
+// odd repetitions) so that a drift in machine load hits both alike.
+template <class Dfi, class Baseline>
+void run_alternating(int rep, Dfi&& run_dfi, Baseline&& run_baseline) {
+  if (rep % 2 == 1) {
+    run_dfi();
+    run_baseline();
+  } else {
+    run_baseline();
+    run_dfi();
+  }
+}
+
 // Every registered scenario, in the order `dfi bench list` and `dfi bench all` use.
 const std::vector<std::unique_ptr<Scenario>>& scenarios();
 // The scenario called `name`, or nullptr.

@@ -518,13 +518,7 @@ class ShuffleBw final : public Scenario {
           p.add_command("ucx_perftest", pr.command);
         }
       };
-      if (rep % 2 == 1) {
-        run_dfi();
-        run_baseline();
-      } else {
-        run_baseline();
-        run_dfi();
-      }
+      run_alternating(rep, run_dfi, run_baseline);
     }
   }
 

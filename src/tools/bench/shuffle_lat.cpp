@@ -38,18 +38,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kMedian = "round trip, median";
 constexpr const char* kP99 = "round trip, 99th percentile";
 
-// The p-th percentile (0..100) of `samples` by nearest rank; 0 for none.
-double percentile(std::vector<double> samples, double p) {
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  const double rank = p / 100.0 * static_cast<double>(samples.size());
-  std::size_t index = rank <= 1 ? 0 : static_cast<std::size_t>(rank + 0.999999) - 1;
-  return samples[std::min(index, samples.size() - 1)];
-}
-
-void check(const Status& status) {
-  if (!status) throw Error(status.code(), status.message());
-}
 
 // The next batch of `target`. Where the source writes with puts (every transport but shm with
 // direct writes), a pushed tuple may still sit in UCX until the source's worker is progressed:
@@ -129,8 +117,8 @@ int run_lat_rank(const json& params, std::ostream& out, std::ostream& err) {
     Clock::time_point previous = Clock::now();
     for (std::uint64_t i = 1; i <= total; ++i) {
       std::memcpy(tuple.data(), &i, sizeof i);
-      check(source.push(tuple.data(), tuple.size()));
-      check(next_batch(target, worker, progress, batch, timeout));
+      source.push(tuple.data(), tuple.size()).throw_if_error();
+      next_batch(target, worker, progress, batch, timeout).throw_if_error();
       std::uint64_t echoed = 0;
       if (batch.count != 1 || (std::memcpy(&echoed, batch.data, sizeof echoed), echoed != i)) {
         throw Error(Errc::protocol, "bench shuffle-lat: round trip " + std::to_string(i) +
@@ -142,9 +130,9 @@ int run_lat_rank(const json& params, std::ostream& out, std::ostream& err) {
         rtt_us.push_back(std::chrono::duration<double, std::micro>(now - previous).count());
       previous = now;
     }
-    check(source.close());
-    check(next_batch(target, worker, progress, batch,
-                     timeout));  // the peer closes B after it saw A end
+    source.close().throw_if_error();
+    // The peer closes B after it saw A end.
+    next_batch(target, worker, progress, batch, timeout).throw_if_error();
     if (!batch.empty())
       throw Error(Errc::protocol, "bench shuffle-lat: an extra tuple came back on flow B");
     double sum = 0;
@@ -161,12 +149,12 @@ int run_lat_rank(const json& params, std::ostream& out, std::ostream& err) {
   } else {
     std::uint64_t echoed = 0;
     for (;;) {
-      check(next_batch(target, worker, progress, batch, timeout));
+      next_batch(target, worker, progress, batch, timeout).throw_if_error();
       if (batch.empty()) break;
-      for (std::size_t k = 0; k < batch.count; ++k) check(source.push(batch.tuple(k), tuple_bytes));
+      for (std::size_t k = 0; k < batch.count; ++k) source.push(batch.tuple(k), tuple_bytes).throw_if_error();
       echoed += batch.count;
     }
-    check(source.close());
+    source.close().throw_if_error();
     if (echoed != total) {
       throw Error(Errc::protocol, "bench shuffle-lat: echoed " + std::to_string(echoed) +
                                       " tuples, expected " + std::to_string(total));
@@ -309,13 +297,7 @@ class ShuffleLat final : public Scenario {
           }
         }
       };
-      if (rep % 2 == 1) {
-        run_dfi();
-        run_baselines();
-      } else {
-        run_baselines();
-        run_dfi();
-      }
+      run_alternating(rep, run_dfi, run_baselines);
     }
   }
 
