@@ -109,10 +109,6 @@ std::uint64_t reference_digest(const std::vector<Pair>& block, std::uint64_t gro
 
 bool power_of_two(std::uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 void check(const Status& status, const std::string& what) {
   if (!status) throw Error(status.code(), "bench combiner: " + what + ": " + status.message());
 }

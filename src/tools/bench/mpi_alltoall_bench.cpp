@@ -397,8 +397,7 @@ class MpiAlltoall final : public Scenario {
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;
-    const std::string why = mpi_unavailable();
-    return why.empty() ? why : "the OpenMPI baseline cannot run: " + why;
+    return mpi_baseline_unavailable();
   }
 
   void run(RunContext& context, Result& result) override {

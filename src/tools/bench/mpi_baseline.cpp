@@ -33,6 +33,11 @@ std::string mpi_unavailable() {
   return {};
 }
 
+std::string mpi_baseline_unavailable() {
+  const std::string why = mpi_unavailable();
+  return why.empty() ? why : "the OpenMPI baseline cannot run: " + why;
+}
+
 std::string mpi_version() {
   std::optional<std::string> mpirun = find_in_path("mpirun");
   if (!mpirun) return "unknown";

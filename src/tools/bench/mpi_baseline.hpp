@@ -38,6 +38,8 @@ struct MpiResult {
 // Why the MPI baseline cannot run here ("mpirun not found: install openmpi-bin libopenmpi-dev"),
 // or an empty string when it can.
 std::string mpi_unavailable();
+// For a scenario's unavailable(): "the OpenMPI baseline cannot run: <why>", or empty.
+std::string mpi_baseline_unavailable();
 
 // The OpenMPI version from `mpirun --version`, or "unknown".
 std::string mpi_version();

@@ -78,10 +78,6 @@ std::pair<std::uint64_t, std::uint64_t> share_of(std::uint64_t tuples, int parts
   return {p * base + std::min(p, extra), base + (p < extra ? 1 : 0)};
 }
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // ---------------------------------------------------------------------------------------------
 // Rank program
 
@@ -311,8 +307,7 @@ class MpiP2p final : public Scenario {
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;
-    const std::string why = mpi_unavailable();
-    return why.empty() ? why : "the OpenMPI baseline cannot run: " + why;
+    return mpi_baseline_unavailable();
   }
 
   void run(RunContext& context, Result& result) override {

@@ -99,10 +99,6 @@ std::size_t block_tuples(std::size_t tuple_bytes) {
 
 std::byte fill_byte(std::uint64_t slot) { return static_cast<std::byte>((slot * 37 + 11) & 0xff); }
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 
 // Throws for a failed wait, saying what was awaited (built only then: no string per round).
 template <class Describe>

@@ -12,6 +12,7 @@
 //   Baselines: run_perftest() (perftest.hpp) and run_mpi() (mpi_baseline.hpp).
 #pragma once
 
+#include <chrono>
 #include <iosfwd>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -84,6 +85,12 @@ class Scenario {
   // process exit code. Default: the scenario has no rank program.
   virtual int run_rank(const nlohmann::json& params, std::ostream& out, std::ostream& err);
 };
+
+// Seconds from `a` to `b` (rank programs time their runs with steady_clock).
+inline double seconds_between(std::chrono::steady_clock::time_point a,
+                              std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Runs repetition `rep`'s DFI and baseline measurements, alternating which goes first (DFI on
 // odd repetitions) so that a drift in machine load hits both alike.

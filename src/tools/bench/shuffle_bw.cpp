@@ -78,10 +78,6 @@ std::uint64_t expected_key_sum(std::uint64_t tuples, std::uint64_t block) {
   return laps * (block * (block - 1) / 2) + (rest == 0 ? 0 : rest * (rest - 1) / 2);
 }
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // ---------------------------------------------------------------------------------------------
 // Rank program
 
