@@ -48,7 +48,8 @@ inline const nlohmann::json* find_by_id(const nlohmann::json& array, const std::
 // folder, at most `timeout`, and returns the parsed, validated result (null on failure, with
 // the reason reported as a test failure).
 inline nlohmann::json run_quick(const std::string& scenario, const std::string& transport,
-                                const std::vector<std::string>& extra, std::chrono::seconds timeout) {
+                                const std::vector<std::string>& extra,
+                                std::chrono::seconds timeout) {
   TempDir out;
   EXPECT_FALSE(out.path().empty());
   std::vector<std::string> argv = {DFI_BINARY,    "bench",   scenario, "--quick",
