@@ -295,12 +295,7 @@ class FabricBw final : public Scenario {
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;
-    try {
-      find_perftest();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return {};
+    return perftest_unavailable();
   }
 
   void run(RunContext& context, Result& result) override {

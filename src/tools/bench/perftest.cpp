@@ -108,6 +108,15 @@ std::string find_perftest() {
   return *path;
 }
 
+std::string perftest_unavailable() {
+  try {
+    find_perftest();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
 std::string ucx_version() {
   std::optional<std::string> info = find_in_path("ucx_info");
   if (!info) return "unknown";

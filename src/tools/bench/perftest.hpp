@@ -72,6 +72,8 @@ std::vector<std::pair<std::string, std::string>> perftest_environment(std::strin
 
 // The path of ucx_perftest; throws dfi::Error(not_found) with how to install it.
 std::string find_perftest();
+// For a scenario's unavailable(): why ucx_perftest cannot run (find_perftest's message), or empty.
+std::string perftest_unavailable();
 
 // The UCX version from `ucx_info -v` ("1.13.1"), or "unknown".
 std::string ucx_version();

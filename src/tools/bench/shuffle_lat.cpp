@@ -206,12 +206,7 @@ class ShuffleLat final : public Scenario {
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;
-    try {
-      find_perftest();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return {};
+    return perftest_unavailable();
   }
 
   void run(RunContext& context, Result& result) override {
