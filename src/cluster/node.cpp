@@ -164,6 +164,9 @@ std::string Node::wait_for(const std::string& name, std::chrono::milliseconds ti
   }
 }
 
+void Node::adopt_progress(fabric::Worker& worker) { progress_->adopt(worker); }
+void Node::abandon_progress(fabric::Worker& worker) { progress_->abandon(worker); }
+
 void Node::finish() {
   barrier("dfi/node/finish");
   stop_watcher();

@@ -20,6 +20,9 @@ constexpr std::array kEntries{
           "UCX keepalive interval (dead peers are also found through the registry membership)"},
     Entry{"debug_endpoints", "DFI_DEBUG_ENDPOINTS", "0",
           "1: print UCX's lane configuration of every endpoint to stderr when it is created"},
+    Entry{"data_path", "DFI_DATA_PATH", "auto",
+          "How flows move segments where UCX emulates RMA (tcp): auto (one active message per segment, "
+          "placed by the consumer) or rma (emulated one-sided puts, applied by the progress thread)"},
     Entry{"flow_timeout_ms", "DFI_FLOW_TIMEOUT_MS", "60000",
           "Longest a push waits for ring space or a consume waits for data (0 = forever)"},
     Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",

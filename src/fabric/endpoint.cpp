@@ -1,5 +1,7 @@
 #include "dfi/fabric/endpoint.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "dfi/common/deadline.hpp"
@@ -76,7 +78,7 @@ void EndpointState::close() noexcept {
   ep = nullptr;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = failure.is_ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  param.flags = failure.is_ok() && !close_without_flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   ucs_status_ptr_t request = ucp_ep_close_nbx(closing, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
   Deadline deadline(worker->op_timeout);
@@ -86,7 +88,15 @@ void EndpointState::close() noexcept {
   if (ucp_request_check_status(request) == UCS_INPROGRESS) {
     // A flush-close that cannot finish (peer gone silent): force it, which never waits on the peer.
     ucp_request_cancel(worker->worker, request);
-    while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker->worker);
+    Deadline cancelled(worker->op_timeout);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && !cancelled.expired()) {
+      ucp_worker_progress(worker->worker);
+    }
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      std::fprintf(stderr, "dfi fabric: closing the endpoint to %s (worker '%s') did not finish; left to UCX\n",
+                   peer_name.c_str(), worker->name.c_str());
+      return;
+    }
   }
   ucp_request_free(request);
 }
@@ -369,6 +379,73 @@ Status Endpoint::am_send(std::uint16_t id, std::span<const std::byte> data) {
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
   return s.wait(ucp_am_send_nbx(s.ep, id, nullptr, 0, data.data(), data.size(), &param),
                 "active message");
+}
+
+Request Endpoint::am_send_async(std::uint16_t id, std::span<const std::byte> header,
+                                std::span<const std::byte> data) {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "active message";
+  if (!s.check_peer().is_ok()) {
+    request.status_ = s.failure;
+    return request;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t r = ucp_am_send_nbx(s.ep, id, header.data(), header.size(), data.data(), data.size(), &param);
+  if (UCS_PTR_IS_ERR(r)) {
+    request.status_ = s.fail(Errc::peer_failed, request.what_, ucx_error_text(UCS_PTR_STATUS(r)));
+  } else if (r != nullptr) {
+    request.endpoint_ = state_;
+    request.request_ = r;
+  }
+  return request;
+}
+
+bool Endpoint::rma_native() const {
+  detail::EndpointState& s = state();
+  if (s.rma_native >= 0 || s.ep == nullptr) return s.rma_native > 0;
+  // UCX 1.13 has no query for an endpoint's transports; its endpoint report lists every lane
+  // with its roles, and a lane chosen for "rma_bw" moves puts natively. Emulated RMA (tcp) has
+  // no such lane.
+  char* text = nullptr;
+  std::size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) return false;
+  ucp_ep_print_info(s.ep, stream);
+  std::fclose(stream);
+  const std::string_view report(text, length);
+  s.rma_native = report.find("rma_bw#") != std::string_view::npos ? 1 : 0;
+  std::free(text);
+  return s.rma_native > 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// WordRaiser
+
+Status WordRaiser::raise(std::uint64_t value) {
+  if (value > pending_) pending_ = value;
+  return poll();
+}
+
+Status WordRaiser::poll() {
+  if (pending_ <= sent_) return {};
+  if (!in_flight_.done()) return {};
+  if (Status s = in_flight_.wait(); !s) return s;
+  message_[0] = token_;
+  message_[1] = pending_;
+  sent_ = pending_;
+  in_flight_ = endpoint_.am_send_async(kRaiseWordAm, {},
+                                       std::as_bytes(std::span(message_)));
+  if (in_flight_.done()) return in_flight_.wait();
+  return {};
+}
+
+void Endpoint::close_now() {
+  if (!state_) return;
+  state_->close_without_flush = true;
+  state_.reset();
 }
 
 void Endpoint::close() {

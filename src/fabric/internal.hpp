@@ -3,6 +3,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -31,13 +32,28 @@ struct Worker::Impl {
 
   Context* context = nullptr;
   ucp_worker_h worker = nullptr;
+  std::atomic<bool> claimed{false};  // Worker::try_claim
   std::string name;
   int event_fd = -1;
   std::chrono::milliseconds op_timeout{0};
   std::unordered_map<std::uint16_t, std::unique_ptr<HandlerSlot>> handlers;
+  // Words peers may raise (register_word): slot index = token & 0xffff, generation = token >> 16.
+  struct WordSlot {
+    std::uint64_t* word = nullptr;
+    std::uint16_t generation = 0;
+  };
+  std::vector<WordSlot> words;
+  std::vector<std::uint16_t> free_words;
+  bool word_handler_installed = false;
 
   ~Impl();
 };
+
+// The fabric's own active message: WordRaiser -> Worker::register_word.
+inline constexpr std::uint16_t kRaiseWordAm = kFirstReservedAmId;
+
+// Installs `handler` for `id` on the worker, reserved ids included.
+void install_am_handler(Worker::Impl& impl, std::uint16_t id, AmHandler handler);
 
 // "ucs status text" for messages.
 std::string ucx_error_text(ucs_status_t status);
@@ -66,6 +82,9 @@ struct EndpointState {
   Status fail(Errc code, std::string_view what, std::string_view reason);
   // Completes every request from put_nbi.
   Status wait_pending(std::string_view what);
+  bool close_without_flush = false;  // Endpoint::close_now
+  // -1 until asked, then 0 or 1: whether a lane has native RMA (Endpoint::rma_native).
+  mutable int rma_native = -1;
   void close() noexcept;
 };
 

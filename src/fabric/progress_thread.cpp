@@ -1,7 +1,9 @@
 #include "dfi/fabric/progress_thread.hpp"
 
 #include <cstdint>
+#include <string>
 
+#include "dfi/common/error.hpp"
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/worker.hpp"
 
@@ -16,6 +18,46 @@ ProgressThread::ProgressThread(Worker& worker)
                                                                           : std::chrono::microseconds(20000)) {}
 
 ProgressThread::~ProgressThread() { stop(); }
+
+unsigned ProgressThread::progress_adopted() {
+  unsigned events = 0;
+  for (std::atomic<Worker*>& slot : adopted_) {
+    Worker* worker = slot.load(std::memory_order_acquire);
+    if (worker == nullptr || !worker->try_claim()) continue;
+    events += worker->progress();
+    worker->unclaim();
+  }
+  return events;
+}
+
+void ProgressThread::adopt(Worker& worker) {
+  for (std::atomic<Worker*>& slot : adopted_) {
+    Worker* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, &worker, std::memory_order_acq_rel)) {
+      adopted_count_.fetch_add(1, std::memory_order_acq_rel);
+      worker_.signal();
+      return;
+    }
+  }
+  throw Error(Errc::invalid_argument, "fabric: progress thread of worker '" + worker_.name() + "' already serves " +
+                                          std::to_string(kMaxAdopted) + " other workers");
+}
+
+void ProgressThread::abandon(Worker& worker) {
+  for (std::atomic<Worker*>& slot : adopted_) {
+    Worker* expected = &worker;
+    if (!slot.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) continue;
+    adopted_count_.fetch_sub(1, std::memory_order_acq_rel);
+    // The thread may have read the slot just before: wait until the pass it is in has ended.
+    const std::uint64_t pass = passes_.load(std::memory_order_acquire);
+    while (thread_.joinable() && !stop_.load(std::memory_order_acquire) &&
+           passes_.load(std::memory_order_acquire) < pass + 2) {
+      worker_.signal();
+      std::this_thread::yield();
+    }
+    return;
+  }
+}
 
 void ProgressThread::stop() {
   if (!thread_.joinable()) return;
@@ -32,7 +74,9 @@ void ProgressThread::run() {
   std::uint32_t idle = 0;
   Clock::time_point idle_since;
   while (!stop_.load(std::memory_order_acquire)) {
-    if (worker_.progress() != 0) {
+    passes_.fetch_add(1, std::memory_order_acq_rel);
+    const unsigned adopted = adopted_count_.load(std::memory_order_acquire) != 0 ? progress_adopted() : 0;
+    if (worker_.progress() + adopted != 0) {
       idle = 0;
       continue;
     }

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "dfi/common/config.hpp"
 #include "dfi/fabric/endpoint.hpp"
@@ -14,7 +15,7 @@ namespace {
 
 // Runs the handler installed for one AM id. Data arrives eagerly (DFI sends AMs with the EAGER
 // flag); a rendezvous message from a foreign sender is dropped with a log line.
-ucs_status_t on_am(void* arg, const void* /*header*/, std::size_t /*header_length*/, void* data,
+ucs_status_t on_am(void* arg, const void* header, std::size_t header_length, void* data,
                    std::size_t length, const ucp_am_recv_param_t* param) {
   auto* slot = static_cast<Worker::Impl::HandlerSlot*>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
@@ -24,7 +25,8 @@ ucs_status_t on_am(void* arg, const void* /*header*/, std::size_t /*header_lengt
   }
   void* reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
   AmReplier replier(reply_ep);
-  AmMessage message{slot->id, {static_cast<const std::byte*>(data), length}};
+  AmMessage message{slot->id, {static_cast<const std::byte*>(header), header_length},
+                    {static_cast<const std::byte*>(data), length}};
   slot->handler(message, replier);
   return UCS_OK;
 }
@@ -144,19 +146,78 @@ Endpoint Worker::connect(int peer_rank, std::string_view peer_address) {
 }
 
 void Worker::set_am_handler(std::uint16_t id, AmHandler handler) {
-  auto slot = std::make_unique<Impl::HandlerSlot>(Impl::HandlerSlot{id, std::move(handler)});
+  if (id >= kFirstReservedAmId) {
+    throw Error(Errc::invalid_argument, "fabric: worker '" + impl_->name + "': active message id " +
+                                            std::to_string(id) + " is reserved for the fabric layer");
+  }
+  install_am_handler(*impl_, id, std::move(handler));
+}
+
+namespace {
+
+// The handler of WordRaiser messages: {token, value}; raises the registered word to value.
+void raise_word(Worker::Impl& impl, const AmMessage& message) {
+  std::uint64_t m[2];
+  if (message.data.size() != sizeof m) return;
+  std::memcpy(m, message.data.data(), sizeof m);
+  const std::size_t index = m[0] & 0xffffu;
+  if (index >= impl.words.size()) return;
+  const Worker::Impl::WordSlot& slot = impl.words[index];
+  if (slot.word == nullptr || slot.generation != static_cast<std::uint16_t>(m[0] >> 16)) return;  // late
+  if (m[1] > *slot.word) *slot.word = m[1];
+}
+
+}  // namespace
+
+std::uint32_t Worker::register_word(std::uint64_t* word) {
+  Impl& impl = *impl_;
+  if (!impl.word_handler_installed) {
+    Impl* self = impl_.get();
+    install_am_handler(impl, kRaiseWordAm, [self](const AmMessage& m, AmReplier&) { raise_word(*self, m); });
+    impl.word_handler_installed = true;
+  }
+  std::uint16_t index;
+  if (!impl.free_words.empty()) {
+    index = impl.free_words.back();
+    impl.free_words.pop_back();
+  } else {
+    if (impl.words.size() > 0xffff) {
+      throw Error(Errc::invalid_argument, "fabric: worker '" + impl.name + "' has 65536 registered words");
+    }
+    index = static_cast<std::uint16_t>(impl.words.size());
+    impl.words.emplace_back();
+  }
+  Impl::WordSlot& slot = impl.words[index];
+  slot.word = word;
+  ++slot.generation;
+  return static_cast<std::uint32_t>(slot.generation) << 16 | index;
+}
+
+void Worker::unregister_word(std::uint32_t token) noexcept {
+  Impl& impl = *impl_;
+  const std::size_t index = token & 0xffffu;
+  if (index >= impl.words.size() || impl.words[index].word == nullptr ||
+      impl.words[index].generation != static_cast<std::uint16_t>(token >> 16)) {
+    return;
+  }
+  impl.words[index].word = nullptr;
+  impl.free_words.push_back(static_cast<std::uint16_t>(index));
+}
+
+void install_am_handler(Worker::Impl& impl, std::uint16_t id, AmHandler handler) {
+  auto slot = std::make_unique<Worker::Impl::HandlerSlot>(Worker::Impl::HandlerSlot{id, std::move(handler)});
   ucp_am_handler_param_t params{};
   params.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
   params.id = id;
   params.cb = on_am;
   params.arg = slot.get();
-  ucs_status_t status = ucp_worker_set_am_recv_handler(impl_->worker, &params);
+  ucs_status_t status = ucp_worker_set_am_recv_handler(impl.worker, &params);
   if (status != UCS_OK) {
-    throw Error(Errc::fatal, "fabric: worker '" + impl_->name + "' cannot install handler for active message " +
+    throw Error(Errc::fatal, "fabric: worker '" + impl.name + "' cannot install handler for active message " +
                                  std::to_string(id) + ": " + ucx_error_text(status));
   }
-  impl_->handlers[id] = std::move(slot);  // replaces (and frees) any previous handler
+  impl.handlers[id] = std::move(slot);  // replaces (and frees) any previous handler
 }
 
 Status Worker::fence() {
@@ -179,5 +240,16 @@ bool Worker::wait_for_event(std::chrono::microseconds timeout) {
 }
 
 void Worker::signal() { ucp_worker_signal(impl_->worker); }
+
+bool Worker::try_claim() noexcept {
+  return !impl_->claimed.load(std::memory_order_relaxed) &&
+         !impl_->claimed.exchange(true, std::memory_order_acquire);
+}
+
+void Worker::claim() noexcept {
+  while (!try_claim()) std::this_thread::yield();
+}
+
+void Worker::unclaim() noexcept { impl_->claimed.store(false, std::memory_order_release); }
 
 }  // namespace dfi::fabric

@@ -522,6 +522,7 @@ Status ReplicateTarget::State::step(ReplicateBatch& batch, bool& got) {
     if (Status st = connect(); !st) return st;
   }
   check_writers();
+  rings.progress();  // segments that arrive as active messages (tcp)
   for (std::size_t s = 0; s < ring.size(); ++s) advance(s);
   if (!pending.empty()) {
     Status st = std::move(pending.front());

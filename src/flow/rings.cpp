@@ -85,20 +85,28 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
   options.stall_timeout = stall_timeout(spec_);
   const auto timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
+  options.rank = node.rank();
+  // Targets that receive segments as active messages do so on a worker of their own: one
+  // endpoint per such target. Others are reached through their rank's service worker.
   std::unordered_map<int, fabric::Endpoint*> by_rank;
+  std::unordered_map<std::size_t, fabric::Endpoint*> by_target;
   for (const Link& link : links) {
     const TargetRef target = spec_.targets.at(link.target);
-    fabric::Endpoint*& ep = by_rank[target.rank];
-    if (ep == nullptr) {
-      endpoints_.push_back(std::make_unique<fabric::Endpoint>(node.connect(worker, target.rank)));
-      ep = endpoints_.back().get();
-    }
     std::string record;
     try {
       record = node.wait_for(target_record(spec_.name, link.target), timeout);
     } catch (const Error& e) {
       throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
                                 std::to_string(target.id) + ") did not open the flow: " + e.what());
+    }
+    // Published before the region record, so it is there now if the target offers it.
+    std::optional<std::string> address = node.registry().try_lookup(target_address_record(spec_.name, link.target));
+    options.allow_am = address.has_value();
+    fabric::Endpoint*& ep = address ? by_target[link.target] : by_rank[target.rank];
+    if (ep == nullptr) {
+      endpoints_.push_back(std::make_unique<fabric::Endpoint>(address ? worker.connect(target.rank, *address)
+                                                                      : node.connect(worker, target.rank)));
+      ep = endpoints_.back().get();
     }
     remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
     writers_.push_back(std::make_unique<memory::RingWriter>(worker, *ep, *remotes_.back(), link.ring * layout.bytes(),
@@ -111,25 +119,15 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
 }
 
 Status SourceRings::wait_visible(std::size_t index) {
-  if (writers_[index]->mapped()) return link_endpoints_[index]->status();
+  switch (writers_[index]->path()) {
+    case memory::RingWriter::Path::mapped: return link_endpoints_[index]->status();
+    case memory::RingWriter::Path::active_message: return writers_[index]->drain();
+    case memory::RingWriter::Path::put: break;
+  }
   return link_endpoints_[index]->flush();
 }
 
-Status SourceRings::free_slots(std::size_t index, std::uint64_t& free) {
-  const memory::RingLayout layout = spec_.layout();
-  const std::size_t offset = ring_offsets_[index] + layout.credit_offset();
-  std::uint64_t released = 0;
-  const fabric::RemoteMemory& remote = *remotes_[index];
-  if (remote.mapped() != nullptr) {
-    if (Status s = link_endpoints_[index]->status(); !s) return s;
-    released = memory::load_acquire(static_cast<const std::byte*>(remote.mapped()) + offset);
-  } else if (Status s = link_endpoints_[index]->get(&released, sizeof released, remote, offset); !s) {
-    return s;
-  }
-  const std::uint64_t used = writers_[index]->counters().segments;
-  free = used - released < layout.segments ? layout.segments - (used - released) : 0;
-  return {};
-}
+Status SourceRings::free_slots(std::size_t index, std::uint64_t& free) { return writers_[index]->free_slots(free); }
 
 SourceRings::~SourceRings() { account_memory(spec_.name, -static_cast<std::ptrdiff_t>(memory_bytes_)); }
 
@@ -163,20 +161,31 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
   region_ = fabric::MemoryRegion(node.fabric(), spec_.sources.size() * layout.bytes());
   auto* base = static_cast<std::byte*>(region_.data());
   for (std::size_t s = 0; s < spec_.sources.size(); ++s) readers_.emplace_back(base + s * layout.bytes(), layout);
+  if (!node.fabric().capabilities().native_one_sided && config::get_string("data_path") != "rma") {
+    worker_ = std::make_unique<fabric::Worker>(node.fabric(), label_);
+    receiver_ = std::make_unique<memory::SegmentReceiver>(*worker_, base, spec_.sources.size(), layout, label_);
+    for (std::size_t s = 0; s < readers_.size(); ++s) readers_[s].set_credit_return(receiver_->credit_return(s));
+    node.adopt_progress(*worker_);
+  }
   ended_.assign(spec_.sources.size(), false);
   open_sources_ = spec_.sources.size();
   seen_failure_epoch_ = node.fabric().failure_epoch();
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
   try {
+    if (worker_) node.registry().publish(target_address_record(spec_.name, index), worker_->address());
     node.registry().publish(target_record(spec_.name, index), region_.descriptor().serialize());
   } catch (const Error& e) {
+    if (worker_) node.abandon_progress(*worker_);
     account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size()));
     if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label_ + " is already open");
     throw;
   }
 }
 
-TargetRings::~TargetRings() { account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size())); }
+TargetRings::~TargetRings() {
+  if (worker_) node_.abandon_progress(*worker_);
+  account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size()));
+}
 
 bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
   const std::size_t n = readers_.size();
@@ -226,6 +235,7 @@ Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
     held_.reset();
   }
   view = {};
+  progress();
   if (poll(view, source) || finished()) return {};
   if (Status s = check_sources_alive(); !s) return s;
   return {Errc::retry, label_ + ": no data yet"};
@@ -235,7 +245,9 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
   Status s = try_next(view, source);
   if (s.code() != Errc::retry) return s;
   Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
+  std::uint64_t idle = 0;  // rounds since the last fabric event: how long to back off
   for (std::uint64_t round = 1;; ++round) {
+    idle = progress() != 0 ? 0 : idle + 1;
     if (poll(view, source) || finished()) return {};
     if ((round & 63) == 0) {
       if (Status alive = check_sources_alive(); !alive) return alive;
@@ -245,9 +257,15 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
                                    " sources still open)"};
       }
     }
-    if (round > 4096) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else if (round > 1024) {
+    if (idle > 4096) {
+      if (worker_) {
+        worker_->claim();
+        worker_->wait_for_event(std::chrono::microseconds(100));  // wakes when a segment arrives
+        worker_->unclaim();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    } else if (idle > 1024) {
       std::this_thread::yield();
     }
   }

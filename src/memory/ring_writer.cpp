@@ -1,5 +1,6 @@
 #include "dfi/memory/ring_writer.hpp"
 
+#include <span>
 #include <thread>
 
 #include "dfi/common/deadline.hpp"
@@ -62,14 +63,38 @@ RingWriter::RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint,
                                             std::to_string(remote.size()) + " B");
   }
   if (options.allow_mapped && remote.mapped() != nullptr) {
+    path_ = Path::mapped;
     mapped_ = static_cast<std::byte*>(remote.mapped()) + ring_offset;
     return;
   }
+  path_ = options.allow_am && !endpoint.rma_native() ? Path::active_message : Path::put;
   const std::size_t count = std::max<std::size_t>(1, options.staging_segments);
   staging_ = fabric::MemoryRegion(worker.context(), count * layout.segment_bytes);
   for (std::size_t i = 0; i < count; ++i) {
-    stagings_.push_back(Staging{static_cast<std::byte*>(staging_.data()) + i * layout.segment_bytes, {}});
+    stagings_.push_back(Staging{static_cast<std::byte*>(staging_.data()) + i * layout.segment_bytes, {}, {0, 0}});
   }
+  if (path_ == Path::active_message) say_hello(options.rank);
+}
+
+RingWriter::~RingWriter() {
+  if (credit_token_ != 0) worker_->unregister_word(credit_token_);
+}
+
+void RingWriter::say_hello(int rank) {
+  credit_token_ = worker_->register_word(&released_raised_);
+  hello_header_[0] = ring_offset_;
+  hello_header_[1] = credit_token_;
+  hello_header_[2] = static_cast<std::uint64_t>(rank);
+  hello_address_ = worker_->address();
+  hello_ = endpoint_->am_send_async(kHelloAm, std::as_bytes(std::span(hello_header_)),
+                                    std::as_bytes(std::span(hello_address_.data(), hello_address_.size())));
+}
+
+void RingWriter::send_segment(Staging& staging, std::uint64_t state) {
+  staging.header[0] = ring_offset_;
+  staging.header[1] = state;
+  staging.puts.push_back(endpoint_->am_send_async(kSegmentAm, std::as_bytes(std::span(staging.header)),
+                                                  std::span(staging.base, fill_)));
 }
 
 std::uint64_t RingWriter::remote_word(std::size_t offset) { return load_acquire(mapped_ + offset); }
@@ -103,17 +128,9 @@ Status RingWriter::wait_free_slot_credits() {
   if (credits_ > 0) return {};
   Deadline deadline(timeout_or_forever(stall_timeout_));
   Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
-  const std::size_t offset = ring_offset_ + layout_.credit_offset();
   for (;;) {
     std::uint64_t released;
-    if (mapped_ != nullptr) {
-      released = remote_word(layout_.credit_offset());
-    } else {
-      if (!credit_read_pending_) credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, offset);
-      credit_read_pending_ = false;
-      if (Status s = credit_read_.wait(); !s) return s;
-      released = released_seen_;
-    }
+    if (Status s = released_count(released); !s) return s;
     const std::uint64_t in_flight = (next_ - 1) - released;
     credits_ = in_flight < layout_.segments ? layout_.segments - in_flight : 0;
     if (credits_ > 0) return {};
@@ -122,6 +139,36 @@ Status RingWriter::wait_free_slot_credits() {
     if (deadline.expired()) return stalled_error();
     backoff.pause(*worker_);
   }
+}
+
+Status RingWriter::released_count(std::uint64_t& released) {
+  switch (path_) {
+    case Path::mapped:
+      released = remote_word(layout_.credit_offset());
+      return {};
+    case Path::active_message:
+      worker_->progress();  // runs the handler that raises released_raised_
+      released = released_raised_;
+      return {};
+    case Path::put:
+      break;
+  }
+  if (!credit_read_pending_) {
+    credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
+  }
+  credit_read_pending_ = false;
+  if (Status s = credit_read_.wait(); !s) return s;
+  released = released_seen_;
+  return {};
+}
+
+Status RingWriter::free_slots(std::uint64_t& free) {
+  if (Status s = endpoint_->status(); !s) return labelled(std::move(s));
+  std::uint64_t released = 0;
+  if (Status s = released_count(released); !s) return labelled(std::move(s));
+  const std::uint64_t used = next_ - 1;
+  free = used - released < layout_.segments ? layout_.segments - (used - released) : 0;
+  return {};
 }
 
 Status RingWriter::acquire() {
@@ -150,6 +197,10 @@ Status RingWriter::publish(std::uint64_t flags) {
     std::byte* slot = mapped_ + layout_.slot_offset(sequence);
     std::memcpy(slot + capacity, &fill_, sizeof(std::uint64_t));
     store_release(slot + capacity + 8, state);
+  } else if (path_ == Path::active_message) {
+    send_segment(stagings_[sequence % stagings_.size()], state);
+    if (Status s = endpoint_->status(); !s) return s;
+    worker_->progress();  // as below: a published segment leaves without the caller's next call
   } else {
     Staging& staging = stagings_[sequence % stagings_.size()];
     std::byte* footer = staging.base + capacity;
@@ -178,7 +229,7 @@ Status RingWriter::publish(std::uint64_t flags) {
   // Put path: refresh the credits in the background once half are used, so the source learns
   // about released slots one round trip ahead of needing them. Never after end-of-stream: the
   // target may free the ring as soon as it sees that segment.
-  if (mapped_ == nullptr && !credit_read_pending_ && (flags & kEndOfStream) == 0 &&
+  if (path_ == Path::put && !credit_read_pending_ && (flags & kEndOfStream) == 0 &&
       credits_ == layout_.segments / 2) {
     credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
     credit_read_pending_ = true;
@@ -221,6 +272,7 @@ Status RingWriter::flush() {
 }
 
 Status RingWriter::drain() {
+  if (Status h = hello_.wait(); !h) return labelled(std::move(h));
   for (Staging& staging : stagings_) {
     for (fabric::Request& put : staging.puts) {
       if (Status p = put.wait(); !p) return labelled(std::move(p));
@@ -242,10 +294,12 @@ Status RingWriter::close_ring() {
   if (Status s = publish(kConsumable | kEndOfStream); !s) return s;
   closed_ = true;
   if (Status s = drain(); !s) return s;
-  if (mapped_ == nullptr) {
+  if (path_ == Path::put) {
     credit_read_ = fabric::Request();
     return endpoint_->flush();
   }
+  // Active messages: drained means every segment left this process, which is all the writer can
+  // know without the consumer (an endpoint flush over tcp waits for the peer's progress).
   return {};
 }
 

@@ -98,6 +98,11 @@ class Node {
   // watcher, since ranks now leave on purpose.
   void finish();
 
+  // Lets this process's progress thread progress `worker` whenever its owner has not claimed it
+  // (fabric::ProgressThread::adopt); abandon before the worker goes away. Thread-safe.
+  void adopt_progress(fabric::Worker& worker);
+  void abandon_progress(fabric::Worker& worker);
+
   // Ranks declared failed so far (empty while all are alive). Thread-safe.
   std::vector<int> failed_ranks() const;
 

@@ -125,10 +125,26 @@ class Endpoint {
   // Sends active message `id` with `data` (<= kMaxAmBytes, copied). Returns when the data left
   // the caller's buffer. The receiver's handler may reply through its AmReplier.
   Status am_send(std::uint16_t id, std::span<const std::byte> data);
+  // Sends active message `id` with a small `header` and `data` of any size, without copying
+  // either: both must stay untouched until the Request is done. Always eager (the data travels
+  // without waiting for the receiver; UCX splits it into fragments and the receiver's handler
+  // sees the whole message), so completion never depends on the receiver's progress. Messages on
+  // one endpoint arrive in the order they were sent. Errors (in the Request): peer_failed.
+  Request am_send_async(std::uint16_t id, std::span<const std::byte> header,
+                        std::span<const std::byte> data);
+
+  // True when UCX moves this endpoint's puts and gets without the peer's CPU (a lane with native
+  // RMA: shm, InfiniBand, RoCE); false where it emulates them with active messages the peer must
+  // progress (tcp). Asked of UCX once per endpoint, from the lanes it chose.
+  bool rma_native() const;
 
   // Flushes (or force-closes a failed endpoint) and releases it; also done by the destructor
   // once the last RemoteMemory attached to it is gone.
   void close();
+  // Releases the endpoint without flushing: what is still queued in UCX may be dropped. For
+  // endpoints whose last messages do not matter (credits to a writer that is done), so that
+  // closing never waits for a peer that is not progressing.
+  void close_now();
 
  private:
   detail::EndpointState& state() const;
@@ -136,6 +152,35 @@ class Endpoint {
   Request rma_async(bool put, void* buffer, std::size_t bytes, const RemoteMemory& remote,
                     std::size_t offset);
   std::shared_ptr<detail::EndpointState> state_;
+};
+
+// Raises a word that a peer registered with Worker::register_word, by active message. Never
+// blocks: at most one message is in flight; a value raised meanwhile is kept and sent by a later
+// raise() or poll() once the previous message left (values only grow, so the latest one is all
+// the peer needs). Owned by the thread owning the endpoint's worker.
+class WordRaiser {
+ public:
+  WordRaiser() = default;
+  WordRaiser(Endpoint endpoint, std::uint32_t token) : endpoint_(std::move(endpoint)), token_(token) {}
+  WordRaiser(const WordRaiser&) = delete;  // UCX may be reading message_
+  WordRaiser& operator=(const WordRaiser&) = delete;
+
+  // Sends `value` now, or keeps it until the message in flight completed. Errors: peer_failed
+  // (the endpoint failed; later calls return the same).
+  Status raise(std::uint64_t value);
+  // Sends a kept value if the message in flight completed. Cheap when nothing is kept.
+  Status poll();
+  // True when no value waits to be sent.
+  bool idle() const noexcept { return pending_ <= sent_; }
+  Endpoint& endpoint() noexcept { return endpoint_; }
+
+ private:
+  Endpoint endpoint_;
+  std::uint32_t token_ = 0;
+  std::uint64_t message_[2] = {0, 0};  // {token, value}: UCX reads it until the send completes
+  Request in_flight_;
+  std::uint64_t pending_ = 0;  // highest value asked for
+  std::uint64_t sent_ = 0;     // highest value handed to UCX
 };
 
 }  // namespace dfi::fabric

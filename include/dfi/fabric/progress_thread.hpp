@@ -5,7 +5,10 @@
 // keepalive. The thread owns the worker from start to stop: nobody else may call it meanwhile.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <chrono>
 #include <thread>
 
@@ -29,13 +32,26 @@ class ProgressThread {
 
   void stop();
 
+  // Also progresses `worker` whenever its owner has not claimed it (Worker::try_claim): for a
+  // worker that its owner progresses while it waits for data, but that must keep moving (UCX
+  // connection set-up, flush-closes of peers) while the owner does something else. At most
+  // kMaxAdopted workers; throws dfi::Error(invalid_argument) beyond. Thread-safe.
+  void adopt(Worker& worker);
+  // Stops progressing `worker`; when it returns, this thread no longer touches it. Thread-safe.
+  void abandon(Worker& worker);
+  static constexpr std::size_t kMaxAdopted = 64;
+
  private:
   void run();
+  unsigned progress_adopted();
 
   Worker& worker_;
   std::chrono::microseconds spin_;
   std::chrono::microseconds nap_;
   std::atomic<bool> stop_{false};
+  std::array<std::atomic<Worker*>, kMaxAdopted> adopted_{};
+  std::atomic<std::size_t> adopted_count_{0};
+  std::atomic<std::uint64_t> passes_{0};  // loop passes, so abandon() knows when a pass ended
   std::thread thread_;
 };
 

@@ -22,12 +22,18 @@ namespace dfi::fabric {
 class Context;
 class Endpoint;
 
-// Largest active message DFI sends. Control traffic only: bulk data moves with RMA.
+// Largest active message am_send() and AmReplier::reply() copy. Segments of the active-message
+// data path go through Endpoint::am_send_async instead, which takes any size without copying.
 inline constexpr std::size_t kMaxAmBytes = 8192;
 
-// An active message as seen by a handler. `data` is valid only during the handler call.
+// Active-message ids from here up belong to the fabric layer itself (Worker::register_word);
+// set_am_handler() rejects them.
+inline constexpr std::uint16_t kFirstReservedAmId = 0xff00;
+
+// An active message as seen by a handler. `header` and `data` are valid only during the call.
 struct AmMessage {
   std::uint16_t id = 0;
+  std::span<const std::byte> header;  // empty unless the sender used am_send_async with a header
   std::span<const std::byte> data;
 };
 
@@ -71,7 +77,15 @@ class Worker {
   Endpoint connect(int peer_rank, std::string_view peer_address);
 
   // Installs the handler for AM `id` (replacing any previous one). Call before peers send it.
+  // Throws dfi::Error(invalid_argument) for ids >= kFirstReservedAmId.
   void set_am_handler(std::uint16_t id, AmHandler handler);
+
+  // Registers `word` (owned by this worker's thread, valid until unregister_word) so that peers
+  // can raise it with a WordRaiser: the message's handler, run inside progress() on this
+  // worker's thread, stores max(*word, value). Returns the token peers name the word by; a token
+  // is never valid again after unregister_word, so a late message for it is ignored.
+  std::uint32_t register_word(std::uint64_t* word);
+  void unregister_word(std::uint32_t token) noexcept;
 
   // Orders all RMA/atomic operations issued by this worker before the fence ahead of those
   // issued after it (per endpoint lane; see UCX-NOTES.md). Cheap on shm.
@@ -81,8 +95,16 @@ class Worker {
   // first, so no event is lost between the last progress() and the sleep.
   bool wait_for_event(std::chrono::microseconds timeout);
 
-  // Wakes a thread blocked in wait_for_event(). The only method that any thread may call.
+  // Wakes a thread blocked in wait_for_event(). Any thread may call it.
   void signal();
+
+  // Sharing a worker between its owner and a ProgressThread that adopted it: whoever wants to
+  // call the worker first claims it (acquire), and unclaims it when done (release). try_claim()
+  // returns false while the other side holds it; claim() spins until it gets it (the progress
+  // thread holds it for one progress() pass). Any thread may call these.
+  bool try_claim() noexcept;
+  void claim() noexcept;
+  void unclaim() noexcept;
 
   struct Impl;  // defined in src/fabric; opaque above the fabric layer
   Impl& impl() noexcept { return *impl_; }

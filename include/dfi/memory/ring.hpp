@@ -18,7 +18,16 @@
 // free its ring once it has seen end-of-stream from every source.
 //
 // After the segments, each ring has one 8-byte word: the number of segments the target has
-// released (the credit counter of latency mode, 003 §5.3).
+// released (the credit counter, 003 §5.3).
+//
+// Where the transport has no native RMA (tcp), a writer sends each segment as one active message
+// to a SegmentReceiver on the target (segment_receiver.hpp), whose handler places the payload and
+// publishes fill and state exactly as a writer through a mapped pointer would; the reader cannot
+// tell the difference. The wire format of those messages:
+//   kSegmentAm  header {ring offset: u64, state: u64}, data = the payload (fill = its size)
+//   kHelloAm    header {ring offset: u64, credit word token: u64, writer rank: u64},
+//               data = the writer's worker address (the receiver connects back to return credits)
+// Credits flow back as a fabric WordRaiser raising the writer's released count.
 #pragma once
 
 #include <atomic>
@@ -28,6 +37,8 @@
 namespace dfi::memory {
 
 inline constexpr std::size_t kFooterBytes = 16;
+inline constexpr std::uint16_t kSegmentAm = 1;
+inline constexpr std::uint16_t kHelloAm = 2;
 inline constexpr std::uint64_t kConsumable = 1;
 inline constexpr std::uint64_t kEndOfStream = 2;
 

@@ -1,18 +1,25 @@
 // memory::RingWriter — the source's side of one segment ring at a remote target.
 //
 // Tuples are appended into the current segment; a full segment is published and the next one
-// acquired. Two ways to reach the ring, chosen once at construction:
+// acquired. Three ways to reach the ring, chosen once at construction, per connection:
 //  - mapped (shm, RemoteMemory::mapped() != null): tuples are copied straight into the target's
 //    ring and the state word is published with a release store; no fabric call at all;
-//  - put (any transport): tuples are batched in a local staging segment, written with one put,
-//    then fence, then a put of the state word; completion of a staging segment's put is waited
-//    for only when the staging buffers wrap around.
+//  - put (native RMA, Endpoint::rma_native(): shm without direct writes, InfiniBand, RoCE):
+//    tuples are batched in a local staging segment, written with one put, then fence, then a put
+//    of the state word;
+//  - active message (emulated RMA: tcp; needs options.allow_am, i.e. a SegmentReceiver on the
+//    endpoint's peer worker): the staging segment travels as one zero-copy active message that
+//    the target's handler places into the slot and publishes (ring.hpp has the wire format). The
+//    target never applies a one-sided write, so a writer that dies mid-stream cannot make UCX
+//    abort the target (UCX 1.13 does when the acknowledgement of an emulated put fails).
+// On both staging paths, completion of a staging segment's send is waited for only when the
+// staging buffers wrap around.
 // Free slots: the mapped path reads the state word of the slot it is about to write (a local
-// load). The put path tracks them with credits (003 §5.3): a local count of free slots, refreshed
-// from the ring's released-segments word by a get issued in the background once half the credits
-// are used. That is one remote read per half ring instead of one per segment: over TCP a get is an
-// emulated round trip through the target's progress thread (tens of µs), and waiting for one per
-// 8 KiB segment capped a flow at about 0.1 GB/s.
+// load). The staging paths track them with credits (003 §5.3): a local count of free slots,
+// refreshed from the number of segments the target released. The put path reads that number
+// with a get issued in the background once half the credits are used (one remote read per half
+// ring, not one per segment); on the active-message path the target raises a word of ours by
+// active message every quarter ring it releases, so the writer never asks.
 // Latency mode publishes every append as its own segment.
 //
 // Owned by one thread (the one owning the endpoint's worker).
@@ -38,6 +45,8 @@ enum class RingMode { bandwidth, latency };
 struct RingWriterOptions {
   RingMode mode = RingMode::bandwidth;
   bool allow_mapped = true;          // use the mapped path when the transport offers it
+  bool allow_am = false;             // the target runs a SegmentReceiver on the endpoint's worker
+  int rank = -1;                     // this writer's rank, for the receiver's messages
   std::size_t staging_segments = 4;  // put path: local segments in flight before wrap-around
   std::chrono::milliseconds stall_timeout{60000};  // longest wait for a free slot (0 = forever)
 };
@@ -54,9 +63,10 @@ class RingWriter {
   // (flow, source, target) in every error. Allocates the staging segments (put path).
   RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint, const fabric::RemoteMemory& remote,
              std::size_t ring_offset, RingLayout layout, RingWriterOptions options, std::string label);
-  RingWriter(RingWriter&&) noexcept = default;
-  RingWriter& operator=(RingWriter&&) noexcept = default;
-  ~RingWriter() = default;
+  // Not movable: the target raises a word inside it by active message.
+  RingWriter(const RingWriter&) = delete;
+  RingWriter& operator=(const RingWriter&) = delete;
+  ~RingWriter();
 
   // Copies `bytes` (<= payload capacity) into the current segment; publishes it first when the
   // tuple does not fit. In latency mode, publishes at once. Errors: peer_failed, timeout (no free
@@ -83,7 +93,14 @@ class RingWriter {
   // visible at the target. Idempotent.
   Status close();
 
+  enum class Path { mapped, put, active_message };
+  Path path() const noexcept { return path_; }
   bool mapped() const noexcept { return mapped_ != nullptr; }
+  // Slots of the ring that the target released and this writer has not used yet: the next
+  // segment finds its slot free at once when this is non-zero. Progresses the worker (staging
+  // paths); reads the ring's credit word (mapped: a load; put: a get; active message: the word
+  // the target raises). Never call it after close(). Errors: peer_failed, timeout.
+  Status free_slots(std::uint64_t& free);
   bool closed() const noexcept { return closed_; }
   const RingCounters& counters() const noexcept { return counters_; }
   // Local memory this writer uses (staging segments).
@@ -93,6 +110,7 @@ class RingWriter {
   struct Staging {
     std::byte* base = nullptr;           // segment_bytes, footer included
     std::vector<fabric::Request> puts;   // in flight from this buffer
+    std::uint64_t header[2] = {0, 0};    // active message: {ring offset, state}, read by UCX
   };
 
   Status append_latency(const void* data, std::size_t bytes);
@@ -106,6 +124,11 @@ class RingWriter {
   Status wait_free_slot_credits();  // otherwise: credits
   Status stalled_error() const;
   std::uint64_t remote_word(std::size_t offset);  // mapped read of a ring word
+  // The target's released-segments count as far as this writer can learn it without waiting
+  // (put path: waits for the background get, or issues one and waits).
+  Status released_count(std::uint64_t& released);
+  void send_segment(Staging& staging, std::uint64_t state);  // active-message path
+  void say_hello(int rank);
 
   fabric::Worker* worker_ = nullptr;
   fabric::Endpoint* endpoint_ = nullptr;
@@ -116,6 +139,7 @@ class RingWriter {
   std::chrono::milliseconds stall_timeout_{0};
   std::string label_;
 
+  Path path_ = Path::put;
   std::byte* mapped_ = nullptr;   // the ring through a mapped pointer, or null (put path)
   std::byte* cursor_ = nullptr;   // payload of the current segment (mapped ring or staging)
   std::size_t fill_ = 0;
@@ -133,6 +157,14 @@ class RingWriter {
   std::uint64_t released_seen_ = 0;
   fabric::Request credit_read_;
   bool credit_read_pending_ = false;
+
+  // Active-message path: the released count the target raises, and the hello that tells it
+  // where to send it.
+  std::uint64_t released_raised_ = 0;
+  std::uint32_t credit_token_ = 0;
+  std::uint64_t hello_header_[3] = {0, 0, 0};
+  std::string hello_address_;
+  fabric::Request hello_;
 
   RingCounters counters_;
 };

@@ -17,6 +17,7 @@
 #include "dfi/flow/spec.hpp"
 #include "dfi/memory/ring_reader.hpp"
 #include "dfi/memory/ring_writer.hpp"
+#include "dfi/memory/segment_receiver.hpp"
 
 namespace dfi::cluster {
 class Node;
@@ -88,7 +89,7 @@ class SourceRings {
   std::string label_;
   std::size_t memory_bytes_ = 0;
   bool closed_ = false;
-  std::vector<std::unique_ptr<fabric::Endpoint>> endpoints_;      // one per target rank
+  std::vector<std::unique_ptr<fabric::Endpoint>> endpoints_;      // one per target worker
   std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per link
   std::vector<std::unique_ptr<memory::RingWriter>> writers_;      // one per link
   std::vector<fabric::Endpoint*> link_endpoints_;                 // one per link
@@ -110,6 +111,16 @@ class TargetRings {
   // Like next() but returns Errc::retry at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
+  // Receives segments that arrived as active messages (tcp) into the rings; next() and
+  // try_next() call it. Flows that read the rings through reader() call it in their poll loop.
+  // Returns the number of fabric events (0 when nothing happened or no receiver runs).
+  unsigned progress() {
+    if (!receiver_) return 0;
+    worker_->claim();  // the progress thread serves it while nobody consumes
+    const unsigned events = receiver_->progress();
+    worker_->unclaim();
+    return events;
+  }
   // Direct access to the ring written for source `ring`, for flows that read the rings their own
   // way (replicate flows) instead of through next(); do not mix the two on one object.
   memory::RingReader& reader(std::size_t ring) { return readers_[ring]; }
@@ -126,6 +137,10 @@ class TargetRings {
   FlowSpec spec_;
   std::string label_;
   fabric::MemoryRegion region_;
+  // The active-message path (transports without native RMA): a worker of this target's own,
+  // progressed by the consuming thread, and the receiver that places segments into the rings.
+  std::unique_ptr<fabric::Worker> worker_;
+  std::unique_ptr<memory::SegmentReceiver> receiver_;
   std::vector<memory::RingReader> readers_;
   std::vector<bool> ended_;
   std::size_t open_sources_ = 0;
