@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <regex>
 
 #include "cluster_run.hpp"
@@ -81,6 +82,26 @@ TEST_P(ShuffleCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   EXPECT_TRUE(contains(run.out, "[rank 0] target saw: flow 'victim-source'")) << run.all();
   EXPECT_TRUE(contains(run.out, "source (rank 1, thread 0) failed before closing")) << run.all();
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+}
+
+// Issue 9's kill test: DFI_KILL_ROUNDS runs (default 5 per transport; 50 for the record) of a
+// source killed mid-stream. Every run must end in a clean peer_failed at the target within 2 s,
+// never in an abort of a survivor.
+TEST_P(ShuffleCluster, EveryKilledSourceGivesACleanErrorWithinTwoSeconds) {
+  const char* env = std::getenv("DFI_KILL_ROUNDS");
+  const int rounds = env != nullptr ? std::atoi(env) : 5;
+  int clean = 0;
+  for (int round = 0; round < rounds; ++round) {
+    auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "kill-source"});
+    const bool ok = run.code != 0 && contains(run.out, "source (rank 1, thread 0) failed before closing") &&
+                    contains(run.out, "detected ") && !contains(run.err, "FAILED") && !contains(run.all(), "Fatal") &&
+                    contains(run.err, "rank 1 (pid") && !contains(run.err, "rank 0 (pid") && !contains(run.err, "rank 2 (pid");
+    EXPECT_TRUE(ok) << "round " << round << ":\n" << run.all();
+    if (ok) ++clean;
+    const std::size_t at = run.out.find("detected ");
+    if (at != std::string::npos) std::cout << run.out.substr(at, run.out.find('\n', at) - at) << "\n";
+  }
+  std::cout << clean << " of " << rounds << " kills gave a clean error\n";
 }
 
 TEST_P(ShuffleCluster, BarrierReleasesNobodyBeforeTheLastArrival) {
