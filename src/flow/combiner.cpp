@@ -428,7 +428,8 @@ Status CombinerSource::push(const void* tuple, std::size_t bytes) {
   if (bytes != tuple_bytes_) [[unlikely]] {
     return width_error(bytes);
   }
-  if (closed_) [[unlikely]] {
+  if (closed_ || failure_.failed()) [[unlikely]] {
+    if (failure_.failed()) return {Errc::flow_failed, rings_.label() + ": " + failure_.again().message()};
     return {Errc::flow_failed, rings_.label() + ": push after close"};
   }
   table_->add(static_cast<const std::byte*>(tuple));
@@ -451,7 +452,7 @@ Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
 // Sends the local table as partial rows and empties it. An error can leave part of the table sent,
 // so a retry could count rows twice: after any error here the source is failed for good.
 Status CombinerSource::ship() {
-  if (failed_) return {Errc::flow_failed, rings_.label() + ": an earlier error ended this source"};
+  if (failure_.failed()) return {Errc::flow_failed, rings_.label() + ": " + failure_.again().message()};
   since_ship_ = 0;
   const std::size_t rows = table_->size();
   if (rows == 0) return {};
@@ -459,15 +460,9 @@ Status CombinerSource::ship() {
   const std::size_t width = table_->row_bytes();
   const std::byte* row = table_->rows();
   for (std::size_t i = 0; i < rows; ++i, row += width) {
-    if (Status s = writer.append(row, width); !s) {
-      failed_ = true;
-      return s;
-    }
+    if (Status s = writer.append(row, width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
   }
-  if (Status s = writer.flush(); !s) {
-    failed_ = true;
-    return s;
-  }
+  if (Status s = writer.flush(); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
   counters_.rows += rows;
   const memory::RingCounters rc = writer.counters();
   counters_.segments = rc.segments;

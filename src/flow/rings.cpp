@@ -230,6 +230,7 @@ Status TargetRings::check_sources_alive() {
 }
 
 Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
+  if (failure_.failed()) [[unlikely]] return {Errc::flow_failed, label_ + ": " + failure_.again().message()};
   if (held_) {
     readers_[*held_].release();
     held_.reset();
@@ -237,7 +238,7 @@ Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
   view = {};
   progress();
   if (poll(view, source) || finished()) return {};
-  if (Status s = check_sources_alive(); !s) return s;
+  if (Status s = check_sources_alive(); !s) return failure_.latch(std::move(s));
   return {Errc::retry, label_ + ": no data yet"};
 }
 
@@ -250,7 +251,7 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
     idle = progress() != 0 ? 0 : idle + 1;
     if (poll(view, source) || finished()) return {};
     if ((round & 63) == 0) {
-      if (Status alive = check_sources_alive(); !alive) return alive;
+      if (Status alive = check_sources_alive(); !alive) return failure_.latch(std::move(alive));
       if (deadline.expired()) {
         return {Errc::timeout, label_ + ": no data within " + std::to_string(timeout.count()) + " ms (" +
                                    std::to_string(open_sources_) + " of " + std::to_string(readers_.size()) +

@@ -60,6 +60,11 @@ Status ShuffleSource::width_error(std::size_t bytes) const {
                                       " B {" + rings_.spec().schema.describe() + "}"};
 }
 
+Status ShuffleSource::push_error(std::size_t bytes) const {
+  if (failure_.failed()) return {Errc::flow_failed, rings_.label() + ": " + failure_.again().message()};
+  return width_error(bytes);
+}
+
 Status ShuffleSource::route_slow(const std::byte* tuple, std::size_t& target) {
   if (routing_ == Routing::explicit_target) {
     return {Errc::invalid_argument, rings_.label() + ": the flow routes by explicit target; use push_to()"};
@@ -73,13 +78,13 @@ Status ShuffleSource::route_slow(const std::byte* tuple, std::size_t& target) {
 }
 
 Status ShuffleSource::push_to(std::size_t target, const void* tuple, std::size_t bytes) {
-  if (bytes != tuple_bytes_) return width_error(bytes);
+  if (bytes != tuple_bytes_ || failure_.failed()) [[unlikely]] return push_error(bytes);
   if (target >= target_count_) {
     return {Errc::invalid_argument, rings_.label() + ": target " + std::to_string(target) +
                                         " does not exist (the flow has " + std::to_string(target_count_) + ")"};
   }
   ++tuples_;
-  return rings_.writer(target).append(tuple, bytes);
+  return failure_.latch(rings_.writer(target).append(tuple, bytes));
 }
 
 Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
@@ -91,16 +96,23 @@ Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
 }
 
 Status ShuffleSource::flush() {
+  if (failure_.failed()) return push_error(tuple_bytes_);
   for (std::size_t t = 0; t < target_count_; ++t) {
-    if (Status s = rings_.writer(t).flush(); !s) return s;
+    if (Status s = rings_.writer(t).flush(); !s) return failure_.latch(std::move(s));
   }
   for (std::size_t t = 0; t < target_count_; ++t) {
-    if (Status s = rings_.writer(t).drain(); !s) return s;
+    if (Status s = rings_.writer(t).drain(); !s) return failure_.latch(std::move(s));
   }
   return {};
 }
 
-Status ShuffleSource::close() { return rings_.close(); }
+Status ShuffleSource::close() {
+  if (failure_.failed() && !rings_.closed()) {
+    (void)rings_.close();  // end-of-stream to the targets that are still alive
+    return push_error(tuple_bytes_);
+  }
+  return failure_.latch(rings_.close());
+}
 
 FlowCounters ShuffleSource::counters() const {
   memory::RingCounters rings = rings_.counters();

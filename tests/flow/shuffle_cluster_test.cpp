@@ -94,6 +94,7 @@ TEST_P(ShuffleCluster, EveryKilledSourceGivesACleanErrorWithinTwoSeconds) {
   for (int round = 0; round < rounds; ++round) {
     auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "kill-source"});
     const bool ok = run.code != 0 && contains(run.out, "source (rank 1, thread 0) failed before closing") &&
+                    contains(run.out, "then: flow_failed") &&
                     contains(run.out, "detected ") && !contains(run.err, "FAILED") && !contains(run.all(), "Fatal") &&
                     contains(run.err, "rank 1 (pid") && !contains(run.err, "rank 0 (pid") && !contains(run.err, "rank 2 (pid");
     EXPECT_TRUE(ok) << "round " << round << ":\n" << run.all();

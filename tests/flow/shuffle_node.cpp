@@ -473,6 +473,14 @@ int kill_target(cluster::Node& node) {
   if (s.message().find("rank 1") == std::string::npos || s.message().find("victim-target") == std::string::npos) {
     fail("the error does not name the flow and rank 1");
   }
+  if (s.code() == Errc::peer_failed) {
+    const Pair pair{0, 0};
+    Status again = source.push_to(1, &pair, sizeof pair);  // to the live target: the flow is failed
+    std::printf("then: %s: %s\n", std::string(errc_name(again.code())).c_str(), again.message().c_str());
+    if (again.code() != Errc::flow_failed || again.message().find("rank 1") == std::string::npos) {
+      fail("a push after peer_failed must return flow_failed naming rank 1");
+    }
+  }
   return failures == 0 ? 0 : 1;
 }
 
@@ -518,6 +526,14 @@ int kill_source(cluster::Node& node) {
   const double ms = static_cast<double>(seen - std::stoll(*killed)) / 1e6;
   std::printf("detected %.1f ms after the kill\n", ms);
   if (ms > 2000) fail("the death was reported after more than 2 s");
+  // Every later call: flow_failed naming the same source, at once.
+  const std::int64_t again_at = now_ns();
+  Status again = target.consume(batch, std::chrono::seconds(20));
+  const double again_ms = static_cast<double>(now_ns() - again_at) / 1e6;
+  std::printf("then: %s: %s (%.1f ms)\n", std::string(errc_name(again.code())).c_str(), again.message().c_str(), again_ms);
+  if (again.code() != Errc::flow_failed || again.message().find("rank 1") == std::string::npos || again_ms > 100) {
+    fail("a consume after peer_failed must return flow_failed naming rank 1 at once");
+  }
   return failures == 0 ? 0 : 1;
 }
 

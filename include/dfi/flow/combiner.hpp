@@ -126,7 +126,7 @@ class CombinerSource {
   std::size_t ship_tuples_;
   std::size_t since_ship_ = 0;
   bool closed_ = false;
-  bool failed_ = false;  // a shipment failed half-way; nothing more may be sent
+  detail::FailureLatch failure_;  // a shipment failed half-way: nothing more may be sent
   CombinerCounters counters_;
 };
 

@@ -85,10 +85,11 @@ class ShuffleSource {
   ShuffleSource& operator=(const ShuffleSource&) = delete;
 
   // Routes and appends one tuple of exactly the schema's width. Errors: invalid_argument (wrong
-  // width, explicit-target flow, routing function out of range), flow_failed (after close),
-  // peer_failed, timeout (a target stopped consuming).
+  // width, explicit-target flow, routing function out of range), peer_failed (a target died:
+  // the first call that sees it), flow_failed (after close, and every call after a
+  // peer_failed, at once, naming the same peer), timeout (a target stopped consuming).
   Status push(const void* tuple, std::size_t bytes) {
-    if (bytes != tuple_bytes_) [[unlikely]] return width_error(bytes);
+    if (bytes != tuple_bytes_ || failure_.failed()) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
     if (routing_ == Routing::key_hash) [[likely]] {
       target = hash_route(static_cast<const std::byte*>(tuple));
@@ -96,7 +97,9 @@ class ShuffleSource {
       return s;
     }
     ++tuples_;
-    return rings_.writer(target).append(tuple, bytes);
+    Status s = rings_.writer(target).append(tuple, bytes);
+    if (!s) [[unlikely]] return failure_.latch(std::move(s));
+    return s;
   }
   template <class T>
   Status push(const T& tuple) {
@@ -141,6 +144,7 @@ class ShuffleSource {
   static std::uint64_t hash_bytes(const std::byte* data, std::size_t bytes) noexcept;
   Status route_slow(const std::byte* tuple, std::size_t& target);
   Status width_error(std::size_t bytes) const;
+  Status push_error(std::size_t bytes) const;  // wrong width, or the flow failed earlier
 
   detail::SourceRings rings_;
   RouteFunction route_;
@@ -150,6 +154,7 @@ class ShuffleSource {
   std::size_t key_bytes_ = 0;
   std::size_t target_count_;
   std::uint64_t tuples_ = 0;
+  detail::FailureLatch failure_;
 };
 
 class ShuffleTarget {
@@ -165,7 +170,8 @@ class ShuffleTarget {
   // Gives back the previous batch's segment, then waits for the next batch. Returns ok with a
   // non-empty batch, or ok with an empty batch once every source has closed (then end() is
   // true). Errors: timeout (nothing within `timeout`; 0 = the flow_timeout_ms setting),
-  // peer_failed (a source died before closing).
+  // peer_failed (a source died before closing: the first call that sees it), flow_failed (every
+  // call after that, at once, naming the same source).
   Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Like consume() but never waits: Errc::retry when no batch is there yet.
   Status try_consume(TupleBatch& batch);

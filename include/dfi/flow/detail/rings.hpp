@@ -39,6 +39,27 @@ std::size_t target_index(const FlowSpec& spec, int rank, int id);
 // Stall timeout of a flow: its option, or the flow_timeout_ms setting.
 std::chrono::milliseconds stall_timeout(const FlowSpec& spec);
 
+// The failure model every flow endpoint shares: the first call that sees a dead peer returns
+// peer_failed naming flow and rank; every later call returns flow_failed naming the same peer,
+// at once (no waiting out a timeout).
+class FailureLatch {
+ public:
+  bool failed() const noexcept { return !first_.empty(); }
+  // Returns `status`, remembering it when it ends the flow: peer_failed always, any error when
+  // `ends_flow` (e.g. a combiner source that may have shipped part of its table).
+  Status latch(Status status, bool ends_flow = false) {
+    if (!status.is_ok() && first_.empty() && (ends_flow || status.code() == Errc::peer_failed)) {
+      first_ = status.message();
+    }
+    return status;
+  }
+  // flow_failed, naming what failed first.
+  Status again() const { return {Errc::flow_failed, "the flow failed earlier: " + first_}; }
+
+ private:
+  std::string first_;  // the first flow-ending error's message; empty while healthy
+};
+
 class SourceRings {
  public:
   // One ring this writer side feeds: the ring of source `ring` at target `target`, and the name
@@ -111,6 +132,9 @@ class TargetRings {
   // Like next() but returns Errc::retry at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
+  // next() and try_next() latch a dead source here (FailureLatch): after the first peer_failed
+  // they return flow_failed at once.
+  const FailureLatch& failure() const noexcept { return failure_; }
   // Receives segments that arrived as active messages (tcp) into the rings; next() and
   // try_next() call it. Flows that read the rings through reader() call it in their poll loop.
   // Returns the number of fabric events (0 when nothing happened or no receiver runs).
@@ -146,6 +170,7 @@ class TargetRings {
   std::size_t open_sources_ = 0;
   std::size_t cursor_ = 0;
   std::optional<std::size_t> held_;  // ring whose segment the caller holds
+  FailureLatch failure_;
   std::uint64_t seen_failure_epoch_ = 0;
 };
 
