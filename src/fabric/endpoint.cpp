@@ -95,7 +95,6 @@ void EndpointState::close() noexcept {
     if (ucp_request_check_status(request) == UCS_INPROGRESS) {
       std::fprintf(stderr, "dfi fabric: closing the endpoint to %s (worker '%s') did not finish; left to UCX\n",
                    peer_name.c_str(), worker->name.c_str());
-      return;
     }
   }
   ucp_request_free(request);
@@ -407,8 +406,9 @@ bool Endpoint::rma_native() const {
   detail::EndpointState& s = state();
   if (s.rma_native >= 0 || s.ep == nullptr) return s.rma_native > 0;
   // UCX 1.13 has no query for an endpoint's transports; its endpoint report lists every lane
-  // with its roles, and a lane chosen for "rma_bw" moves puts natively. Emulated RMA (tcp) has
-  // no such lane.
+  // with its roles. A lane chosen for RMA or atomics ("rma#", "rma_bw#", "amo#": InfiniBand,
+  // RoCE, and shm, whose puts to UCX-allocated memory go through the mapped segment) works
+  // without the peer's CPU; where UCX emulates them (tcp) no lane has those roles.
   char* text = nullptr;
   std::size_t length = 0;
   FILE* stream = ::open_memstream(&text, &length);
@@ -416,7 +416,10 @@ bool Endpoint::rma_native() const {
   ucp_ep_print_info(s.ep, stream);
   std::fclose(stream);
   const std::string_view report(text, length);
-  s.rma_native = report.find("rma_bw#") != std::string_view::npos ? 1 : 0;
+  const bool native = report.find("rma#") != std::string_view::npos ||
+                      report.find("rma_bw#") != std::string_view::npos ||
+                      report.find("amo#") != std::string_view::npos;
+  s.rma_native = native ? 1 : 0;
   std::free(text);
   return s.rma_native > 0;
 }

@@ -146,6 +146,82 @@ TEST_P(FabricLocal, OversizedActiveMessageIsRejected) {
   EXPECT_EQ(ep.am_send(kEcho, big).code(), Errc::invalid_argument);
 }
 
+TEST_P(FabricLocal, RmaIsNativeOnShmAndEmulatedOnTcp) {
+  Endpoint ep = client_->connect(1, service_->address());
+  EXPECT_EQ(ep.rma_native(), GetParam() == Transport::shm);
+}
+
+// A large zero-copy active message with a header arrives whole, in order with a second one,
+// at a worker that the progress thread serves only while its owner has not claimed it.
+TEST_P(FabricLocal, LargeActiveMessagesWithHeadersArriveWholeAndInOrder) {
+  Worker target(*context_, "target");
+  std::vector<std::vector<std::byte>> got;
+  std::vector<std::uint64_t> headers;
+  target.set_am_handler(kEcho, [&](const AmMessage& m, AmReplier&) {
+    std::uint64_t h = 0;
+    if (m.header.size() == sizeof h) std::memcpy(&h, m.header.data(), sizeof h);
+    headers.push_back(h);
+    got.emplace_back(m.data.begin(), m.data.end());
+  });
+  progress_->adopt(target);
+  Endpoint ep = client_->connect(1, target.address());
+  std::vector<std::byte> big(200000), small(100);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 7);
+  const std::uint64_t h1 = 11, h2 = 22;
+  Request first = ep.am_send_async(kEcho, std::as_bytes(std::span(&h1, 1)), big);
+  Request second = ep.am_send_async(kEcho, std::as_bytes(std::span(&h2, 1)), small);
+  ASSERT_TRUE(first.wait());
+  ASSERT_TRUE(second.wait());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    target.claim();
+    const bool done = got.size() == 2;
+    target.unclaim();
+    if (done || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ep.close();  // while the progress thread still serves the target: a flush-close needs it
+  progress_->abandon(target);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(headers, (std::vector<std::uint64_t>{11, 22}));
+  EXPECT_EQ(got[0], big);
+  EXPECT_EQ(got[1].size(), small.size());
+}
+
+TEST_P(FabricLocal, WordRaiserRaisesOnlyUpwardsAndIgnoresStaleTokens) {
+  std::uint64_t word = 0, other = 0;
+  const std::uint32_t token = client_->register_word(&word);
+  std::atomic<bool> stop{false}, finished{false};
+  std::uint64_t sent = 0;
+  // The service side raises the client's word; the client progresses its own worker.
+  std::thread raiser_thread([&] {
+    Worker sender(*context_, "sender");
+    WordRaiser raiser(sender.connect(0, client_->address()), token);
+    for (std::uint64_t v : {5ull, 3ull, 9ull, 7ull}) {
+      ASSERT_TRUE(raiser.raise(v));
+      sent = std::max(sent, v);
+    }
+    while (!raiser.idle() && !stop) {
+      ASSERT_TRUE(raiser.poll());
+      sender.progress();
+    }
+    while (!stop) sender.progress();
+    raiser.endpoint().close();  // a flush-close: the client progresses until we are done
+    finished = true;
+  });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (word != 9 && std::chrono::steady_clock::now() < deadline) client_->progress();
+  EXPECT_EQ(word, 9u);
+  client_->unregister_word(token);
+  const std::uint32_t reused = client_->register_word(&other);
+  EXPECT_NE(reused, token) << "a token is never valid again after unregister_word";
+  stop = true;
+  while (!finished) client_->progress();
+  raiser_thread.join();
+  client_->unregister_word(reused);
+  EXPECT_THROW(client_->set_am_handler(kFirstReservedAmId, [](const AmMessage&, AmReplier&) {}), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, FabricLocal, ::testing::Values(Transport::shm, Transport::tcp),
                          [](const auto& param_info) { return std::string(transport_name(param_info.param)); });
 

@@ -15,6 +15,7 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/memory/ring_reader.hpp"
 #include "dfi/memory/ring_writer.hpp"
+#include "dfi/memory/segment_receiver.hpp"
 
 namespace dfi::memory {
 namespace {
@@ -25,11 +26,12 @@ struct Case {
   Transport transport;
   bool mapped;
   RingMode mode;
+  bool am = false;  // segments as active messages to a SegmentReceiver (tcp)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
   const Case& c = param_info.param;
-  return std::string(fabric::transport_name(c.transport)) + (c.mapped ? "_mapped" : "_put") +
+  return std::string(fabric::transport_name(c.transport)) + (c.am ? "_am" : c.mapped ? "_mapped" : "_put") +
          (c.mode == RingMode::bandwidth ? "_bandwidth" : "_latency");
 }
 
@@ -44,18 +46,28 @@ TEST_P(Ring, EveryTupleArrivesOnceInOrderThroughATinyRing) {
   fabric::MemoryRegion region(context, 64 + layout.bytes());
   fabric::Worker service(context, "service");
   fabric::ProgressThread progress(service);
+  // The active-message path: the reader's own worker, progressed by the reader thread below.
+  const std::size_t ring_at = c.am ? 0 : 64;
+  fabric::Worker target(context, "target");
+  SegmentReceiver receiver(target, static_cast<std::byte*>(region.data()), 1, layout, "test target");
 
   constexpr std::uint64_t kTuples = 3000;
-  std::atomic<bool> producer_failed{false};
+  std::atomic<bool> producer_failed{false}, producer_done{false};
   RingCounters counters;
   std::thread producer([&] {
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag = true; }
+    } done{producer_done};  // set after the writer and the endpoint below are gone
     fabric::Worker worker(context, "producer");
-    fabric::Endpoint ep = worker.connect(1, service.address());
+    fabric::Endpoint ep = worker.connect(1, c.am ? target.address() : service.address());
     fabric::RemoteMemory remote = ep.attach(region.descriptor());
     RingWriterOptions wo;
     wo.mode = c.mode;
     wo.allow_mapped = c.mapped;
-    RingWriter writer(worker, ep, remote, 64, layout, wo, "test ring");
+    wo.allow_am = c.am;
+    RingWriter writer(worker, ep, remote, ring_at, layout, wo, "test ring");
+    EXPECT_EQ(writer.path() == RingWriter::Path::active_message, c.am);
     if (c.mapped && c.transport == Transport::shm) {
       EXPECT_TRUE(writer.mapped());
     }
@@ -70,11 +82,13 @@ TEST_P(Ring, EveryTupleArrivesOnceInOrderThroughATinyRing) {
     counters = writer.counters();
   });
 
-  RingReader reader(static_cast<std::byte*>(region.data()) + 64, layout);
+  RingReader reader(static_cast<std::byte*>(region.data()) + ring_at, layout);
+  if (c.am) reader.set_credit_return(receiver.credit_return(0));
   std::uint64_t expected = 1;
   bool ended = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!ended && std::chrono::steady_clock::now() < deadline) {
+    if (c.am) receiver.progress();
     std::optional<SegmentView> view = reader.peek();
     if (!view) continue;
     ended = view->end_of_stream;
@@ -90,6 +104,7 @@ TEST_P(Ring, EveryTupleArrivesOnceInOrderThroughATinyRing) {
     if (expected % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // slow consumer
     reader.release();
   }
+  while (c.am && !producer_done) receiver.progress();  // the producer's closing flush needs it
   producer.join();
   EXPECT_TRUE(ended);
   EXPECT_FALSE(producer_failed);
@@ -101,7 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
     Paths, Ring,
     ::testing::Values(Case{Transport::shm, true, RingMode::bandwidth}, Case{Transport::shm, false, RingMode::bandwidth},
                       Case{Transport::shm, true, RingMode::latency}, Case{Transport::shm, false, RingMode::latency},
-                      Case{Transport::tcp, false, RingMode::bandwidth}, Case{Transport::tcp, false, RingMode::latency}),
+                      Case{Transport::tcp, false, RingMode::bandwidth}, Case{Transport::tcp, false, RingMode::latency},
+                      Case{Transport::tcp, false, RingMode::bandwidth, true},
+                      Case{Transport::tcp, false, RingMode::latency, true}),
     case_name);
 
 TEST(RingLayoutTest, BadLayoutsAreRejected) {
