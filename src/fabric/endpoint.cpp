@@ -1,6 +1,7 @@
 #include "dfi/fabric/endpoint.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <utility>
 
@@ -59,6 +60,57 @@ Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   }
   ucp_request_free(request);
   if (status != UCS_OK) return fail(Errc::peer_failed, what, ucx_error_text(status));
+  return {};
+}
+
+bool EndpointState::native_rma() {
+  if (rma_native >= 0 || ep == nullptr) return rma_native > 0;
+  // UCX 1.13 has no query for an endpoint's transports; its endpoint report lists every lane
+  // with its roles. A lane chosen for RMA or atomics ("rma#", "rma_bw#", "amo#": InfiniBand,
+  // RoCE, and shm, whose puts to UCX-allocated memory go through the mapped segment) works
+  // without the peer's CPU; where UCX emulates them (tcp) no lane has those roles.
+  char* text = nullptr;
+  std::size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) return false;
+  ucp_ep_print_info(ep, stream);
+  std::fclose(stream);
+  const std::string_view report(text, length);
+  const bool native = report.find("rma#") != std::string_view::npos ||
+                      report.find("rma_bw#") != std::string_view::npos ||
+                      report.find("amo#") != std::string_view::npos;
+  std::free(text);
+  rma_native = native ? 1 : 0;
+  return native;
+}
+
+Status EndpointState::word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b,
+                              std::uint64_t* result, std::string_view what) {
+  if (!check_peer().is_ok()) return failure;
+  Worker::Impl& w = *worker;
+  const std::uint64_t request[5] = {++w.next_op, address, static_cast<std::uint64_t>(op), a, b};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  if (Status s = wait(ucp_am_send_nbx(ep, kWordOpAm, nullptr, 0, request, sizeof request, &param), what); !s) {
+    return s;
+  }
+  Deadline deadline(w.op_timeout);
+  for (unsigned spins = 1; w.reply_for != request[0]; ++spins) {
+    ucp_worker_progress(w.worker);
+    if ((spins & 1023u) != 0) continue;
+    if (!check_peer().is_ok()) return failure;
+    if (deadline.expired()) {
+      Status s = fail(Errc::timeout, what, "no answer within " + std::to_string(w.op_timeout.count()) + " ms");
+      close();
+      return s;
+    }
+  }
+  if (w.reply_status != 0) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + peer_name +
+                                        ": the address is not an 8-byte word of a region the peer registered"};
+  }
+  if (result != nullptr) *result = w.reply_value;
   return {};
 }
 
@@ -304,6 +356,13 @@ Status Endpoint::get(void* destination, std::size_t bytes, const RemoteMemory& r
                      std::size_t offset) {
   detail::EndpointState& s = state();
   if (Status c = check(s, remote, bytes, offset, "get"); !c) return c;
+  if (bytes == sizeof(std::uint64_t) && (remote.address() + offset) % 8 == 0 && !rma_native()) {
+    // A word: read by active message where UCX would emulate the get (see atomic()).
+    std::uint64_t value = 0;
+    Status st = s.word_op(WordOp::load, remote.address() + offset, 0, 0, &value, "get");
+    if (st) std::memcpy(destination, &value, sizeof value);
+    return st;
+  }
   ucp_request_param_t param{};
   return s.wait(ucp_get_nbx(s.ep, destination, bytes, remote.address() + offset,
                             static_cast<ucp_rkey_h>(remote.rkey_), &param),
@@ -319,6 +378,13 @@ Status atomic(detail::EndpointState& s, const RemoteMemory& remote, void* rkey, 
   if ((remote.address() + offset) % sizeof(std::uint64_t) != 0) {
     return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + s.peer_name +
                                         ": offset " + std::to_string(offset) + " is not 8-byte aligned"};
+  }
+  if (s.ep != nullptr && !s.native_rma()) {
+    // UCX would emulate the atomic; its reply towards a requester that just died aborts the
+    // peer in 1.13. The same operation as an active message cannot.
+    const WordOp word = op == UCP_ATOMIC_OP_ADD ? WordOp::add : op == UCP_ATOMIC_OP_SWAP ? WordOp::swap : WordOp::compare_swap;
+    const std::uint64_t second = reply != nullptr ? *reply : 0;  // CSWAP: the new value
+    return s.word_op(word, remote.address() + offset, *operand, second, reply, what);
   }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
@@ -402,27 +468,7 @@ Request Endpoint::am_send_async(std::uint16_t id, std::span<const std::byte> hea
   return request;
 }
 
-bool Endpoint::rma_native() const {
-  detail::EndpointState& s = state();
-  if (s.rma_native >= 0 || s.ep == nullptr) return s.rma_native > 0;
-  // UCX 1.13 has no query for an endpoint's transports; its endpoint report lists every lane
-  // with its roles. A lane chosen for RMA or atomics ("rma#", "rma_bw#", "amo#": InfiniBand,
-  // RoCE, and shm, whose puts to UCX-allocated memory go through the mapped segment) works
-  // without the peer's CPU; where UCX emulates them (tcp) no lane has those roles.
-  char* text = nullptr;
-  std::size_t length = 0;
-  FILE* stream = ::open_memstream(&text, &length);
-  if (stream == nullptr) return false;
-  ucp_ep_print_info(s.ep, stream);
-  std::fclose(stream);
-  const std::string_view report(text, length);
-  const bool native = report.find("rma#") != std::string_view::npos ||
-                      report.find("rma_bw#") != std::string_view::npos ||
-                      report.find("amo#") != std::string_view::npos;
-  s.rma_native = native ? 1 : 0;
-  std::free(text);
-  return s.rma_native > 0;
-}
+bool Endpoint::rma_native() const { return state().native_rma(); }
 
 // ---------------------------------------------------------------------------------------------
 // WordRaiser

@@ -20,6 +20,11 @@ namespace dfi::fabric {
 
 struct Context::Impl {
   ucp_context_h context = nullptr;
+  // Registered regions [address, address + size): the words peers may operate on by active
+  // message (word_op) where UCX only emulates atomics. Guarded by regions_mutex.
+  mutable std::mutex regions_mutex;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> regions;
+  bool owns_word(std::uint64_t address) const;
   mutable std::mutex failures_mutex;
   std::unordered_map<int, std::string> failures;  // rank -> reason, guarded by failures_mutex
 };
@@ -45,12 +50,28 @@ struct Worker::Impl {
   std::vector<WordSlot> words;
   std::vector<std::uint16_t> free_words;
   bool word_handler_installed = false;
+  // The one word operation this worker's thread waits for (EndpointState::word_op).
+  std::uint64_t next_op = 0;
+  std::uint64_t reply_for = 0;
+  std::uint64_t reply_value = 0;
+  std::uint64_t reply_status = 0;
 
   ~Impl();
 };
 
 // The fabric's own active message: WordRaiser -> Worker::register_word.
 inline constexpr std::uint16_t kRaiseWordAm = kFirstReservedAmId;
+
+// Word operations on a peer's registered memory by active message (fetch-add, compare-and-swap,
+// swap, load), where UCX only emulates atomics and gets: request {id, address, op, a, b},
+// reply {id, result, status}. The handler runs on the peer's worker thread and replies through
+// AmReplier, which fails cleanly towards a dead requester (UCX 1.13 aborts a process whose
+// emulated atomic reply hits a failed endpoint).
+inline constexpr std::uint16_t kWordOpAm = kFirstReservedAmId + 1;
+inline constexpr std::uint16_t kWordReplyAm = kFirstReservedAmId + 2;
+enum class WordOp : std::uint64_t { add = 1, compare_swap = 2, swap = 3, load = 4 };
+// Installs the word-op handlers on a new worker.
+void install_word_ops(Worker::Impl& impl);
 
 // Installs `handler` for `id` on the worker, reserved ids included.
 void install_am_handler(Worker::Impl& impl, std::uint16_t id, AmHandler handler);
@@ -84,7 +105,11 @@ struct EndpointState {
   Status wait_pending(std::string_view what);
   bool close_without_flush = false;  // Endpoint::close_now
   // -1 until asked, then 0 or 1: whether a lane has native RMA (Endpoint::rma_native).
-  mutable int rma_native = -1;
+  int rma_native = -1;
+  bool native_rma();  // asks UCX once
+  // A word operation on the peer's memory by active message; `result` gets the old value.
+  Status word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b, std::uint64_t* result,
+                 std::string_view what);
   void close() noexcept;
 };
 

@@ -73,6 +73,16 @@ MemoryRegion::MemoryRegion(Context& context, std::size_t bytes) : context_(&cont
   descriptor_.size = bytes;
   descriptor_.packed_key.assign(static_cast<const char*>(key), key_size);
   ucp_rkey_buffer_release(key);
+  std::lock_guard lock(context.impl().regions_mutex);
+  context.impl().regions.emplace_back(descriptor_.address, bytes);
+}
+
+bool Context::Impl::owns_word(std::uint64_t address) const {
+  std::lock_guard lock(regions_mutex);
+  for (const auto& [start, size] : regions) {
+    if (address >= start && address - start + 8 <= size) return true;
+  }
+  return false;
 }
 
 MemoryRegion::~MemoryRegion() { release(); }
@@ -93,6 +103,16 @@ MemoryRegion& MemoryRegion::operator=(MemoryRegion&& other) noexcept {
 
 void MemoryRegion::release() noexcept {
   if (memh_ != nullptr) {
+    {
+      std::lock_guard lock(context_->impl().regions_mutex);
+      auto& regions = context_->impl().regions;
+      for (auto it = regions.begin(); it != regions.end(); ++it) {
+        if (it->first == descriptor_.address) {
+          regions.erase(it);
+          break;
+        }
+      }
+    }
     ucp_mem_unmap(context_->impl().context, static_cast<ucp_mem_h>(memh_));
     memh_ = nullptr;
     data_ = nullptr;

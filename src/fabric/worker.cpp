@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -86,6 +87,44 @@ Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl
   if (status != UCS_OK) {
     throw Error(Errc::fatal, "fabric: cannot create worker '" + impl_->name + "': " + ucx_error_text(status));
   }
+  install_word_ops(*impl_);
+}
+
+void install_word_ops(Worker::Impl& impl) {
+  Worker::Impl* self = &impl;
+  install_am_handler(impl, kWordOpAm, [self](const AmMessage& m, AmReplier& replier) {
+    std::uint64_t q[5];  // {id, address, op, a, b}
+    if (m.data.size() != sizeof q) return;
+    std::memcpy(q, m.data.data(), sizeof q);
+    std::uint64_t reply[3] = {q[0], 0, 0};  // {id, result, status}
+    if (q[1] % 8 != 0 || !self->context->impl().owns_word(q[1])) {
+      reply[2] = 1;
+    } else {
+      std::atomic_ref word(*reinterpret_cast<std::uint64_t*>(q[1]));
+      switch (static_cast<WordOp>(q[2])) {
+        case WordOp::add: reply[1] = word.fetch_add(q[3], std::memory_order_acq_rel); break;
+        case WordOp::swap: reply[1] = word.exchange(q[3], std::memory_order_acq_rel); break;
+        case WordOp::load: reply[1] = word.load(std::memory_order_acquire); break;
+        case WordOp::compare_swap: {
+          std::uint64_t expected = q[3];
+          word.compare_exchange_strong(expected, q[4], std::memory_order_acq_rel);
+          reply[1] = expected;  // the old value either way
+          break;
+        }
+        default: reply[2] = 2;
+      }
+    }
+    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply)));  // a dead requester: dropped
+  });
+  install_am_handler(impl, kWordReplyAm, [self](const AmMessage& m, AmReplier&) {
+    std::uint64_t r[3];
+    if (m.data.size() != sizeof r) return;
+    std::memcpy(r, m.data.data(), sizeof r);
+    if (r[0] != self->next_op) return;  // an answer nobody waits for any more
+    self->reply_value = r[1];
+    self->reply_status = r[2];
+    self->reply_for = r[0];
+  });
 }
 
 Worker::~Worker() = default;
