@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
 
 namespace dfi::config {
@@ -23,6 +24,12 @@ constexpr std::array kEntries{
     Entry{"data_path", "DFI_DATA_PATH", "auto",
           "How flows move segments where UCX emulates RMA (tcp): auto (one active message per segment, "
           "placed by the consumer) or rma (emulated one-sided puts, applied by the progress thread)"},
+    Entry{"wait_spin_rounds", "DFI_WAIT_SPIN_ROUNDS", "1024",
+          "Every wait (ring space, data, counters): polls that spin before the waiter yields its core"},
+    Entry{"wait_yield_rounds", "DFI_WAIT_YIELD_ROUNDS", "4096",
+          "Every wait: polls (from its start) after which the waiter sleeps between polls"},
+    Entry{"wait_sleep_us", "DFI_WAIT_SLEEP_US", "50",
+          "Every wait: upper bound of one random sleep between polls, in microseconds"},
     Entry{"flow_timeout_ms", "DFI_FLOW_TIMEOUT_MS", "60000",
           "Longest a push waits for ring space or a consume waits for data (0 = forever)"},
     Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",
@@ -65,3 +72,15 @@ std::int64_t get_int(std::string_view name) {
 }
 
 }  // namespace dfi::config
+
+namespace dfi {
+
+BackoffSettings BackoffSettings::from_config() {
+  BackoffSettings s;
+  s.spin = static_cast<std::uint32_t>(config::get_int("wait_spin_rounds"));
+  s.yield = static_cast<std::uint32_t>(config::get_int("wait_yield_rounds"));
+  s.sleep_us = static_cast<std::uint32_t>(config::get_int("wait_sleep_us"));
+  return s;
+}
+
+}  // namespace dfi

@@ -447,7 +447,7 @@ Status Endpoint::am_send(std::uint16_t id, std::span<const std::byte> data) {
 }
 
 Request Endpoint::am_send_async(std::uint16_t id, std::span<const std::byte> header,
-                                std::span<const std::byte> data) {
+                                std::span<const std::byte> data, bool reply) {
   detail::EndpointState& s = state();
   Request request;
   request.what_ = "active message";
@@ -457,7 +457,7 @@ Request Endpoint::am_send_async(std::uint16_t id, std::span<const std::byte> hea
   }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
   ucs_status_ptr_t r = ucp_am_send_nbx(s.ep, id, header.data(), header.size(), data.data(), data.size(), &param);
   if (UCS_PTR_IS_ERR(r)) {
     request.status_ = s.fail(Errc::peer_failed, request.what_, ucx_error_text(UCS_PTR_STATUS(r)));

@@ -74,6 +74,10 @@ Status AmReplier::reply(std::uint16_t id, std::span<const std::byte> data) {
   return {};  // on_reply_sent frees the copy and the request
 }
 
+Status AmReplier::raise(const std::uint64_t (*pairs)[2], std::size_t count) {
+  return reply(kRaiseWordAm, std::as_bytes(std::span(&pairs[0][0], 2 * count)));
+}
+
 Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl>()) {
   impl_->context = &context;
   impl_->name = std::move(name);
@@ -194,16 +198,17 @@ void Worker::set_am_handler(std::uint16_t id, AmHandler handler) {
 
 namespace {
 
-// The handler of WordRaiser messages: {token, value}; raises the registered word to value.
+// The handler of WordRaiser messages: {token, value} pairs; raises each registered word to its value.
 void raise_word(Worker::Impl& impl, const AmMessage& message) {
   std::uint64_t m[2];
-  if (message.data.size() != sizeof m) return;
-  std::memcpy(m, message.data.data(), sizeof m);
-  const std::size_t index = m[0] & 0xffffu;
-  if (index >= impl.words.size()) return;
-  const Worker::Impl::WordSlot& slot = impl.words[index];
-  if (slot.word == nullptr || slot.generation != static_cast<std::uint16_t>(m[0] >> 16)) return;  // late
-  if (m[1] > *slot.word) *slot.word = m[1];
+  for (std::size_t at = 0; at + sizeof m <= message.data.size(); at += sizeof m) {
+    std::memcpy(m, message.data.data() + at, sizeof m);
+    const std::size_t index = m[0] & 0xffffu;
+    if (index >= impl.words.size()) continue;
+    const Worker::Impl::WordSlot& slot = impl.words[index];
+    if (slot.word == nullptr || slot.generation != static_cast<std::uint16_t>(m[0] >> 16)) continue;  // late
+    if (m[1] > *slot.word) *slot.word = m[1];
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/replicate.hpp"
@@ -52,6 +53,7 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
   link_free_.assign(rings_.target_count(), 0);
   links_ = relay_children(spec, detail::source_index(spec, node.rank(), thread), std::nullopt);
   stall_timeout_ = detail::stall_timeout(spec);
+  backoff_ = BackoffSettings::from_config();
   if (stall_timeout_.count() == 0) stall_timeout_ = std::chrono::hours(24 * 365);
   if (ordered_) {
     sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);
@@ -151,7 +153,8 @@ Status ReplicateSource::write_links() {
     return s;
   }
   std::optional<Deadline> deadline;
-  for (std::uint64_t round = 0;; ++round) {
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this));
+  for (;;) {
     bool waiting = false;
     for (std::size_t i = 0; i < done_.size(); ++i) {
       if (done_[i] != 0 || dead_[i] != 0) continue;
@@ -190,11 +193,7 @@ Status ReplicateSource::write_links() {
                                  " (is it consuming?)"};
     }
     worker_.progress();
-    if (round > 256) {
-      std::this_thread::sleep_for(std::chrono::microseconds(5 + round % 40));
-    } else if (round > 64) {
-      std::this_thread::yield();
-    }
+    backoff.pause();
   }
 }
 

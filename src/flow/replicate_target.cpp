@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -86,6 +87,7 @@ struct ReplicateTarget::State {
   bool ordered;
   std::chrono::milliseconds gap_timeout;
   std::chrono::milliseconds stall;
+  BackoffSettings backoff = BackoffSettings::from_config();
   std::vector<Ring> ring;
   std::size_t open_rings;
   std::size_t cursor = 0;
@@ -600,6 +602,7 @@ Status ReplicateTarget::consume(ReplicateBatch& batch, std::chrono::milliseconds
   if (timeout.count() == 0) timeout = st.stall;
   Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout)
                                         : std::chrono::hours(24 * 365));
+  Backoff backoff(st.backoff, reinterpret_cast<std::uintptr_t>(this));
   for (std::uint64_t round = 1;; ++round) {
     if (st.children) st.worker->progress();
     if (Status status = st.step(batch, got); !status || got) return status;
@@ -612,11 +615,7 @@ Status ReplicateTarget::consume(ReplicateBatch& batch, std::chrono::milliseconds
               (st.ordered ? ", waiting for sequence number " + std::to_string(st.expected) : "") +
               ")"};
     }
-    if (round > 4096) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else if (round > 1024) {
-      std::this_thread::yield();
-    }
+    backoff.pause();
   }
 }
 

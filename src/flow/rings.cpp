@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/config.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/registry/client.hpp"
@@ -85,7 +86,6 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
   options.stall_timeout = stall_timeout(spec_);
   const auto timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
-  options.rank = node.rank();
   // Targets that receive segments as active messages do so on a worker of their own: one
   // endpoint per such target. Others are reached through their rank's service worker.
   std::unordered_map<int, fabric::Endpoint*> by_rank;
@@ -154,7 +154,7 @@ memory::RingCounters SourceRings::counters() const {
 // ---------------------------------------------------------------------------------------------
 
 TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
-    : node_(node), spec_(std::move(spec)) {
+    : node_(node), spec_(std::move(spec)), backoff_(BackoffSettings::from_config()) {
   const TargetRef me = spec_.targets.at(index);
   label_ = "flow '" + spec_.name + "' target (rank " + std::to_string(me.rank) + ", id " + std::to_string(me.id) + ")";
   const memory::RingLayout layout = spec_.layout();
@@ -164,7 +164,6 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
   if (!node.fabric().capabilities().native_one_sided && config::get_string("data_path") != "rma") {
     worker_ = std::make_unique<fabric::Worker>(node.fabric(), label_);
     receiver_ = std::make_unique<memory::SegmentReceiver>(*worker_, base, spec_.sources.size(), layout, label_);
-    for (std::size_t s = 0; s < readers_.size(); ++s) readers_[s].set_credit_return(receiver_->credit_return(s));
     node.adopt_progress(*worker_);
   }
   ended_.assign(spec_.sources.size(), false);
@@ -246,9 +245,9 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
   Status s = try_next(view, source);
   if (s.code() != Errc::retry) return s;
   Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
-  std::uint64_t idle = 0;  // rounds since the last fabric event: how long to back off
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this));
   for (std::uint64_t round = 1;; ++round) {
-    idle = progress() != 0 ? 0 : idle + 1;
+    if (progress() != 0) backoff.reset();  // a fabric event: data is likely close behind
     if (poll(view, source) || finished()) return {};
     if ((round & 63) == 0) {
       if (Status alive = check_sources_alive(); !alive) return failure_.latch(std::move(alive));
@@ -258,17 +257,12 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
                                    " sources still open)"};
       }
     }
-    if (idle > 4096) {
-      if (worker_) {
-        worker_->claim();
-        worker_->wait_for_event(std::chrono::microseconds(100));  // wakes when a segment arrives
-        worker_->unclaim();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-    } else if (idle > 1024) {
-      std::this_thread::yield();
-    }
+    backoff.pause([this](std::chrono::microseconds pause) {
+      if (!worker_) return std::this_thread::sleep_for(pause);
+      worker_->claim();
+      worker_->wait_for_event(pause);  // wakes at once when a segment arrives
+      worker_->unclaim();
+    });
   }
 }
 

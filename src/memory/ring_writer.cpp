@@ -3,35 +3,11 @@
 #include <span>
 #include <thread>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 
 namespace dfi::memory {
 namespace {
-
-// Waiting for a free slot: spin briefly (progressing the worker, which the put path needs), then
-// yield, then sleep a small random time so that many sources do not poll a target in lockstep.
-class Backoff {
- public:
-  explicit Backoff(std::uint64_t seed) : state_(seed | 1) {}
-  void pause(fabric::Worker& worker) {
-    worker.progress();
-    ++rounds_;
-    if (rounds_ < 64) return;
-    if (rounds_ < 256) {
-      std::this_thread::yield();
-      return;
-    }
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    std::this_thread::sleep_for(std::chrono::microseconds(5 + state_ % 45));
-  }
-  std::uint64_t rounds() const { return rounds_; }
-
- private:
-  std::uint64_t state_;
-  std::uint64_t rounds_ = 0;
-};
 
 std::chrono::nanoseconds timeout_or_forever(std::chrono::milliseconds timeout) {
   if (timeout.count() == 0) return std::chrono::hours(24 * 365);
@@ -55,7 +31,7 @@ RingWriter::RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint,
                        RingLayout layout, RingWriterOptions options, std::string label)
     : worker_(&worker), endpoint_(&endpoint), remote_(&remote), ring_offset_(ring_offset),
       layout_(layout), mode_(options.mode), stall_timeout_(options.stall_timeout),
-      label_(std::move(label)), credits_(layout.segments) {
+      label_(std::move(label)), backoff_(BackoffSettings::from_config()), credits_(layout.segments) {
   if (ring_offset + layout.bytes() > remote.size()) {
     throw Error(Errc::invalid_argument, label_ + ": ring of " + std::to_string(layout.bytes()) +
                                             " B at offset " + std::to_string(ring_offset) +
@@ -73,21 +49,26 @@ RingWriter::RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint,
   for (std::size_t i = 0; i < count; ++i) {
     stagings_.push_back(Staging{static_cast<std::byte*>(staging_.data()) + i * layout.segment_bytes, {}, {0, 0}});
   }
-  if (path_ == Path::active_message) say_hello(options.rank);
+  if (path_ == Path::active_message) register_credit_words();
 }
 
 RingWriter::~RingWriter() {
-  if (credit_token_ != 0) worker_->unregister_word(credit_token_);
+  if (released_token_ != 0) worker_->unregister_word(released_token_);
+  if (answered_token_ != 0) worker_->unregister_word(answered_token_);
 }
 
-void RingWriter::say_hello(int rank) {
-  credit_token_ = worker_->register_word(&released_raised_);
-  hello_header_[0] = ring_offset_;
-  hello_header_[1] = credit_token_;
-  hello_header_[2] = static_cast<std::uint64_t>(rank);
-  hello_address_ = worker_->address();
-  hello_ = endpoint_->am_send_async(kHelloAm, std::as_bytes(std::span(hello_header_)),
-                                    std::as_bytes(std::span(hello_address_.data(), hello_address_.size())));
+void RingWriter::register_credit_words() {
+  released_token_ = worker_->register_word(&released_raised_);
+  answered_token_ = worker_->register_word(&answered_);
+}
+
+void RingWriter::ask_for_credits() {
+  if (answered_ < asked_ || !question_sent_.done()) return;  // one question at a time
+  question_[0] = ring_offset_;
+  question_[1] = released_token_;
+  question_[2] = answered_token_;
+  question_[3] = ++asked_;
+  question_sent_ = endpoint_->am_send_async(kCreditAm, {}, std::as_bytes(std::span(question_)), /*reply=*/true);
 }
 
 void RingWriter::send_segment(Staging& staging, std::uint64_t state) {
@@ -114,20 +95,21 @@ Status RingWriter::wait_free_slot_mapped() {
   if (needed == 0) return {};  // first lap: the ring starts zeroed
   const std::size_t offset = layout_.state_offset(next_);
   Deadline deadline(timeout_or_forever(stall_timeout_));
-  Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ next_);
   for (;;) {
     if (remote_word(offset) == needed) return {};
     if (backoff.rounds() == 0) ++counters_.stalls;
     if (Status s = endpoint_->status(); !s) return s;
     if (deadline.expired()) return stalled_error();
-    backoff.pause(*worker_);
+    worker_->progress();  // keepalive and anything else queued on this worker
+    backoff.pause();
   }
 }
 
 Status RingWriter::wait_free_slot_credits() {
   if (credits_ > 0) return {};
   Deadline deadline(timeout_or_forever(stall_timeout_));
-  Backoff backoff(reinterpret_cast<std::uintptr_t>(this) ^ next_);
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ next_);
   for (;;) {
     std::uint64_t released;
     if (Status s = released_count(released); !s) return s;
@@ -137,7 +119,7 @@ Status RingWriter::wait_free_slot_credits() {
     if (backoff.rounds() == 0) ++counters_.stalls;
     if (Status s = endpoint_->status(); !s) return s;
     if (deadline.expired()) return stalled_error();
-    backoff.pause(*worker_);
+    backoff.pause();  // released_count() progresses the worker each round
   }
 }
 
@@ -149,7 +131,8 @@ Status RingWriter::released_count(std::uint64_t& released) {
     case Path::active_message:
       worker_->progress();  // runs the handler that raises released_raised_
       released = released_raised_;
-      return {};
+      if (next_ - 1 - released >= layout_.segments) ask_for_credits();  // waiting: ask (again)
+      return question_sent_.done() ? question_sent_.wait() : Status();
     case Path::put:
       break;
   }
@@ -229,6 +212,9 @@ Status RingWriter::publish(std::uint64_t flags) {
   // Put path: refresh the credits in the background once half are used, so the source learns
   // about released slots one round trip ahead of needing them. Never after end-of-stream: the
   // target may free the ring as soon as it sees that segment.
+  if (path_ == Path::active_message && (flags & kEndOfStream) == 0 && credits_ == layout_.segments / 2) {
+    ask_for_credits();
+  }
   if (path_ == Path::put && !credit_read_pending_ && (flags & kEndOfStream) == 0 &&
       credits_ == layout_.segments / 2) {
     credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
@@ -272,7 +258,6 @@ Status RingWriter::flush() {
 }
 
 Status RingWriter::drain() {
-  if (Status h = hello_.wait(); !h) return labelled(std::move(h));
   for (Staging& staging : stagings_) {
     for (fabric::Request& put : staging.puts) {
       if (Status p = put.wait(); !p) return labelled(std::move(p));

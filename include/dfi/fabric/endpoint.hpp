@@ -130,8 +130,9 @@ class Endpoint {
   // without waiting for the receiver; UCX splits it into fragments and the receiver's handler
   // sees the whole message), so completion never depends on the receiver's progress. Messages on
   // one endpoint arrive in the order they were sent. Errors (in the Request): peer_failed.
+  // `reply`: the receiver's handler gets an AmReplier that can answer.
   Request am_send_async(std::uint16_t id, std::span<const std::byte> header,
-                        std::span<const std::byte> data);
+                        std::span<const std::byte> data, bool reply = false);
 
   // True when UCX moves this endpoint's puts and gets without the peer's CPU (a lane with native
   // RMA: shm, InfiniBand, RoCE); false where it emulates them with active messages the peer must

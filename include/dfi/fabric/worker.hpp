@@ -44,6 +44,9 @@ class AmReplier {
   // Sends `data` (<= kMaxAmBytes) back to the sender as message `id`. The data is copied; the
   // call does not wait for completion. Errors: invalid_argument (too large), peer_failed.
   Status reply(std::uint16_t id, std::span<const std::byte> data);
+  // Raises words that the sender registered with Worker::register_word (as a WordRaiser would),
+  // `count` (1 or 2) {token, value} pairs in one message. Errors: as reply().
+  Status raise(const std::uint64_t (*pairs)[2], std::size_t count);
 
  private:
   void* reply_ep_;  // ucp_ep_h of the sender, valid during the handler

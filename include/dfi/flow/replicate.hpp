@@ -65,6 +65,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/flow/spec.hpp"
@@ -167,6 +168,7 @@ class ReplicateSource {
   fabric::Worker& worker_;
   std::vector<std::size_t> links_;  // target index of each link
   std::chrono::milliseconds stall_timeout_{0};
+  BackoffSettings backoff_;
   Status failure_;                  // a target that died in the current call
   std::vector<std::byte> segment_;  // header word, then tuples
   std::size_t capacity_;            // tuple bytes per segment

@@ -25,9 +25,9 @@
 // publishes fill and state exactly as a writer through a mapped pointer would; the reader cannot
 // tell the difference. The wire format of those messages:
 //   kSegmentAm  header {ring offset: u64, state: u64}, data = the payload (fill = its size)
-//   kHelloAm    header {ring offset: u64, credit word token: u64, writer rank: u64},
-//               data = the writer's worker address (the receiver connects back to return credits)
-// Credits flow back as a fabric WordRaiser raising the writer's released count.
+//   kCreditAm   data {ring offset, released-word token, answered-word token, question: u64},
+//               sent with a reply endpoint; the answer raises the writer's two registered words
+//               to the ring's released count and to the question's number
 #pragma once
 
 #include <atomic>
@@ -38,7 +38,7 @@ namespace dfi::memory {
 
 inline constexpr std::size_t kFooterBytes = 16;
 inline constexpr std::uint16_t kSegmentAm = 1;
-inline constexpr std::uint16_t kHelloAm = 2;
+inline constexpr std::uint16_t kCreditAm = 2;
 inline constexpr std::uint64_t kConsumable = 1;
 inline constexpr std::uint64_t kEndOfStream = 2;
 

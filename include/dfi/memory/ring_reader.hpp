@@ -12,10 +12,6 @@
 
 namespace dfi::memory {
 
-class CreditReturn;
-// Tells `credits` that its ring's reader released segments up to `count` (segment_receiver.cpp).
-void notify_released(CreditReturn* credits, std::uint64_t count);
-
 struct SegmentView {
   const std::byte* data = nullptr;
   std::size_t bytes = 0;          // payload bytes (a multiple of the tuple width)
@@ -45,11 +41,7 @@ class RingReader {
     store_release(base_ + layout_.state_offset(next_), state_word(next_, 0));
     ++next_;
     store_release(base_ + layout_.credit_offset(), next_ - 1);  // released count, for credits
-    if (credits_ != nullptr) notify_released(credits_, next_ - 1);  // active-message path
   }
-
-  // Rings fed by active messages (SegmentReceiver) return their credits through `credits`.
-  void set_credit_return(CreditReturn* credits) { credits_ = credits; }
 
   std::uint64_t next_sequence() const { return next_; }
   const RingLayout& layout() const { return layout_; }
@@ -58,7 +50,6 @@ class RingReader {
   std::byte* base_ = nullptr;
   RingLayout layout_;
   std::uint64_t next_ = 1;
-  CreditReturn* credits_ = nullptr;
 };
 
 }  // namespace dfi::memory

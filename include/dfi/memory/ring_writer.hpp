@@ -18,8 +18,9 @@
 // load). The staging paths track them with credits (003 §5.3): a local count of free slots,
 // refreshed from the number of segments the target released. The put path reads that number
 // with a get issued in the background once half the credits are used (one remote read per half
-// ring, not one per segment); on the active-message path the target raises a word of ours by
-// active message every quarter ring it releases, so the writer never asks.
+// ring, not one per segment); on the active-message path the same question goes by
+// active message: the writer asks once per half ring (and while it waits for a slot), the
+// target's handler answers through the reply endpoint; never a connection back to the writer.
 // Latency mode publishes every append as its own segment.
 //
 // Owned by one thread (the one owning the endpoint's worker).
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
@@ -46,7 +48,6 @@ struct RingWriterOptions {
   RingMode mode = RingMode::bandwidth;
   bool allow_mapped = true;          // use the mapped path when the transport offers it
   bool allow_am = false;             // the target runs a SegmentReceiver on the endpoint's worker
-  int rank = -1;                     // this writer's rank, for the receiver's messages
   std::size_t staging_segments = 4;  // put path: local segments in flight before wrap-around
   std::chrono::milliseconds stall_timeout{60000};  // longest wait for a free slot (0 = forever)
 };
@@ -128,7 +129,9 @@ class RingWriter {
   // (put path: waits for the background get, or issues one and waits).
   Status released_count(std::uint64_t& released);
   void send_segment(Staging& staging, std::uint64_t state);  // active-message path
-  void say_hello(int rank);
+  void register_credit_words();
+  // Asks the target for its released count unless a question is still unanswered.
+  void ask_for_credits();
 
   fabric::Worker* worker_ = nullptr;
   fabric::Endpoint* endpoint_ = nullptr;
@@ -138,6 +141,7 @@ class RingWriter {
   RingMode mode_ = RingMode::bandwidth;
   std::chrono::milliseconds stall_timeout_{0};
   std::string label_;
+  BackoffSettings backoff_;
 
   Path path_ = Path::put;
   std::byte* mapped_ = nullptr;   // the ring through a mapped pointer, or null (put path)
@@ -158,13 +162,15 @@ class RingWriter {
   fabric::Request credit_read_;
   bool credit_read_pending_ = false;
 
-  // Active-message path: the released count the target raises, and the hello that tells it
-  // where to send it.
+  // Active-message path: the words the target's answers raise (released count, number of the
+  // last question answered), and the question in flight (UCX reads it until the send completes).
   std::uint64_t released_raised_ = 0;
-  std::uint32_t credit_token_ = 0;
-  std::uint64_t hello_header_[3] = {0, 0, 0};
-  std::string hello_address_;
-  fabric::Request hello_;
+  std::uint64_t answered_ = 0;
+  std::uint64_t asked_ = 0;
+  std::uint32_t released_token_ = 0;
+  std::uint32_t answered_token_ = 0;
+  std::uint64_t question_[4] = {0, 0, 0, 0};
+  fabric::Request question_sent_;
 
   RingCounters counters_;
 };

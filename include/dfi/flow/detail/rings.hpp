@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
@@ -160,6 +161,7 @@ class TargetRings {
   cluster::Node& node_;
   FlowSpec spec_;
   std::string label_;
+  BackoffSettings backoff_;
   fabric::MemoryRegion region_;
   // The active-message path (transports without native RMA): a worker of this target's own,
   // progressed by the consuming thread, and the receiver that places segments into the rings.
