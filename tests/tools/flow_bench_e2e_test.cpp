@@ -1,7 +1,8 @@
-// `dfi bench shuffle-bw | shuffle-lat | memory --quick`, for real (DFI ranks plus ucx_perftest),
-// with sizes cut down further so that each run stays well under 20 s on 2 cores. Checks the
-// result's shape, that every number is positive and that the scenario-specific invariants hold;
-// never how fast anything is.
+// `dfi bench shuffle-bw | shuffle-lat | memory --quick`, for real (DFI ranks plus ucx_perftest
+// and, for shuffle-bw, the TCP socket stream or the shared-memory ring), with sizes cut down
+// further so that each run stays well under 20 s on 2 cores. Checks the result's shape, that
+// every number is positive and that the scenario-specific invariants hold; never how fast
+// anything is.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -11,7 +12,9 @@
 
 #include "bench/process.hpp"
 #include "bench/result.hpp"
+#include "bench/stream_baseline.hpp"
 #include "bench_e2e.hpp"
+#include "dfi/common/error.hpp"
 
 namespace dfi::tools::bench {
 namespace {
@@ -44,6 +47,20 @@ std::set<std::size_t> xs_of(const json& series) {
   return xs;
 }
 
+// The baselines every shuffle-bw panel shows next to DFI: both ucx_perftest tests at the segment
+// size and the hand-written stream of the run's transport, measured (commands recorded) at every
+// tuple size.
+void check_shuffle_baselines(const json& panel, const std::string& stream,
+                             const std::set<std::size_t>& sizes) {
+  for (const std::string& id : {std::string("ucp_put_bw"), std::string("ucp_am_bw"), stream}) {
+    const json* s = find_by_id(panel["series"], id);
+    ASSERT_NE(s, nullptr) << panel["id"] << "/" << id;
+    EXPECT_EQ((*s)["role"], "baseline") << id;
+    EXPECT_FALSE((*s)["commands"].empty()) << panel["id"] << "/" << id;
+    EXPECT_EQ(xs_of(*s), sizes) << panel["id"] << "/" << id;
+  }
+}
+
 TEST(BenchShuffleBw, QuickOverShm) {
   json r = run_quick("shuffle-bw", "shm",
                      {"--set", "tuple_sizes=[16,1024]", "--set", "bytes_per_point=16777216"});
@@ -53,17 +70,21 @@ TEST(BenchShuffleBw, QuickOverShm) {
     const json* panel = find_by_id(r["panels"], id);
     ASSERT_NE(panel, nullptr) << id;
     check_positive(*panel);
+    check_shuffle_baselines(*panel, "shm_ring", sizes);
+    EXPECT_EQ(find_by_id((*panel)["series"], "tcp_stream"), nullptr) << id;
     const std::string t = std::string(id).substr(3);
-    for (const std::string& series : {"direct_" + t, "staged_" + t, std::string("ucx_perftest")}) {
+    for (const std::string& series : {"direct_" + t, "staged_" + t}) {
       const json* s = find_by_id((*panel)["series"], series);
       ASSERT_NE(s, nullptr) << id << "/" << series;
       EXPECT_EQ(xs_of(*s), sizes) << id << "/" << series;
     }
-    // direct vs perftest (with the 0.9 target) and staged vs perftest, per size.
-    EXPECT_EQ((*panel)["ratios"].size(), 2 * sizes.size()) << id;
-    bool has_target = false;
-    for (const json& ratio : (*panel)["ratios"]) has_target |= ratio.contains("target");
-    EXPECT_TRUE(has_target) << id;
+    // direct and staged, each against ucp_put_bw, ucp_am_bw and the ring, per size; direct has
+    // the 0.9 target against the ring.
+    EXPECT_EQ((*panel)["ratios"].size(), 2 * 3 * sizes.size()) << id;
+    bool ring_target = false;
+    for (const json& ratio : (*panel)["ratios"])
+      ring_target |= ratio["baseline"] == "shm_ring" && ratio.value("target", 0.0) == 0.9;
+    EXPECT_TRUE(ring_target) << id;
   }
   const json* versus = find_by_id(r["panels"], "direct_vs_staged");
   ASSERT_NE(versus, nullptr);
@@ -78,9 +99,42 @@ TEST(BenchShuffleBw, QuickOverTcpHasOnlyThePutPath) {
   const json* panel = find_by_id(r["panels"], "bw_t1");
   ASSERT_NE(panel, nullptr);
   check_positive(*panel);
+  check_shuffle_baselines(*panel, "tcp_stream", {64});
+  EXPECT_EQ(find_by_id((*panel)["series"], "shm_ring"), nullptr);
   EXPECT_NE(find_by_id((*panel)["series"], "direct_t1"), nullptr);
   EXPECT_EQ(find_by_id((*panel)["series"], "staged_t1"), nullptr);
   EXPECT_EQ(find_by_id(r["panels"], "direct_vs_staged"), nullptr);
+  // One ratio per baseline; the socket stream's target is 0.5.
+  EXPECT_EQ((*panel)["ratios"].size(), 3u);
+  bool socket_target = false;
+  for (const json& ratio : (*panel)["ratios"])
+    socket_target |= ratio["baseline"] == "tcp_stream" && ratio.value("target", 0.0) == 0.5;
+  EXPECT_TRUE(socket_target);
+}
+
+// The stream baselines on their own, with 24 B tuples: 64 KiB socket reads cut tuples, and a ring
+// of 416 tuples with batches of 41 wraps in the middle of a batch. run_stream_baseline throws
+// unless every tuple arrived (count and key sum).
+TEST(StreamBaseline, OddTupleSizesArriveWhole) {
+  for (const char* transport : {"tcp", "shm"}) {
+    StreamRun run;
+    run.transport = transport;
+    run.tuple_bytes = 24;
+    run.tuples = 300000;
+    run.ring_bytes = 10000;
+    run.batch_bytes = 1000;
+    run.dfi_binary = DFI_BINARY;
+    run.timeout = 30s;
+    StreamResult r = run_stream_baseline(run);
+    EXPECT_EQ(r.tuples, run.tuples) << transport;
+    EXPECT_GT(r.gbps, 0) << transport;
+    EXPECT_NE(r.command.find("bench-stream"), std::string::npos) << r.command;
+  }
+  StreamRun rdma;
+  rdma.transport = "rdma";
+  rdma.tuples = 1;
+  rdma.dfi_binary = DFI_BINARY;
+  EXPECT_THROW(run_stream_baseline(rdma), Error);
 }
 
 TEST(BenchShuffleLat, QuickOverShm) {

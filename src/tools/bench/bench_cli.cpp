@@ -145,6 +145,21 @@ BenchCli::BenchCli(CLI::App& app) {
   rank_->add_option("scenario", rank_scenario_)->required();
   rank_->add_option("params", rank_params_, "JSON")->required();
 
+  stream_side_ = app.add_subcommand(
+      "bench-stream", "One side of a hand-written stream baseline (started by dfi bench)");
+  stream_side_->group("");  // hidden
+  StreamSide& side = stream_side_options_;
+  stream_side_->add_option("side", side.side)
+      ->required()
+      ->check(CLI::IsMember(stream_side_names()));
+  stream_side_->add_option("--tuple-bytes", side.tuple_bytes, "Tuple size in bytes");
+  stream_side_->add_option("--tuples", side.tuples, "Tuples the sender sends");
+  stream_side_->add_option("--port", side.port, "tcp: the reader's port on 127.0.0.1");
+  stream_side_->add_option("--name", side.name, "shm: the ring's shm_open name");
+  stream_side_->add_option("--ring-bytes", side.ring_bytes, "shm: ring capacity");
+  stream_side_->add_option("--batch-bytes", side.batch_bytes, "shm: bytes per publish/release");
+  stream_side_->add_option("--wait-ms", stream_wait_ms_, "Longest wait for the peer");
+
   auto* baseline =
       app.add_subcommand("bench-baseline", "Run one baseline by hand and print its JSON");
   baseline->require_subcommand(1);
@@ -162,6 +177,15 @@ BenchCli::BenchCli(CLI::App& app) {
   mpi_->add_option("--transport", mpi_options_.transport, "shm or tcp")
       ->check(CLI::IsMember({"shm", "tcp"}));
   mpi_->add_option("args", mpi_options_.args, "Program arguments (after --)");
+  stream_ = baseline->add_subcommand(
+      "stream", "Tuples over a TCP socket (tcp) or a shared-memory ring (shm), 2 processes");
+  stream_->add_option("--transport", stream_options_.transport, "tcp or shm")
+      ->check(CLI::IsMember({"shm", "tcp"}));
+  stream_->add_option("--tuple-bytes", stream_options_.tuple_bytes, "Tuple size in bytes");
+  stream_->add_option("--tuples", stream_options_.tuples, "Tuples to send")->required();
+  stream_->add_option("--ring-bytes", stream_options_.ring_bytes, "shm: ring capacity");
+  stream_->add_option("--batch-bytes", stream_options_.batch_bytes,
+                      "shm: bytes per publish/release");
 }
 
 std::optional<int> BenchCli::run(int argc, char** argv) {
@@ -182,6 +206,22 @@ std::optional<int> BenchCli::run(int argc, char** argv) {
       std::cerr << "dfi bench-rank " << rank_scenario_ << ": " << e.what() << '\n';
       return 1;
     }
+  }
+  if (*stream_side_) {
+    stream_side_options_.wait = std::chrono::milliseconds(stream_wait_ms_);
+    return run_stream_side(stream_side_options_, std::cout, std::cerr);
+  }
+  if (*stream_) {
+    StreamRun run = stream_options_;
+    run.dfi_binary = self_executable();
+    StreamResult r = run_stream_baseline(run);
+    std::cout << json{{"transport", run.transport}, {"tuple_bytes", run.tuple_bytes},
+                      {"tuples", r.tuples},         {"key_sum", r.key_sum},
+                      {"seconds", r.seconds},       {"gbps", r.gbps},
+                      {"command", r.command}}
+                     .dump()
+              << '\n';
+    return 0;
   }
   if (*perftest_) {
     PerftestRun run;

@@ -6,7 +6,9 @@
 //   dfi bench all --quick                            every registered scenario
 //   dfi bench-baseline perftest --test ucp_put_bw --size 4096 [...]   one baseline by hand
 //   dfi bench-baseline mpi --program mpi_p2p --np 2 [-- PROGRAM ARGS]
+//   dfi bench-baseline stream --transport tcp --tuple-bytes 64 --tuples 1000000
 //   dfi bench-rank <scenario> '<params json>'        (hidden) a scenario's rank program
+//   dfi bench-stream <side> --tuple-bytes 64 ...     (hidden) one side of a stream baseline
 //
 // Progress goes to stderr; per scenario a JSON result <out>/<scenario>-<transport>[-netns]
 // [-quick].json and a PNG next to it (bench/plot.py); a summary of ratios goes to stdout.
@@ -15,6 +17,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "stream_baseline.hpp"
 
 namespace CLI {
 class App;
@@ -38,6 +42,8 @@ class BenchCli {
   CLI::App* rank_ = nullptr;
   CLI::App* perftest_ = nullptr;
   CLI::App* mpi_ = nullptr;
+  CLI::App* stream_ = nullptr;       // bench-baseline stream
+  CLI::App* stream_side_ = nullptr;  // bench-stream
 
   struct Options {
     std::vector<std::string> names;
@@ -67,6 +73,10 @@ class BenchCli {
     std::string transport = "shm";
     std::vector<std::string> args;
   } mpi_options_;
+
+  StreamRun stream_options_;
+  StreamSide stream_side_options_;
+  long stream_wait_ms_ = 30000;
 };
 
 }  // namespace dfi::tools::bench

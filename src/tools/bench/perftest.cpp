@@ -1,5 +1,6 @@
 #include "perftest.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -11,7 +12,6 @@
 namespace dfi::tools::bench {
 namespace {
 
-constexpr int kPortAttempts = 4;
 constexpr auto kServerStartBound = std::chrono::seconds(10);
 constexpr auto kServerExitBound = std::chrono::seconds(5);
 
@@ -155,77 +155,54 @@ PerftestResult run_perftest(const PerftestRun& run) {
                                                                  std::chrono::steady_clock::now());
   };
 
-  std::string last_failure;
-  for (int attempt = 0; attempt < kPortAttempts; ++attempt) {
-    const std::string port = std::to_string(pick_free_port());
-    result.server_argv = {binary, "-p", port};
-    result.client_argv = {binary, "127.0.0.1",
-                          "-p",   port,
-                          "-t",   run.test,
-                          "-s",   std::to_string(run.message_bytes),
-                          "-n",   std::to_string(run.iterations),
-                          "-w",   std::to_string(run.warmup)};
-    result.client_argv.insert(result.client_argv.end(), run.extra_args.begin(),
-                              run.extra_args.end());
-    // The record: PORT is a free port picked at run time; the client starts once the server
-    // listens.
-    std::vector<std::string> server_text = result.server_argv, client_text = result.client_argv;
-    server_text[0] = client_text[0] = "ucx_perftest";
-    server_text[2] = client_text[3] = "$PORT";
-    result.command = environment_text(result.env) + shell_join(server_text) + " & " +
-                     environment_text(result.env) + shell_join(client_text);
+  const std::string test_text =
+      run.test + " (" + std::to_string(run.message_bytes) + " B, " + run.transport + ")";
+  ListeningServer server = start_listening_server(
+      [&](int port) {
+        result.server_argv = {binary, "-p", std::to_string(port)};
+        return ProcessSpec{result.server_argv, result.env};
+      },
+      "ucx_perftest " + test_text,
+      std::clamp<std::chrono::milliseconds>(left(), std::chrono::milliseconds(0),
+                                            kServerStartBound));
+  const std::string port = std::to_string(server.port);
+  result.client_argv = {binary, "127.0.0.1",
+                        "-p",   port,
+                        "-t",   run.test,
+                        "-s",   std::to_string(run.message_bytes),
+                        "-n",   std::to_string(run.iterations),
+                        "-w",   std::to_string(run.warmup)};
+  result.client_argv.insert(result.client_argv.end(), run.extra_args.begin(), run.extra_args.end());
+  // The record: PORT is a free port picked at run time; the client starts once the server
+  // listens.
+  std::vector<std::string> server_text = result.server_argv, client_text = result.client_argv;
+  server_text[0] = client_text[0] = "ucx_perftest";
+  server_text[2] = client_text[3] = "$PORT";
+  result.command = environment_text(result.env) + shell_join(server_text) + " & " +
+                   environment_text(result.env) + shell_join(client_text);
 
-    Process server = Process::start({result.server_argv, result.env});
-    // Wait until the server listens; the client does not retry a refused connection.
-    const auto listen_deadline = std::chrono::steady_clock::now() + kServerStartBound;
-    bool listening = false;
-    while (std::chrono::steady_clock::now() < listen_deadline && left().count() > 0) {
-      if (is_listening(std::stoi(port)) && server.running()) {
-        listening = true;
-        break;
-      }
-      if (!server.running()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (!listening) {
-      ProcessResult s = server.wait(std::chrono::milliseconds(0));
-      last_failure = "server (" + shell_join(result.server_argv) + ") " +
-                     (s.timed_out ? std::string("did not listen within 10 s")
-                                  : "exited with status " + std::to_string(s.exit_code)) +
-                     ":\n" + tail_lines(s.output, 5);
-      if (s.output.find("Address already in use") != std::string::npos) continue;  // lost a race
-      throw Error(Errc::io, "bench: ucx_perftest " + last_failure);
-    }
-
-    Process client = Process::start({result.client_argv, result.env});
-    ProcessResult c = client.wait(std::max(left(), std::chrono::milliseconds(1)));
-    ProcessResult s = server.wait(c.timed_out ? std::chrono::milliseconds(0)
-                                              : std::chrono::milliseconds(kServerExitBound));
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (c.timed_out) {
-      throw Error(Errc::timeout, "bench: ucx_perftest " + run.test + " (" +
-                                     std::to_string(run.message_bytes) + " B, " + run.transport +
-                                     ") killed after " + std::to_string(run.timeout.count()) +
-                                     " ms: " + result.command + "\nclient output:\n" +
-                                     tail_lines(c.output, 8) + "\nserver output:\n" +
-                                     tail_lines(s.output, 8));
-    }
-    std::optional<PerftestFinal> final = parse_perftest_final(c.output);
-    if (c.exit_code != 0 || !final) {
-      throw Error(Errc::io,
-                  "bench: ucx_perftest " + run.test + " (" + std::to_string(run.message_bytes) +
-                      " B, " + run.transport + ") " +
-                      (c.exit_code != 0 ? "exited with status " + std::to_string(c.exit_code)
-                                        : std::string("printed no Final: line")) +
-                      ": " + result.command + "\nclient output:\n" + tail_lines(c.output, 8) +
-                      "\nserver output:\n" + tail_lines(s.output, 8));
-    }
-    result.final = *final;
-    return result;
+  Process client = Process::start({result.client_argv, result.env});
+  ProcessResult c = client.wait(std::max(left(), std::chrono::milliseconds(1)));
+  ProcessResult s = server.process.wait(c.timed_out ? std::chrono::milliseconds(0)
+                                                    : std::chrono::milliseconds(kServerExitBound));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (c.timed_out) {
+    throw Error(Errc::timeout, "bench: ucx_perftest " + test_text + " killed after " +
+                                   std::to_string(run.timeout.count()) + " ms: " + result.command +
+                                   "\nclient output:\n" + tail_lines(c.output, 8) +
+                                   "\nserver output:\n" + tail_lines(s.output, 8));
   }
-  throw Error(Errc::io, "bench: ucx_perftest could not get a port after " +
-                            std::to_string(kPortAttempts) + " attempts; last: " + last_failure);
+  std::optional<PerftestFinal> final = parse_perftest_final(c.output);
+  if (c.exit_code != 0 || !final) {
+    throw Error(Errc::io,
+                "bench: ucx_perftest " + test_text + " " +
+                    (c.exit_code != 0 ? "exited with status " + std::to_string(c.exit_code)
+                                      : std::string("printed no Final: line")) +
+                    ": " + result.command + "\nclient output:\n" + tail_lines(c.output, 8) +
+                    "\nserver output:\n" + tail_lines(s.output, 8));
+  }
+  result.final = *final;
+  return result;
 }
 
 }  // namespace dfi::tools::bench

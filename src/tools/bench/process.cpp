@@ -209,6 +209,31 @@ ProcessResult run_process(const ProcessSpec& spec, std::chrono::milliseconds tim
   return process.wait(timeout);
 }
 
+ListeningServer start_listening_server(const std::function<ProcessSpec(int port)>& make_spec,
+                                       const std::string& what, std::chrono::milliseconds bound,
+                                       int attempts) {
+  std::string last_failure;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int port = pick_free_port();
+    const ProcessSpec spec = make_spec(port);
+    ListeningServer server{Process::start(spec), port};
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (std::chrono::steady_clock::now() < deadline && server.process.running()) {
+      if (is_listening(port) && server.process.running()) return server;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ProcessResult s = server.process.wait(std::chrono::milliseconds(0));
+    last_failure = "server (" + shell_join(spec.argv) + ") " +
+                   (s.timed_out ? "did not listen within " + std::to_string(bound.count()) + " ms"
+                                : "exited with status " + std::to_string(s.exit_code)) +
+                   ":\n" + tail_lines(s.output, 5);
+    if (s.output.find("Address already in use") == std::string::npos)
+      throw Error(Errc::io, "bench: " + what + " " + last_failure);
+  }
+  throw Error(Errc::io, "bench: " + what + " could not get a port after " +
+                            std::to_string(attempts) + " attempts; last: " + last_failure);
+}
+
 std::optional<std::string> find_in_path(std::string_view program) {
   if (program.empty()) return std::nullopt;
   if (program.find('/') != std::string_view::npos) {
@@ -277,8 +302,9 @@ std::string shell_join(const std::vector<std::string>& argv) {
                                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                            "0123456789-_./=:,+@%") == std::string::npos;
     // "$NAME" stays a variable reference (placeholders such as $PORT in recorded commands).
-    const bool variable = arg.size() > 1 && arg[0] == '$' &&
-                          arg.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", 1) == std::string::npos;
+    const bool variable =
+        arg.size() > 1 && arg[0] == '$' &&
+        arg.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", 1) == std::string::npos;
     if (plain || variable) {
       line += arg;
       continue;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,6 +70,22 @@ class Process {
 
 // Starts `spec` and waits up to `timeout` (see Process::wait).
 ProcessResult run_process(const ProcessSpec& spec, std::chrono::milliseconds timeout);
+
+// A server process listening on a TCP port of this machine, for clients on 127.0.0.1.
+struct ListeningServer {
+  Process process;
+  int port = 0;
+};
+
+// Starts `make_spec(port)` on a port that was free a moment ago and waits until some socket
+// listens on it (is_listening) while the server runs, for at most `bound`; a client started
+// after it returns can connect at once. A server that exits saying "Address already in use" lost
+// its port to another process: it is started again on another port, up to `attempts` times.
+// Throws dfi::Error(io) when the server exits, does not listen in time or never gets a port; the
+// message names `what`, the server's command line and quotes its last lines of output.
+ListeningServer start_listening_server(const std::function<ProcessSpec(int port)>& make_spec,
+                                       const std::string& what, std::chrono::milliseconds bound,
+                                       int attempts = 4);
 
 // The full path of `program` found in PATH (or `program` itself if it contains a '/' and is
 // executable), else nullopt.

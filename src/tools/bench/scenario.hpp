@@ -9,7 +9,8 @@
 //   3. If DFI runs as a multi-rank program, implement run_rank() and start it from run() with
 //      run_rank_job() (cluster_job.hpp): it runs `dfi bench-rank <name> '<params json>'` under a
 //      local cluster and hands back what each rank reported with report_rank_result().
-//   Baselines: run_perftest() (perftest.hpp) and run_mpi() (mpi_baseline.hpp).
+//   Baselines: run_perftest() (perftest.hpp), run_mpi() (mpi_baseline.hpp) and
+//   run_stream_baseline() (stream_baseline.hpp).
 #pragma once
 
 #include <chrono>

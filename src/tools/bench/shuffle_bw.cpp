@@ -1,4 +1,4 @@
-// Scenario shuffle-bw (003 Fig 7a): bandwidth of a shuffle flow against the transport limit.
+// Scenario shuffle-bw (003 Fig 7a): bandwidth of a shuffle flow against the transport's limits.
 //
 // DFI side (two ranks under a local cluster): one bandwidth-mode shuffle flow per configuration
 // (tuple size x source threads x direct_write). Rank 0 runs `threads` source threads, each with
@@ -6,17 +6,23 @@
 // 1 thread = a 1:1 flow and 2 threads = 2 sources on rank 0 into 1 target on rank 1, a 2:1
 // flow; `--set targets=2` gives 1:2 and 2:2). Sources push tuple at a time (ShuffleSource::push,
 // key-hash routing, the default) from a 64 KiB block of pre-built tuples whose key column cycles
-// through 0..block-1; every source pushes bytes_per_point / threads bytes, then closes.
-// Each target consumes (zero copy) and reads the 8-byte key of every tuple to count and
-// checksum what arrived. Bandwidth = tuple payload bytes delivered after the first batch /
+// through 0..block-1 (tuple_block.hpp); every source pushes bytes_per_point / threads bytes,
+// then closes. Each target consumes (zero copy) and reads the 8-byte key of every tuple to count
+// and checksum what arrived. Bandwidth = tuple payload bytes delivered after the first batch /
 // (end of stream of every source - arrival of the first batch), measured at the targets. The
 // driver checks that the tuple count and the key checksum at the targets equal what the sources
 // pushed, so nothing was lost or duplicated.
 //
-// Baseline: ucx_perftest -t ucp_put_bw with the flow's segment size (8 KiB by default: a flow
-// moves tuples in segments of that size), as many bytes as one configuration moves, and at most
-// `segments` puts outstanding (-O, the ring's depth). It is one measurement per repetition,
-// shown at every tuple size: the transport's limit does not depend on how the flow batches.
+// Baselines, interleaved with DFI in every repetition:
+//   - ucx_perftest -t ucp_put_bw and -t ucp_am_bw with the flow's segment size (8 KiB by
+//     default: a flow moves tuples in segments of that size), as many bytes as one configuration
+//     moves, and at most `segments` messages outstanding (-O, the ring's depth). One measurement
+//     per repetition, shown at every tuple size: it does not depend on how the flow batches.
+//   - the hand-written limit of a 1:1 stream of the same tuples between two processes
+//     (stream_baseline.hpp): over tcp a plain TCP socket over loopback, over shm a
+//     single-producer/single-consumer ring in shared memory of the flow's ring size. The same
+//     tuples as a one-thread configuration, every key summed at the receiver, GB/s timed the
+//     same way; one measurement per tuple size and repetition.
 //
 // On shm the flow can write tuples straight into the target's ring through UCX's mapping
 // (direct_write = true, the default) or batch them in a local staging segment and put it
@@ -39,14 +45,14 @@
 #include "dfi/flow/shuffle.hpp"
 #include "perftest.hpp"
 #include "scenarios.hpp"
+#include "stream_baseline.hpp"
+#include "tuple_block.hpp"
 
 namespace dfi::tools::bench {
 namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-constexpr std::size_t kBlockBytes = 64 * 1024;  // pre-built tuples a source cycles through
 
 struct Config {
   std::size_t tuple_bytes = 0;
@@ -65,17 +71,6 @@ json config_json(const Config& c) {
 Config config_from(const json& j) {
   return {j.at("tuple_bytes").get<std::size_t>(), j.at("threads").get<int>(),
           j.at("direct_write").get<bool>(), j.at("tuples_per_source").get<std::uint64_t>()};
-}
-
-std::size_t block_tuples(std::size_t tuple_bytes) {
-  return std::max<std::size_t>(1, kBlockBytes / tuple_bytes);
-}
-
-// Sum of the keys one source pushes: tuple i carries key i % block.
-std::uint64_t expected_key_sum(std::uint64_t tuples, std::uint64_t block) {
-  const std::uint64_t laps = tuples / block;
-  const std::uint64_t rest = tuples % block;
-  return laps * (block * (block - 1) / 2) + (rest == 0 ? 0 : rest * (rest - 1) / 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -153,11 +148,7 @@ class ShuffleBwRank {
           fabric::Worker worker(node.fabric(), "shuffle-bw source " + std::to_string(t));
           flow::ShuffleSource source(node, worker, spec.name, t);
           std::vector<std::byte> tuples(block * tb);
-          for (std::size_t j = 0; j < block; ++j) {
-            const std::uint64_t key = j;
-            std::memcpy(tuples.data() + j * tb, &key, sizeof key);
-            std::memset(tuples.data() + j * tb + 8, static_cast<int>(j & 0xff), tb - 8);
-          }
+          fill_tuple_block(tuples, tb);
           ++ready;
           counted = true;
           while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -292,7 +283,8 @@ class ShuffleBw final : public Scenario {
  public:
   std::string name() const override { return "shuffle-bw"; }
   std::string title() const override {
-    return "Shuffle flow bandwidth vs tuple size and source threads (003 Fig 7a) vs ucx_perftest";
+    return "Shuffle flow bandwidth vs tuple size and source threads (003 Fig 7a) vs ucx_perftest "
+           "and a hand-written stream";
   }
   std::string description() const override {
     return "Two ranks, one bandwidth-mode shuffle flow per tuple size and thread count: rank 0 "
@@ -302,8 +294,12 @@ class ShuffleBw final : public Scenario {
            "checksum are checked against what the sources pushed). GB/s = tuple bytes delivered "
            "between the first batch and the end of stream of every source, at the targets. On "
            "shm both direct writes into the mapped ring (default) and staging + put "
-           "(direct_write=false) are measured. Baseline: ucx_perftest -t ucp_put_bw at the "
-           "flow's segment size (8 KiB), the same bytes, at most `segments` puts outstanding.";
+           "(direct_write=false) are measured. Baselines, interleaved with DFI: ucx_perftest -t "
+           "ucp_put_bw and ucp_am_bw at the flow's segment size (8 KiB), the same bytes, at most "
+           "`segments` messages outstanding; and the same tuples streamed 1:1 between two "
+           "processes by hand, the receiver summing every key and timed the same way: a TCP "
+           "socket over loopback (tcp) or a single-producer/single-consumer ring in shared "
+           "memory (shm).";
   }
   std::vector<Parameter> parameters() const override {
     return {
@@ -318,7 +314,8 @@ class ShuffleBw final : public Scenario {
         {"bytes_per_point",
          {{"shm", 64u << 20}, {"tcp", 16u << 20}},
          {{"shm", 512u << 20}, {"tcp", 128u << 20}},
-         "tuple bytes pushed per configuration (all sources together) and by ucx_perftest"},
+         "tuple bytes pushed per configuration (all sources together), by ucx_perftest and by "
+         "the stream baseline"},
         {"max_tuples_per_source",
          {{"shm", 4000000}, {"tcp", 1000000}},
          {{"shm", 32000000}, {"tcp", 8000000}},
@@ -327,15 +324,26 @@ class ShuffleBw final : public Scenario {
         {"segment_bytes", 8192, 8192, "segment size including the 16 B footer (flow default)"},
         {"routing", "key_hash", "key_hash",
          "key_hash (push, the default routing) or explicit (push_to, round robin)"},
-        {"timeout_s", 120, 600, "bound of each DFI cluster run and each ucx_perftest run"},
+        {"perftest_tests", json::array({"ucp_put_bw", "ucp_am_bw"}),
+         json::array({"ucp_put_bw", "ucp_am_bw"}),
+         "ucx_perftest tests run at the segment size (ucp_put_bw, ucp_am_bw)"},
+        {"timeout_s", 120, 600,
+         "bound of each DFI cluster run, each ucx_perftest run and each stream baseline run"},
     };
   }
   std::vector<BaselineInfo> baselines() const override {
     return {{"ucx_perftest",
-             "ucp_put_bw at the flow's segment size (-s segment_bytes, -O segments), the same "
-             "bytes as one DFI configuration; server and client as two local processes over "
-             "127.0.0.1, UCX_TLS=sm (shm) or UCX_TLS=tcp UCX_NET_DEVICES=lo (tcp). One "
-             "measurement per repetition, shown at every tuple size"}};
+             "ucp_put_bw and ucp_am_bw at the flow's segment size (-s segment_bytes, -O "
+             "segments), the same bytes as one DFI configuration; server and client as two local "
+             "processes over 127.0.0.1, UCX_TLS=sm (shm) or UCX_TLS=tcp UCX_NET_DEVICES=lo (tcp). "
+             "One measurement per repetition, shown at every tuple size"},
+            {"TCP socket stream / shared-memory ring",
+             "the same tuples as a one-thread configuration, streamed 1:1 between two processes "
+             "(dfi bench-stream): over tcp a TCP socket over loopback (64 KiB writes, 64 KiB "
+             "reads), over shm a single-producer/single-consumer ring in shared memory of "
+             "segments x segment_bytes (batches of segment_bytes); the receiver sums every "
+             "tuple's key (count and sum checked), GB/s from its first batch to the end of the "
+             "stream. One measurement per tuple size and repetition"}};
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;
@@ -352,6 +360,7 @@ class ShuffleBw final : public Scenario {
     const std::size_t segments = context.param("segments");
     const std::size_t segment_bytes = context.param("segment_bytes");
     const std::string routing = context.param("routing");
+    const std::vector<std::string> perftest_tests = context.param("perftest_tests");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     for (std::size_t s : sizes) {
       if (s < 16 || s % 8 != 0 || s + 16 > segment_bytes) {
@@ -364,7 +373,15 @@ class ShuffleBw final : public Scenario {
       throw Error(Errc::invalid_argument, "bench shuffle-bw: nothing to measure");
     if (routing != "key_hash" && routing != "explicit")
       throw Error(Errc::invalid_argument, "bench shuffle-bw: routing is key_hash or explicit");
+    for (const std::string& test : perftest_tests) {
+      if (test != "ucp_put_bw" && test != "ucp_am_bw")
+        throw Error(Errc::invalid_argument, "bench shuffle-bw: no perftest test '" + test +
+                                                "' (perftest_tests: ucp_put_bw, ucp_am_bw)");
+    }
 
+    auto tuples_per_source = [&](std::size_t size, int threads) {
+      return std::clamp<std::uint64_t>(bytes / size / threads, 1000, max_tuples);
+    };
     std::vector<Config> configs;
     for (bool direct : directs) {
       for (int threads : thread_counts) {
@@ -373,7 +390,7 @@ class ShuffleBw final : public Scenario {
           c.tuple_bytes = size;
           c.threads = threads;
           c.direct_write = direct;
-          c.tuples_per_source = std::clamp<std::uint64_t>(bytes / size / threads, 1000, max_tuples);
+          c.tuples_per_source = tuples_per_source(size, threads);
           configs.push_back(c);
         }
       }
@@ -383,20 +400,32 @@ class ShuffleBw final : public Scenario {
     json parameters = context.resolved_parameters();
     parameters["configs"] = planned;
     result.set_parameters(parameters);
-    result.add_baseline("ucx_perftest", baselines()[0].description + "; UCX " + ucx_version());
     const bool shm = context.transport == "shm" && !context.netns;
+    const std::string stream_transport = context.netns ? "tcp" : context.transport;
+    const bool tcp = stream_transport == "tcp";
+    const std::string stream_id = tcp ? "tcp_stream" : "shm_ring";
+    const std::string stream_name = stream_baseline_name(stream_transport);
+    if (!perftest_tests.empty())
+      result.add_baseline("ucx_perftest", baselines()[0].description + "; UCX " + ucx_version());
+    result.add_baseline(stream_name, baselines()[1].description);
     result.add_note(
         "Targets read the 8-byte key of every tuple (count and checksum, verified against the "
-        "sources), not the whole payload; ucx_perftest's target reads nothing.");
+        "sources), not the whole payload; so does the receiver of the " +
+        stream_name + " baseline. ucx_perftest's target reads nothing.");
     if (shm) {
       result.add_note(
           "shm: both sides are memcpy into shared memory that stays in cache (the ring is 32 x "
           "8 KiB = 256 KiB per source, ucx_perftest rewrites one 8 KiB buffer): these are "
           "cache-to-cache copy rates of a 2-vCPU VM, not a network's limit.");
     }
-    result.add_note(
-        "The 0.9x target applies from 64 B tuples; the 16 B row is shown for "
-        "completeness.");
+    if (context.netns) {
+      result.add_note(
+          "netns: DFI crosses a bridge between network namespaces; ucx_perftest and "
+          "the TCP socket stream run over loopback.");
+    }
+    result.add_note(std::string(tcp ? "The 0.9x targets (0.5x against the TCP socket stream)"
+                                    : "The 0.9x targets") +
+                    " apply from 64 B tuples; the 16 B row is shown for completeness.");
 
     auto dfi_name = [&](bool direct) {
       if (!shm) return std::string("DFI shuffle (staging + put; the only path off shm)");
@@ -406,17 +435,30 @@ class ShuffleBw final : public Scenario {
     auto series_id = [](bool direct, int threads) {
       return std::string(direct ? "direct" : "staged") + "_t" + std::to_string(threads);
     };
+    // Issue 9's targets for DFI's default path: 0.9x the transport's one-sided limit, 0.5x the
+    // socket stream and 0.9x ucp_am_bw over tcp, 0.9x the ring over shm.
+    auto target = [&](bool direct, const std::string& baseline) -> std::optional<double> {
+      if (!direct || (baseline == "ucp_am_bw" && !tcp)) return std::nullopt;
+      return baseline == "tcp_stream" ? 0.5 : 0.9;
+    };
+    std::vector<std::string> baseline_ids = perftest_tests;
+    baseline_ids.push_back(stream_id);
     for (int threads : thread_counts) {
       Panel& p = result.panel("bw_t" + std::to_string(threads), threads_text(threads, targets),
                               {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"},
                               Better::higher);
       for (bool direct : directs) p.series(series_id(direct, threads), Role::dfi, dfi_name(direct));
-      p.series("ucx_perftest", Role::baseline,
-               "ucx_perftest ucp_put_bw " + std::to_string(segment_bytes) + " B",
-               "the transport limit at the segment size; the same value at every tuple size");
-      for (bool direct : directs)
-        p.compare(series_id(direct, threads), "ucx_perftest",
-                  direct ? std::optional<double>(0.9) : std::nullopt);
+      for (const std::string& test : perftest_tests) {
+        p.series(test, Role::baseline,
+                 "ucx_perftest " + test + " " + std::to_string(segment_bytes) + " B",
+                 "the transport's limit at the segment size; the same value at every tuple size");
+      }
+      p.series(stream_id, Role::baseline, stream_name + ", 1:1",
+               "the same tuples between two processes by hand, every key summed at the receiver");
+      for (bool direct : directs) {
+        for (const std::string& baseline : baseline_ids)
+          p.compare(series_id(direct, threads), baseline, target(direct, baseline));
+      }
     }
     const bool both = shm && std::count(directs.begin(), directs.end(), true) > 0 &&
                       std::count(directs.begin(), directs.end(), false) > 0;
@@ -444,7 +486,6 @@ class ShuffleBw final : public Scenario {
     const std::string dfi_command = rank_job_command(job, context);
 
     PerftestRun perf;
-    perf.test = "ucp_put_bw";
     perf.message_bytes = segment_bytes;
     perf.iterations = std::max<std::size_t>(1000, bytes / segment_bytes);
     perf.warmup = std::max<std::size_t>(100, perf.iterations / 10);
@@ -452,10 +493,16 @@ class ShuffleBw final : public Scenario {
     perf.timeout = timeout;
     perf.extra_args = {"-O", std::to_string(segments)};
 
+    StreamRun stream;
+    stream.transport = stream_transport;
+    stream.ring_bytes = segments * segment_bytes;
+    stream.batch_bytes = segment_bytes;
+    stream.dfi_binary = context.dfi_binary;
+    stream.timeout = timeout;
+
     for (int rep = 1; rep <= context.repeat; ++rep) {
       const std::string round =
           "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat);
-      // Alternate which side goes first so that a drift in machine load hits both alike.
       auto run_dfi = [&] {
         context.say(round + ": DFI, " + std::to_string(configs.size()) + " flows, 2 ranks over " +
                     (context.netns ? "netns tcp" : context.transport));
@@ -498,18 +545,34 @@ class ShuffleBw final : public Scenario {
           }
         }
       };
-      auto run_baseline = [&] {
-        PerftestResult pr = run_perftest(perf);
-        const double gbps = pr.final.bandwidth_gbps();
-        context.say(round + ": ucx_perftest ucp_put_bw " + std::to_string(segment_bytes) +
-                    " B: " + std::to_string(gbps) + " GB/s");
+      // One baseline measurement, shown in every thread count's panel.
+      auto add_baseline = [&](const std::string& id, std::size_t size, double gbps,
+                              const std::string& command) {
         for (int threads : thread_counts) {
           Panel& p = result.panel("bw_t" + std::to_string(threads));
-          for (std::size_t size : sizes) p.add("ucx_perftest", size, gbps);
-          p.add_command("ucx_perftest", pr.command);
+          p.add(id, size, gbps);
+          p.add_command(id, command);
         }
       };
-      run_alternating(rep, run_dfi, run_baseline);
+      auto run_baselines = [&] {
+        for (const std::string& test : perftest_tests) {
+          perf.test = test;
+          PerftestResult pr = run_perftest(perf);
+          const double gbps = pr.final.bandwidth_gbps();
+          context.say(round + ": ucx_perftest " + test + " " + std::to_string(segment_bytes) +
+                      " B: " + std::to_string(gbps) + " GB/s");
+          for (std::size_t size : sizes) add_baseline(test, size, gbps, pr.command);
+        }
+        for (std::size_t size : sizes) {
+          stream.tuple_bytes = size;
+          stream.tuples = tuples_per_source(size, 1);
+          StreamResult sr = run_stream_baseline(stream);
+          context.say(round + ": " + stream_name + ", " + std::to_string(size) +
+                      " B tuples: " + std::to_string(sr.gbps) + " GB/s");
+          add_baseline(stream_id, size, sr.gbps, sr.command);
+        }
+      };
+      run_alternating(rep, run_dfi, run_baselines);
     }
   }
 

@@ -1,0 +1,89 @@
+// The hand-written physical limits of a 1:1 tuple stream between two processes on this machine,
+// measured next to DFI's shuffle flows (scenario shuffle-bw):
+//
+//   tcp  a plain TCP socket over loopback. The writer sends the tuples in writes of one 64 KiB
+//        block (tuple_block.hpp); the reader reads into a 64 KiB buffer and sums every tuple's
+//        key (a tuple cut by a read boundary is carried over to the next read).
+//   shm  a single-producer/single-consumer ring in shared memory (shm_open + mmap): head and tail
+//        counters on cache lines of their own; the producer copies up to `batch_bytes` of tuples
+//        at a time into the ring and publishes them with one store, the consumer sums every key
+//        in place and releases what it read with one store.
+//
+//   bench::StreamRun run;
+//   run.transport = "tcp"; run.tuple_bytes = 64; run.tuples = 1 << 20;
+//   run.dfi_binary = context.dfi_binary;
+//   bench::StreamResult r = bench::run_stream_baseline(run);   // r.gbps at the receiver
+//
+// Each side is `dfi bench-stream <side> ...` (hidden), started as a separate process with the
+// bench's spawner (process.hpp); the receiver is started first (tcp: it listens on a free port,
+// shm: it creates the ring), the sender once the receiver is ready. Neither side allocates or
+// makes a system call per tuple: the socket side makes one write/read per 64 KiB, the ring
+// sides touch the shared counters once per batch and yield only while they wait for each other.
+// GB/s are measured at the receiver as DFI's targets measure them: tuple bytes that arrived
+// after the first batch (first read / first ring batch) over the time from that batch to the end
+// of the stream. The driver checks the receiver's tuple count and key sum.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace dfi::tools::bench {
+
+// One side of a stream baseline: what `dfi bench-stream` parses.
+struct StreamSide {
+  std::string side;              // "tcp-reader", "tcp-writer", "ring-consumer" or "ring-producer"
+  std::size_t tuple_bytes = 64;  // >= 8, a multiple of 8
+  std::uint64_t tuples = 0;      // tuples the sender sends
+  int port = 0;                  // tcp: the reader's port on 127.0.0.1
+  std::string name;              // shm: the ring's shm_open name ("/dfi-...")
+  std::size_t ring_bytes = 32 * 8192;     // shm: ring capacity (rounded down to whole tuples)
+  std::size_t batch_bytes = 8192;         // shm: most bytes moved per publish / release
+  std::chrono::milliseconds wait{30000};  // longest a side waits for its peer to appear
+};
+
+// The names of the four sides, for the command line.
+std::vector<std::string> stream_side_names();
+
+// Runs one side; the receiver prints one result line (kRankResultMarker + JSON: tuples,
+// key_sum, timed_bytes, seconds, gbps) on `out`. Returns the exit code (0, or 1 with the reason
+// on `err`).
+int run_stream_side(const StreamSide& side, std::ostream& out, std::ostream& err);
+
+// `binary bench-stream <side> --tuple-bytes ...`: the argv that starts `side`.
+std::vector<std::string> stream_side_argv(const std::string& binary, const StreamSide& side);
+
+struct StreamRun {
+  std::string transport = "tcp";  // "tcp" (socket over loopback) or "shm" (shared-memory ring)
+  std::size_t tuple_bytes = 64;
+  std::uint64_t tuples = 0;
+  std::size_t ring_bytes = 32 * 8192;  // shm
+  std::size_t batch_bytes = 8192;      // shm
+  std::string dfi_binary;              // the dfi executable whose bench-stream sides run
+  std::chrono::milliseconds timeout{60000};
+};
+
+struct StreamResult {
+  double gbps = 0;  // tuple bytes after the first batch / time from it to the end, at the receiver
+  std::uint64_t tuples = 0;   // received (checked against StreamRun::tuples)
+  std::uint64_t key_sum = 0;  // received (checked against expected_key_sum)
+  double seconds = 0;         // the receiver's timed interval
+  // "dfi bench-stream tcp-reader --port $PORT ... & dfi bench-stream tcp-writer ...": the record
+  // of the run; PORT was a free port picked at run time.
+  std::string command;
+};
+
+// What `run.transport`'s baseline is called in results ("TCP socket stream", "shared-memory
+// ring"). Throws dfi::Error(invalid_argument) for a transport other than tcp or shm.
+std::string stream_baseline_name(const std::string& transport);
+
+// Runs the receiver and the sender of `run.transport` as two processes and returns what the
+// receiver measured. Throws dfi::Error: invalid_argument (bad transport or sizes), timeout (a
+// side was killed after run.timeout), io (a side failed; the message quotes its output),
+// protocol (the receiver's count or key sum differs from what was sent).
+StreamResult run_stream_baseline(const StreamRun& run);
+
+}  // namespace dfi::tools::bench

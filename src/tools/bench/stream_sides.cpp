@@ -1,0 +1,377 @@
+// The four sides of the hand-written stream baselines (stream_baseline.hpp): `dfi bench-stream
+// tcp-reader | tcp-writer | ring-consumer | ring-producer`. Set-up (sockets, the shared mapping)
+// happens before the first tuple; the loops below it move tuples and nothing else.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "cluster_job.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/common/error.hpp"
+#include "scenario.hpp"
+#include "stream_baseline.hpp"
+#include "tuple_block.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void fail(const StreamSide& side, const std::string& what) {
+  throw Error(Errc::io, "bench-stream " + side.side + ": " + what + ": " + std::strerror(errno));
+}
+
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The sender's tuples: one block, sent over and over from its start.
+std::vector<std::byte> make_block(std::size_t tuple_bytes) {
+  std::vector<std::byte> block(block_tuples(tuple_bytes) * tuple_bytes);
+  fill_tuple_block(block, tuple_bytes);
+  return block;
+}
+
+// The receiver's work and clock, as in DFI's shuffle-bw targets: every tuple's key is read and
+// summed; the clock starts at the first batch and its tuples are not counted as timed.
+class Receiver {
+ public:
+  explicit Receiver(std::size_t tuple_bytes) : tuple_bytes_(tuple_bytes) {}
+
+  void batch(const std::byte* p, std::size_t count) {
+    if (tuples_ == 0) {
+      first_ = Clock::now();
+      first_batch_ = count;
+    }
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < count; ++i, p += tuple_bytes_) {
+      std::uint64_t key;
+      std::memcpy(&key, p, sizeof key);
+      sum += key;
+    }
+    key_sum_ += sum;
+    tuples_ += count;
+  }
+
+  // The end of the stream: prints the result line.
+  void report(std::ostream& out, const std::string& side) const {
+    const Clock::time_point end = Clock::now();
+    const std::uint64_t timed_bytes = (tuples_ - first_batch_) * tuple_bytes_;
+    const double seconds = tuples_ > 0 ? seconds_between(first_, end) : 0;
+    report_rank_result(
+        out, {{"side", side},
+              {"tuples", tuples_},
+              {"key_sum", key_sum_},
+              {"timed_bytes", timed_bytes},
+              {"seconds", seconds},
+              {"gbps", seconds > 0 ? static_cast<double>(timed_bytes) / seconds / 1e9 : 0.0}});
+  }
+
+ private:
+  std::size_t tuple_bytes_;
+  std::uint64_t tuples_ = 0;
+  std::uint64_t first_batch_ = 0;
+  std::uint64_t key_sum_ = 0;
+  Clock::time_point first_{};
+};
+
+// ---------------------------------------------------------------------------------------------
+// TCP socket stream over loopback
+
+sockaddr_in loopback(int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  return address;
+}
+
+int tcp_reader(const StreamSide& side, std::ostream& out) {
+  const std::size_t tb = side.tuple_bytes;
+  OwnedFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (listener.get() < 0) fail(side, "socket");
+  const sockaddr_in address = loopback(side.port);
+  if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0)
+    fail(side, "cannot bind 127.0.0.1:" + std::to_string(side.port));
+  if (::listen(listener.get(), 1) != 0) fail(side, "listen");
+  pollfd entry{listener.get(), POLLIN, 0};
+  const int ready = ::poll(&entry, 1, static_cast<int>(side.wait.count()));
+  if (ready == 0) {
+    errno = ETIMEDOUT;
+    fail(side, "no writer connected");
+  }
+  if (ready < 0) fail(side, "poll");
+  OwnedFd connection(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (connection.get() < 0) fail(side, "accept");
+
+  // Room for one 64 KiB read after a tuple cut by the previous read.
+  std::vector<std::byte> buffer(kTupleBlockBytes + tb);
+  Receiver receiver(tb);
+  std::size_t fill = 0;
+  for (;;) {
+    const ssize_t n = ::read(connection.get(), buffer.data() + fill, buffer.size() - fill);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(side, "read");
+    }
+    if (n == 0) break;
+    fill += static_cast<std::size_t>(n);
+    const std::size_t whole = fill / tb;
+    if (whole > 0) receiver.batch(buffer.data(), whole);
+    const std::size_t rest = fill - whole * tb;
+    if (rest > 0) std::memmove(buffer.data(), buffer.data() + whole * tb, rest);
+    fill = rest;
+  }
+  if (fill != 0) {
+    errno = EPROTO;
+    fail(side, "the stream ended inside a tuple (" + std::to_string(fill) + " bytes left)");
+  }
+  receiver.report(out, side.side);
+  return 0;
+}
+
+int tcp_writer(const StreamSide& side) {
+  OwnedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) fail(side, "socket");
+  const sockaddr_in address = loopback(side.port);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0)
+    fail(side, "cannot connect to 127.0.0.1:" + std::to_string(side.port));
+
+  const std::vector<std::byte> block = make_block(side.tuple_bytes);
+  const std::uint64_t per_block = block.size() / side.tuple_bytes;
+  std::uint64_t left = side.tuples;
+  while (left > 0) {
+    // One write per block (64 KiB), from the block's first tuple so that keys cycle as in DFI.
+    const std::uint64_t tuples = std::min(left, per_block);
+    const std::byte* p = block.data();
+    std::size_t bytes = tuples * side.tuple_bytes;
+    while (bytes > 0) {
+      const ssize_t n = ::write(fd.get(), p, bytes);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail(side, "write");
+      }
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+    }
+    left -= tuples;
+  }
+  if (::shutdown(fd.get(), SHUT_WR) != 0) fail(side, "shutdown");
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Single-producer/single-consumer ring in shared memory
+
+// The ring's first page: the producer's and the consumer's counters on cache lines of their own,
+// then what the consumer set up. The tuples follow at kRingDataOffset.
+struct RingControl {
+  alignas(64) std::atomic<std::uint64_t> head;   // tuples published (producer)
+  alignas(64) std::atomic<std::uint64_t> tail;   // tuples released (consumer)
+  alignas(64) std::atomic<std::uint32_t> ready;  // 1 once the consumer set up the ring
+  std::atomic<std::uint32_t> closed;             // 1 once the producer published its last tuple
+  std::uint64_t tuple_bytes;
+  std::uint64_t capacity;  // tuples
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+constexpr std::size_t kRingDataOffset = 4096;
+static_assert(sizeof(RingControl) <= kRingDataOffset);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Waiting for the peer: a short spin, then the core goes to whoever else can run.
+class SpinWait {
+ public:
+  void pause() {
+    if (++spins_ < 64) {
+      cpu_relax();
+      return;
+    }
+    spins_ = 0;
+    std::this_thread::yield();
+  }
+
+ private:
+  int spins_ = 0;
+};
+
+class Mapping {
+ public:
+  Mapping(const StreamSide& side, int fd, std::size_t bytes) : bytes_(bytes) {
+    base_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base_ == MAP_FAILED) fail(side, "mmap of " + side.name);
+  }
+  ~Mapping() { ::munmap(base_, bytes_); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  RingControl& control() const { return *static_cast<RingControl*>(base_); }
+  std::byte* data() const { return static_cast<std::byte*>(base_) + kRingDataOffset; }
+
+ private:
+  void* base_;
+  std::size_t bytes_;
+};
+
+int ring_consumer(const StreamSide& side, std::ostream& out) {
+  const std::size_t tb = side.tuple_bytes;
+  const std::uint64_t capacity = std::max<std::size_t>(1, side.ring_bytes / tb);
+  const std::uint64_t batch = std::max<std::size_t>(1, side.batch_bytes / tb);
+  const std::size_t bytes = kRingDataOffset + capacity * tb;
+  OwnedFd fd(::shm_open(side.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (fd.get() < 0) fail(side, "cannot create " + side.name);
+  struct RemoveName {  // the producer has it open by the time the stream ends
+    const std::string& name;
+    ~RemoveName() { ::shm_unlink(name.c_str()); }
+  } remove_name{side.name};
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) fail(side, "ftruncate");
+  Mapping ring(side, fd.get(), bytes);
+  RingControl& control = *new (&ring.control()) RingControl{};
+  control.tuple_bytes = tb;
+  control.capacity = capacity;
+  control.ready.store(1, std::memory_order_release);
+
+  const std::byte* const data = ring.data();
+  Receiver receiver(tb);
+  SpinWait wait;
+  std::uint64_t tail = 0, head = 0, index = 0;
+  for (;;) {
+    if (tail == head) {
+      head = control.head.load(std::memory_order_acquire);
+      if (head == tail) {
+        if (control.closed.load(std::memory_order_acquire) != 0) {
+          head = control.head.load(std::memory_order_acquire);
+          if (head == tail) break;
+          continue;
+        }
+        wait.pause();
+        continue;
+      }
+    }
+    const std::uint64_t n = std::min({head - tail, capacity - index, batch});
+    receiver.batch(data + index * tb, n);
+    tail += n;
+    index = index + n == capacity ? 0 : index + n;
+    control.tail.store(tail, std::memory_order_release);
+  }
+  receiver.report(out, side.side);
+  return 0;
+}
+
+int ring_producer(const StreamSide& side) {
+  const std::size_t tb = side.tuple_bytes;
+  // The consumer creates and sizes the ring; wait for it (bounded).
+  const Deadline deadline(side.wait);
+  int raw = -1;
+  struct stat info {};
+  for (;;) {
+    raw = ::shm_open(side.name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (raw >= 0 && ::fstat(raw, &info) == 0 && info.st_size > 0) break;
+    if (raw >= 0) ::close(raw);
+    if (raw < 0 && errno != ENOENT) fail(side, "cannot open " + side.name);
+    if (deadline.expired()) {
+      errno = ETIMEDOUT;
+      fail(side, "no consumer created " + side.name);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  OwnedFd fd(raw);
+  Mapping ring(side, fd.get(), static_cast<std::size_t>(info.st_size));
+  RingControl& control = ring.control();
+  while (control.ready.load(std::memory_order_acquire) == 0) {
+    if (deadline.expired()) {
+      errno = ETIMEDOUT;
+      fail(side, "the consumer did not set up " + side.name);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::uint64_t capacity = control.capacity;
+  if (control.tuple_bytes != tb ||
+      kRingDataOffset + capacity * tb > static_cast<std::size_t>(info.st_size)) {
+    errno = EPROTO;
+    fail(side, side.name + " holds " + std::to_string(control.tuple_bytes) + " B tuples, not " +
+                   std::to_string(tb));
+  }
+
+  const std::vector<std::byte> block = make_block(tb);
+  const std::uint64_t per_block = block.size() / tb;
+  const std::uint64_t batch = std::max<std::size_t>(1, side.batch_bytes / tb);
+  std::byte* const data = ring.data();
+  SpinWait wait;
+  std::uint64_t head = 0, tail = 0, index = 0, in_block = 0;
+  while (head < side.tuples) {
+    if (head - tail == capacity) {
+      tail = control.tail.load(std::memory_order_acquire);
+      if (head - tail == capacity) wait.pause();
+      continue;
+    }
+    const std::uint64_t n = std::min({capacity - (head - tail), capacity - index, batch,
+                                      side.tuples - head, per_block - in_block});
+    std::memcpy(data + index * tb, block.data() + in_block * tb, n * tb);
+    head += n;
+    index = index + n == capacity ? 0 : index + n;
+    in_block = in_block + n == per_block ? 0 : in_block + n;
+    control.head.store(head, std::memory_order_release);
+  }
+  control.closed.store(1, std::memory_order_release);
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> stream_side_names() {
+  return {"tcp-reader", "tcp-writer", "ring-consumer", "ring-producer"};
+}
+
+int run_stream_side(const StreamSide& side, std::ostream& out, std::ostream& err) {
+  try {
+    const bool sender = side.side == "tcp-writer" || side.side == "ring-producer";
+    if (side.tuple_bytes < 8 || side.tuple_bytes % 8 != 0 || (sender && side.tuples == 0)) {
+      throw Error(Errc::invalid_argument,
+                  "bench-stream " + side.side +
+                      ": tuples are a multiple of 8 bytes, at least 8, and a sender sends some");
+    }
+    if (side.side == "tcp-reader") return tcp_reader(side, out);
+    if (side.side == "tcp-writer") return tcp_writer(side);
+    if (side.side == "ring-consumer") return ring_consumer(side, out);
+    if (side.side == "ring-producer") return ring_producer(side);
+    throw Error(Errc::invalid_argument, "bench-stream: no side '" + side.side + "'");
+  } catch (const std::exception& e) {
+    err << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace dfi::tools::bench
