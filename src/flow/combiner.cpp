@@ -508,7 +508,8 @@ CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int i
                                std::optional<Schema> expected_schema)
     : rings_(open_target(node, name, id, expected_schema)),
       table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
-      result_schema_(table_->result_schema()) {}
+      result_schema_(table_->result_schema()),
+      stall_timeout_(detail::stall_timeout(rings_.spec())) {}
 
 CombinerTarget::~CombinerTarget() = default;
 
@@ -533,7 +534,7 @@ void CombinerTarget::merge(const memory::SegmentView& view) {
 Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
   batch = TupleBatch{};
   batch.tuple_bytes = result_schema_.tuple_bytes();
-  if (timeout.count() == 0) timeout = detail::stall_timeout(rings_.spec());
+  if (timeout.count() == 0) timeout = stall_timeout_;
   while (!finalized_) {
     memory::SegmentView view;
     std::size_t source = 0;

@@ -107,7 +107,7 @@ class TargetRings {
   // source (round robin). Ok with view.bytes > 0: a segment from `source`; ok with finished():
   // every source closed. Errors: timeout, peer_failed (a source's rank died before closing).
   Status next(memory::SegmentView& view, std::size_t& source, std::chrono::milliseconds timeout);
-  // Like next() but returns Errc::retry at once when nothing is there.
+  // Like next() but returns Errc::retry (a bare code) at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
   // Direct access to the ring written for source `ring`, for flows that read the rings their own
