@@ -30,6 +30,7 @@ thread_local std::uint64_t t_news = 0;
 thread_local std::uint64_t t_mallocs = 0;
 thread_local int t_trace_left = 0;
 thread_local bool t_in_hook = false;
+std::atomic<int> g_trace_left{0};  // any thread
 std::atomic<std::uint64_t> g_news{0};
 std::atomic<std::uint64_t> g_mallocs{0};
 
@@ -45,7 +46,13 @@ std::array<Trace, kMaxTraces> g_traces;
 std::atomic<int> g_trace_count{0};
 
 void record(const char* kind, std::size_t bytes) noexcept {
-  if (t_trace_left <= 0 || t_in_hook) return;
+  if (t_in_hook) return;
+  if (t_trace_left > 0) {
+    --t_trace_left;
+  } else if (g_trace_left.load(std::memory_order_relaxed) <= 0 ||
+             g_trace_left.fetch_sub(1, std::memory_order_relaxed) <= 0) {
+    return;
+  }
   t_in_hook = true;  // backtrace() may allocate the first time
   const int slot = g_trace_count.fetch_add(1, std::memory_order_relaxed);
   if (slot < kMaxTraces) {
@@ -53,7 +60,6 @@ void record(const char* kind, std::size_t bytes) noexcept {
     t.kind = kind;
     t.bytes = bytes;
     t.depth = backtrace(t.frames.data(), kTraceDepth);
-    --t_trace_left;
   }
   t_in_hook = false;
 }
@@ -187,12 +193,13 @@ std::string counting_problem() {
   return {};
 }
 
-void trace_next_allocations(int count) noexcept {
+void trace_next_allocations(int count, bool any_thread) noexcept {
   void* warm[1];
   t_in_hook = true;
   (void)backtrace(warm, 1);  // loads the unwinder now, not inside a counting window
   t_in_hook = false;
-  t_trace_left = count;
+  t_trace_left = any_thread ? 0 : count;
+  g_trace_left.store(any_thread ? count : 0, std::memory_order_relaxed);
 }
 
 void print_traced_allocations() {

@@ -35,9 +35,10 @@ bool counts_malloc() noexcept;
 // malloc after start-up). Call it inside the process under test, after the fabric started.
 std::string counting_problem();
 
-// Records the call stacks of the next `count` allocations (new or malloc) of the calling thread;
-// print them with print_traced_allocations(). For finding where an allocation comes from.
-void trace_next_allocations(int count) noexcept;
+// Records the call stacks of the next `count` allocations (new or malloc) of the calling thread,
+// or of any thread when `any_thread`; print them with print_traced_allocations(). For finding
+// where an allocation comes from.
+void trace_next_allocations(int count, bool any_thread = false) noexcept;
 // Writes the recorded call stacks to stderr (symbolised as far as backtrace_symbols_fd can).
 void print_traced_allocations();
 
