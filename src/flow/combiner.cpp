@@ -355,26 +355,30 @@ class AggregateTable {
     return h ^ (h >> 33);
   }
 
+  // The hash of the key at `key` (key_bytes_ bytes).
+  std::uint64_t hash(const std::byte* key) const noexcept {
+    if (!wide_key_) [[likely]] {
+      std::uint64_t k = 0;
+      std::memcpy(&k, key, key_bytes_);
+      return mix(k);
+    }
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    for (std::size_t i = 0; i < key_bytes_; ++i) {
+      h = (h ^ std::to_integer<std::uint64_t>(key[i])) * 0x100000001b3ull;
+    }
+    return mix(h);
+  }
+
   // The row for the key at `key` (key_bytes_ bytes), created zeroed with the key if new. The index
   // is open addressing over the rows themselves (a row starts with its key, zero-padded to 8 B):
   // once the slots and rows have grown to a cycle's number of keys, clear() keeps them, and
   // later cycles allocate nothing.
   std::byte* find_or_insert(const std::byte* key) {
-    if ((count_ + 1) * 2 > slots_.size()) [[unlikely]]
+    if ((count_ + 1) * 2 > slots_.size()) [[unlikely]] {
       grow();
-    std::uint64_t narrow = 0;
-    std::uint64_t h;
-    if (!wide_key_) [[likely]] {
-      std::memcpy(&narrow, key, key_bytes_);
-      h = mix(narrow);
-    } else {
-      h = 0xcbf29ce484222325ull;  // FNV-1a
-      for (std::size_t i = 0; i < key_bytes_; ++i)
-        h = (h ^ std::to_integer<std::uint64_t>(key[i])) * 0x100000001b3ull;
-      h = mix(h);
     }
     const std::size_t mask = slots_.size() - 1;
-    for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask) {
       const std::uint32_t slot = slots_[i];
       if (slot == 0) {
         slots_[i] = static_cast<std::uint32_t>(count_ + 1);
@@ -385,22 +389,18 @@ class AggregateTable {
         return row;
       }
       std::byte* row = rows_.data() + std::size_t{slot - 1} * row_bytes_;
-      if (!wide_key_ ? load<std::uint64_t>(row) == narrow : std::memcmp(row, key, key_bytes_) == 0)
-        return row;
+      if (std::memcmp(row, key, key_bytes_) == 0) return row;
     }
   }
 
-  // Doubles the slots (at least 1024) and re-inserts every row.
+  // Doubles the slots (at least 1024) and indexes every row again; the rows stay where they are.
   void grow() {
     slots_.assign(std::max<std::size_t>(1024, slots_.size() * 2), 0);
-    const std::size_t rows = count_;
-    const std::vector<std::byte> old = std::move(rows_);
-    rows_ = std::vector<std::byte>();
-    rows_.reserve(old.capacity());
-    count_ = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::byte* row = old.data() + r * row_bytes_;
-      std::memcpy(find_or_insert(row), row, row_bytes_);
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t r = 0; r < count_; ++r) {
+      std::size_t i = hash(rows_.data() + r * row_bytes_) & mask;
+      while (slots_[i] != 0) i = (i + 1) & mask;
+      slots_[i] = static_cast<std::uint32_t>(r + 1);
     }
   }
 
