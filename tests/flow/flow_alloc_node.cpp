@@ -179,24 +179,37 @@ void shuffle_source(cluster::Node& node, Side& side) {
   if (Status s = source.close(); !s) die("close", s);
 }
 
-void shuffle_target(cluster::Node& node, Side& side) {
-  ShuffleTarget target(node, "alloc-shuffle", 0);
-  TupleBatch batch;
+// A target's side of a flow: consumes the `warm` tuples of the warm-up, meets the source, then
+// counts a try_consume loop over side.count tuples and a consume loop up to `total` tuples.
+// Returns how many tuples arrived.
+template <class Target, class Batch>
+std::uint64_t target_loops(Target& target, Batch& batch, Side& side, const std::string& flow,
+                           std::uint64_t warm, std::uint64_t total) {
+  const std::string polling = flow + " target try_consume";
+  const std::string blocking = flow + " target consume";
   std::uint64_t received = 0;
-  (void)consume_tuples(target, batch, received, 3 * kWarmUp, false);
+  (void)consume_tuples(target, batch, received, warm, false);
   if (Status s = side.gate.wait(); !s) die("gate", s);
   std::uint64_t start = received;
   {
     Window window(side.trace);
     const long retries = consume_tuples(target, batch, received, start + side.count, true);
-    window.report("shuffle target try_consume", received - start, retries);
+    window.report(polling.c_str(), received - start, retries);
   }
   start = received;
   {
     Window window(side.trace);
-    (void)consume_tuples(target, batch, received, 3 * (kWarmUp + side.count), false);
-    window.report("shuffle target consume", received - start);
+    (void)consume_tuples(target, batch, received, total, false);
+    window.report(blocking.c_str(), received - start);
   }
+  return received;
+}
+
+void shuffle_target(cluster::Node& node, Side& side) {
+  ShuffleTarget target(node, "alloc-shuffle", 0);
+  TupleBatch batch;
+  const std::uint64_t received =
+      target_loops(target, batch, side, "shuffle", 3 * kWarmUp, 3 * (kWarmUp + side.count));
   if (Status s = target.consume(batch); !s || !batch.empty() || !target.end()) {
     die("the end of the stream after " + std::to_string(received) + " tuples", s);
   }
@@ -220,21 +233,7 @@ void replicate_target(cluster::Node& node, Side& side) {
   options.worker = &side.worker;
   ReplicateTarget target(node, "alloc-replicate", 0, options);
   ReplicateBatch batch;
-  std::uint64_t received = 0;
-  (void)consume_tuples(target, batch, received, kWarmUp, false);
-  if (Status s = side.gate.wait(); !s) die("gate", s);
-  std::uint64_t start = received;
-  {
-    Window window(side.trace);
-    const long retries = consume_tuples(target, batch, received, start + side.count, true);
-    window.report("replicate target try_consume", received - start, retries);
-  }
-  start = received;
-  {
-    Window window(side.trace);
-    (void)consume_tuples(target, batch, received, kWarmUp + 2 * side.count, false);
-    window.report("replicate target consume", received - start);
-  }
+  (void)target_loops(target, batch, side, "replicate", kWarmUp, kWarmUp + 2 * side.count);
   if (Status s = target.consume(batch); !s || !batch.end) die("the end of the stream", s);
 }
 
