@@ -33,7 +33,19 @@ struct Worker::Impl {
   struct HandlerSlot {
     std::uint16_t id;
     AmHandler handler;
+    Impl* worker;
   };
+  // Buffers for small replies (AmReplier::reply): UCX reads a reply's data until its send
+  // completes, which may be after the handler returned. A reply takes one and its completion
+  // gives it back, so answering allocates nothing while fewer than kReplyBuffers are in flight.
+  static constexpr std::size_t kReplyBuffers = 64;
+  static constexpr std::size_t kReplyBufferBytes = 64;
+  struct ReplyBuffer {
+    Impl* owner = nullptr;
+    alignas(8) std::byte data[kReplyBufferBytes];
+  };
+  std::vector<ReplyBuffer> reply_buffers = std::vector<ReplyBuffer>(kReplyBuffers);
+  std::vector<ReplyBuffer*> free_replies;
 
   Context* context = nullptr;
   ucp_worker_h worker = nullptr;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "dfi/common/config.hpp"
@@ -25,7 +26,7 @@ ucs_status_t on_am(void* arg, const void* header, std::size_t header_length, voi
     return UCS_OK;
   }
   void* reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
-  AmReplier replier(reply_ep);
+  AmReplier replier(reply_ep, slot->worker);
   AmMessage message{slot->id, {static_cast<const std::byte*>(header), header_length},
                     {static_cast<const std::byte*>(data), length}};
   slot->handler(message, replier);
@@ -33,7 +34,12 @@ ucs_status_t on_am(void* arg, const void* header, std::size_t header_length, voi
 }
 
 void on_reply_sent(void* request, ucs_status_t /*status*/, void* user_data) {
-  delete[] static_cast<std::byte*>(user_data);
+  auto* buffer = static_cast<Worker::Impl::ReplyBuffer*>(user_data);
+  if (buffer->owner != nullptr) {
+    buffer->owner->free_replies.push_back(buffer);
+  } else {
+    delete buffer;  // taken when every pooled buffer was in flight
+  }
   ucp_request_free(request);
 }
 
@@ -53,25 +59,51 @@ Status AmReplier::reply(std::uint16_t id, std::span<const std::byte> data) {
                                         std::to_string(kMaxAmBytes) + " B"};
   }
   // UCX 1.13 needs the buffer until the send completes, which may be after this handler returns.
-  auto* copy = new std::byte[data.size() + 1];
+  auto* impl = static_cast<Worker::Impl*>(worker_);
+  Worker::Impl::ReplyBuffer* buffer = nullptr;
+  std::byte* copy = nullptr;
+  if (data.size() <= Worker::Impl::kReplyBufferBytes && !impl->free_replies.empty()) {
+    buffer = impl->free_replies.back();
+    impl->free_replies.pop_back();
+    copy = buffer->data;
+  } else if (data.size() <= Worker::Impl::kReplyBufferBytes) {
+    buffer = new Worker::Impl::ReplyBuffer();  // every pooled buffer in flight: rare
+    copy = buffer->data;
+  }
+  std::unique_ptr<std::byte[]> large;
+  if (buffer == nullptr) {
+    large.reset(new std::byte[data.size() + 1]);
+    copy = large.get();
+  }
   std::memcpy(copy, data.data(), data.size());
+  auto give_back = [&] {
+    if (buffer != nullptr && buffer->owner != nullptr) impl->free_replies.push_back(buffer);
+    else delete buffer;
+  };
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
   param.cb.send = on_reply_sent;
-  param.user_data = copy;
+  if (buffer == nullptr) {  // a large reply: its own block, freed by on_large_reply_sent
+    param.cb.send = [](void* request, ucs_status_t, void* user_data) {
+      delete[] static_cast<std::byte*>(user_data);
+      ucp_request_free(request);
+    };
+  }
+  param.user_data = buffer != nullptr ? static_cast<void*>(buffer) : static_cast<void*>(copy);
   ucs_status_ptr_t request =
       ucp_am_send_nbx(static_cast<ucp_ep_h>(reply_ep_), id, nullptr, 0, copy, data.size(), &param);
   if (request == nullptr) {
-    delete[] copy;
+    give_back();
     return {};
   }
   if (UCS_PTR_IS_ERR(request)) {
-    delete[] copy;
+    give_back();
     return {Errc::peer_failed, "fabric: reply to active message " + std::to_string(id) +
                                    " failed: " + ucx_error_text(UCS_PTR_STATUS(request))};
   }
-  return {};  // on_reply_sent frees the copy and the request
+  (void)large.release();  // the callback frees it
+  return {};  // the callback gives the buffer back and frees the request
 }
 
 Status AmReplier::raise(const std::uint64_t (*pairs)[2], std::size_t count) {
@@ -90,6 +122,10 @@ Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl
   if (status == UCS_OK) status = ucp_worker_get_efd(impl_->worker, &impl_->event_fd);
   if (status != UCS_OK) {
     throw Error(Errc::fatal, "fabric: cannot create worker '" + impl_->name + "': " + ucx_error_text(status));
+  }
+  for (Impl::ReplyBuffer& buffer : impl_->reply_buffers) {
+    buffer.owner = impl_.get();
+    impl_->free_replies.push_back(&buffer);
   }
   install_word_ops(*impl_);
 }
@@ -249,7 +285,7 @@ void Worker::unregister_word(std::uint32_t token) noexcept {
 }
 
 void install_am_handler(Worker::Impl& impl, std::uint16_t id, AmHandler handler) {
-  auto slot = std::make_unique<Worker::Impl::HandlerSlot>(Worker::Impl::HandlerSlot{id, std::move(handler)});
+  auto slot = std::make_unique<Worker::Impl::HandlerSlot>(Worker::Impl::HandlerSlot{id, std::move(handler), &impl});
   ucp_am_handler_param_t params{};
   params.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG;

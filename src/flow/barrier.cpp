@@ -46,7 +46,7 @@ void create_barrier(cluster::Node& node, const std::string& name, const std::vec
 }
 
 Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread)
-    : node_(node), name_(name) {
+    : node_(node), name_(name), timeout_(detail::stall_timeout(FlowSpec{})) {
   label_ = "barrier '" + name_ + "' member (rank " + std::to_string(node.rank()) + ", thread " + std::to_string(thread) + ")";
   std::string record;
   try {
@@ -80,7 +80,7 @@ Barrier::~Barrier() {
     return;
   }
   // Others may still read the counter: keep it until they left (or died, or time ran out).
-  Deadline deadline(detail::stall_timeout(FlowSpec{}));
+  Deadline deadline(timeout_);
   std::uint64_t departed = 0;
   while (departed + 1 < members_.size() && !deadline.expired()) {
     if (!read_counter(kDeparted, departed) || !check_members()) break;
@@ -112,7 +112,7 @@ Status Barrier::check_members() {
 }
 
 Status Barrier::wait(std::chrono::milliseconds timeout) {
-  if (timeout.count() == 0) timeout = detail::stall_timeout(FlowSpec{});
+  if (timeout.count() == 0) timeout = timeout_;
   ++round_;
   const std::uint64_t target = round_ * members_.size();
   std::uint64_t arrived = 0;

@@ -2,11 +2,11 @@
 // ships it, and the target that merges and finalizes.
 #include "dfi/flow/combiner.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
-#include <unordered_map>
 
 #include "dfi/cluster/node.hpp"
 
@@ -174,16 +174,18 @@ class AggregateTable {
 
   std::size_t row_bytes() const noexcept { return row_bytes_; }
   const Schema& result_schema() const noexcept { return result_; }
-  std::size_t size() const noexcept { return rows_.size() / row_bytes_; }
+  std::size_t size() const noexcept { return count_; }
   const std::byte* rows() const noexcept { return rows_.data(); }
-  std::size_t memory_bytes() const noexcept { return rows_.capacity() + size() * 32; }
+  std::size_t memory_bytes() const noexcept {
+    return rows_.capacity() + slots_.capacity() * sizeof(std::uint32_t);
+  }
   // Tuples that the partial rows merged so far stand for.
   std::uint64_t tuples_merged() const noexcept { return tuples_merged_; }
 
   void clear() {
     rows_.clear();
-    narrow_.clear();
-    wide_.clear();
+    count_ = 0;
+    std::fill(slots_.begin(), slots_.end(), 0);
   }
 
   // Local state: one input tuple.
@@ -345,23 +347,61 @@ class AggregateTable {
     update_float(function, s, load<double>(p), first);
   }
 
-  // The row for the key at `key` (key_bytes_ bytes), created zeroed with the key if new.
-  std::byte* find_or_insert(const std::byte* key) {
-    std::uint32_t next = static_cast<std::uint32_t>(size());
-    std::uint32_t index;
+  static std::uint64_t mix(std::uint64_t h) noexcept {  // murmur3 finaliser
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+  }
+
+  // The hash of the key at `key` (key_bytes_ bytes).
+  std::uint64_t hash(const std::byte* key) const noexcept {
     if (!wide_key_) [[likely]] {
       std::uint64_t k = 0;
       std::memcpy(&k, key, key_bytes_);
-      index = narrow_.try_emplace(k, next).first->second;
-    } else {
-      lookup_.assign(reinterpret_cast<const char*>(key), key_bytes_);
-      index = wide_.try_emplace(lookup_, next).first->second;
+      return mix(k);
     }
-    if (index == next) {
-      rows_.resize(rows_.size() + row_bytes_, std::byte{0});
-      std::memcpy(rows_.data() + index * row_bytes_, key, key_bytes_);
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    for (std::size_t i = 0; i < key_bytes_; ++i) {
+      h = (h ^ std::to_integer<std::uint64_t>(key[i])) * 0x100000001b3ull;
     }
-    return rows_.data() + std::size_t{index} * row_bytes_;
+    return mix(h);
+  }
+
+  // The row for the key at `key` (key_bytes_ bytes), created zeroed with the key if new. The index
+  // is open addressing over the rows themselves (a row starts with its key, zero-padded to 8 B):
+  // once the slots and rows have grown to a cycle's number of keys, clear() keeps them, and
+  // later cycles allocate nothing.
+  std::byte* find_or_insert(const std::byte* key) {
+    if ((count_ + 1) * 2 > slots_.size()) [[unlikely]] {
+      grow();
+    }
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask) {
+      const std::uint32_t slot = slots_[i];
+      if (slot == 0) {
+        slots_[i] = static_cast<std::uint32_t>(count_ + 1);
+        rows_.resize(rows_.size() + row_bytes_, std::byte{0});
+        std::byte* row = rows_.data() + count_ * row_bytes_;
+        std::memcpy(row, key, key_bytes_);
+        ++count_;
+        return row;
+      }
+      std::byte* row = rows_.data() + std::size_t{slot - 1} * row_bytes_;
+      if (std::memcmp(row, key, key_bytes_) == 0) return row;
+    }
+  }
+
+  // Doubles the slots (at least 1024) and indexes every row again; the rows stay where they are.
+  void grow() {
+    slots_.assign(std::max<std::size_t>(1024, slots_.size() * 2), 0);
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t r = 0; r < count_; ++r) {
+      std::size_t i = hash(rows_.data() + r * row_bytes_) & mask;
+      while (slots_[i] != 0) i = (i + 1) & mask;
+      slots_[i] = static_cast<std::uint32_t>(r + 1);
+    }
   }
 
   Column key_type_;
@@ -373,9 +413,8 @@ class AggregateTable {
   std::size_t row_bytes_ = 0;
   Schema result_;
   std::vector<std::byte> rows_;
-  std::unordered_map<std::uint64_t, std::uint32_t> narrow_;  // keys up to 8 bytes
-  std::unordered_map<std::string, std::uint32_t> wide_;      // longer (chars) keys
-  std::string lookup_;
+  std::size_t count_ = 0;             // rows
+  std::vector<std::uint32_t> slots_;  // row index + 1, or 0 when free; a power of two
   std::uint64_t tuples_merged_ = 0;
 };
 
@@ -503,7 +542,8 @@ CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int i
                                std::optional<Schema> expected_schema)
     : rings_(open_target(node, name, id, expected_schema)),
       table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
-      result_schema_(table_->result_schema()) {}
+      result_schema_(table_->result_schema()),
+      stall_timeout_(detail::stall_timeout(rings_.spec())) {}
 
 CombinerTarget::~CombinerTarget() = default;
 
@@ -528,7 +568,7 @@ void CombinerTarget::merge(const memory::SegmentView& view) {
 Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
   batch = TupleBatch{};
   batch.tuple_bytes = result_schema_.tuple_bytes();
-  if (timeout.count() == 0) timeout = detail::stall_timeout(rings_.spec());
+  if (timeout.count() == 0) timeout = stall_timeout_;
   while (!finalized_) {
     memory::SegmentView view;
     std::size_t source = 0;

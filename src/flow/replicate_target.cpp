@@ -589,7 +589,7 @@ Status ReplicateTarget::try_consume(ReplicateBatch& batch) {
   bool got = false;
   Status status = st.step(batch, got);
   if (!status || got) return status;
-  return {Errc::retry, st.label + ": no data yet"};
+  return Status(Errc::retry);
 }
 
 Status ReplicateTarget::consume(ReplicateBatch& batch, std::chrono::milliseconds timeout) {

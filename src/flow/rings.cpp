@@ -238,7 +238,7 @@ Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
   progress();
   if (poll(view, source) || finished()) return {};
   if (Status s = check_sources_alive(); !s) return failure_.latch(std::move(s));
-  return {Errc::retry, label_ + ": no data yet"};
+  return Status(Errc::retry);
 }
 
 Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::chrono::milliseconds timeout) {

@@ -137,7 +137,8 @@ detail::TargetRings open_target(cluster::Node& node, std::string_view name, int 
 ShuffleTarget::ShuffleTarget(cluster::Node& node, std::string_view name, int id,
                              std::optional<Schema> expected_schema)
     : rings_(open_target(node, name, id, expected_schema)),
-      tuple_bytes_(rings_.spec().schema.tuple_bytes()) {}
+      tuple_bytes_(rings_.spec().schema.tuple_bytes()),
+      stall_timeout_(detail::stall_timeout(rings_.spec())) {}
 
 Status ShuffleTarget::finish(Status status, const memory::SegmentView& view, std::size_t source,
                              TupleBatch& batch) {
@@ -156,7 +157,7 @@ Status ShuffleTarget::finish(Status status, const memory::SegmentView& view, std
 Status ShuffleTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
   memory::SegmentView view;
   std::size_t source = 0;
-  if (timeout.count() == 0) timeout = detail::stall_timeout(rings_.spec());
+  if (timeout.count() == 0) timeout = stall_timeout_;
   Status status = rings_.next(view, source, timeout);
   return finish(std::move(status), view, source, batch);
 }

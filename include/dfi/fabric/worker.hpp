@@ -40,7 +40,7 @@ struct AmMessage {
 // Lets a handler answer the sender of the message it is handling.
 class AmReplier {
  public:
-  explicit AmReplier(void* reply_ep) : reply_ep_(reply_ep) {}
+  AmReplier(void* reply_ep, void* worker) : reply_ep_(reply_ep), worker_(worker) {}
   // Sends `data` (<= kMaxAmBytes) back to the sender as message `id`. The data is copied; the
   // call does not wait for completion. Errors: invalid_argument (too large), peer_failed.
   Status reply(std::uint16_t id, std::span<const std::byte> data);
@@ -50,6 +50,7 @@ class AmReplier {
 
  private:
   void* reply_ep_;  // ucp_ep_h of the sender, valid during the handler
+  void* worker_;    // Worker::Impl of the receiving worker (its reply buffers)
 };
 
 // Runs inside Worker::progress() on the owning thread; must not block.

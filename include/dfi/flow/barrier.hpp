@@ -60,6 +60,7 @@ class Barrier {
   std::optional<fabric::MemoryRegion> counter_;  // owner only: [arrived][departed]
   fabric::Endpoint endpoint_;                    // to the owner's rank
   fabric::RemoteMemory remote_;
+  std::chrono::milliseconds timeout_;  // wait()'s default: flow_timeout_ms, read at join
   std::uint64_t round_ = 0;
   std::uint64_t seen_failure_epoch_ = 0;
 };

@@ -168,6 +168,7 @@ class CombinerTarget {
   detail::TargetRings rings_;
   std::unique_ptr<detail::AggregateTable> table_;
   Schema result_schema_;
+  std::chrono::milliseconds stall_timeout_;  // consume()'s default, resolved at open
   std::vector<std::byte> results_;  // finalized rows
   std::vector<std::byte> partial_;  // read_partial snapshot
   bool finalized_ = false;

@@ -241,7 +241,8 @@ class ReplicateTarget {
   // to go on) — never dropped.
   Status consume(TupleBatch& batch,
                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
-  // Like consume() but never waits: Errc::retry when nothing is there yet.
+  // Like consume() but never waits: Errc::retry (a bare code, no message) when nothing is there
+  // yet.
   Status try_consume(ReplicateBatch& batch);
   bool end() const noexcept;
 

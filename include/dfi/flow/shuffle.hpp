@@ -173,7 +173,8 @@ class ShuffleTarget {
   // peer_failed (a source died before closing: the first call that sees it), flow_failed (every
   // call after that, at once, naming the same source).
   Status consume(TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
-  // Like consume() but never waits: Errc::retry when no batch is there yet.
+  // Like consume() but never waits: Errc::retry (a bare code, no message) when no batch is
+  // there yet.
   Status try_consume(TupleBatch& batch);
   bool end() const noexcept { return rings_.finished(); }
 
@@ -185,6 +186,7 @@ class ShuffleTarget {
 
   detail::TargetRings rings_;
   std::size_t tuple_bytes_;
+  std::chrono::milliseconds stall_timeout_;  // consume()'s default, resolved at open
   FlowCounters counters_;
 };
 

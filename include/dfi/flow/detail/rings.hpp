@@ -130,7 +130,7 @@ class TargetRings {
   // source (round robin). Ok with view.bytes > 0: a segment from `source`; ok with finished():
   // every source closed. Errors: timeout, peer_failed (a source's rank died before closing).
   Status next(memory::SegmentView& view, std::size_t& source, std::chrono::milliseconds timeout);
-  // Like next() but returns Errc::retry at once when nothing is there.
+  // Like next() but returns Errc::retry (a bare code) at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
   // next() and try_next() latch a dead source here (FailureLatch): after the first peer_failed
