@@ -341,15 +341,19 @@ Request Endpoint::rma_async(bool put, void* buffer, std::size_t bytes, const Rem
   ucp_request_param_t param{};
   const std::uint64_t address = remote.address() + offset;
   auto* rkey = static_cast<ucp_rkey_h>(remote.rkey_);
-  ucs_status_ptr_t r = put ? ucp_put_nbx(s.ep, buffer, bytes, address, rkey, &param)
-                           : ucp_get_nbx(s.ep, buffer, bytes, address, rkey, &param);
+  track(request, put ? ucp_put_nbx(s.ep, buffer, bytes, address, rkey, &param)
+                     : ucp_get_nbx(s.ep, buffer, bytes, address, rkey, &param));
+  return request;
+}
+
+void Endpoint::track(Request& request, void* issued) {
+  auto r = static_cast<ucs_status_ptr_t>(issued);
   if (UCS_PTR_IS_ERR(r)) {
-    request.status_ = s.fail(Errc::peer_failed, request.what_, ucx_error_text(UCS_PTR_STATUS(r)));
+    request.status_ = state_->fail(Errc::peer_failed, request.what_, ucx_error_text(UCS_PTR_STATUS(r)));
   } else if (r != nullptr) {
     request.endpoint_ = state_;
     request.request_ = r;
   }
-  return request;
 }
 
 Status Endpoint::get(void* destination, std::size_t bytes, const RemoteMemory& remote,
@@ -458,13 +462,7 @@ Request Endpoint::am_send_async(std::uint16_t id, std::span<const std::byte> hea
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
-  ucs_status_ptr_t r = ucp_am_send_nbx(s.ep, id, header.data(), header.size(), data.data(), data.size(), &param);
-  if (UCS_PTR_IS_ERR(r)) {
-    request.status_ = s.fail(Errc::peer_failed, request.what_, ucx_error_text(UCS_PTR_STATUS(r)));
-  } else if (r != nullptr) {
-    request.endpoint_ = state_;
-    request.request_ = r;
-  }
+  track(request, ucp_am_send_nbx(s.ep, id, header.data(), header.size(), data.data(), data.size(), &param));
   return request;
 }
 

@@ -152,6 +152,8 @@ class Endpoint {
   // put_async / get_async: `buffer` is read (put) or written (get).
   Request rma_async(bool put, void* buffer, std::size_t bytes, const RemoteMemory& remote,
                     std::size_t offset);
+  // Makes `request` follow what a UCX call returned (`issued`: a ucs_status_ptr_t).
+  void track(Request& request, void* issued);
   std::shared_ptr<detail::EndpointState> state_;
 };
 
