@@ -21,6 +21,15 @@ constexpr std::array kEntries{
           "UCX keepalive interval (dead peers are also found through the registry membership)"},
     Entry{"debug_endpoints", "DFI_DEBUG_ENDPOINTS", "0",
           "1: print UCX's lane configuration of every endpoint to stderr when it is created"},
+    Entry{"segments_shm", "DFI_SEGMENTS_SHM", "32",
+          "Default segments per ring of a bandwidth-mode flow where RMA is native (shm, verbs)"},
+    Entry{"segment_bytes_shm", "DFI_SEGMENT_BYTES_SHM", "8192",
+          "Default segment size (footer included) of a bandwidth-mode flow where RMA is native"},
+    Entry{"segments_tcp", "DFI_SEGMENTS_TCP", "8",
+          "Default segments per ring of a bandwidth-mode flow where segments travel as active messages (tcp)"},
+    Entry{"segment_bytes_tcp", "DFI_SEGMENT_BYTES_TCP", "32784",
+          "Default segment size (footer included) where segments travel as active messages (tcp): "
+          "32 KiB of payload, as many ring bytes as 32 x 8 KiB, a quarter of the system calls"},
     Entry{"data_path", "DFI_DATA_PATH", "auto",
           "How flows move segments where UCX emulates RMA (tcp): auto (one active message per segment, "
           "placed by the consumer) or rma (emulated one-sided puts, applied by the progress thread)"},

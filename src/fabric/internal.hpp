@@ -50,6 +50,7 @@ struct Worker::Impl {
   Context* context = nullptr;
   ucp_worker_h worker = nullptr;
   std::atomic<bool> claimed{false};  // Worker::try_claim
+  std::atomic<std::uint64_t> owner_claims{0};  // Worker::claim, i.e. by its owner
   std::string name;
   int event_fd = -1;
   std::chrono::milliseconds op_timeout{0};

@@ -21,9 +21,15 @@ ProgressThread::~ProgressThread() { stop(); }
 
 unsigned ProgressThread::progress_adopted() {
   unsigned events = 0;
-  for (std::atomic<Worker*>& slot : adopted_) {
-    Worker* worker = slot.load(std::memory_order_acquire);
-    if (worker == nullptr || !worker->try_claim()) continue;
+  for (std::size_t i = 0; i < kMaxAdopted; ++i) {
+    Worker* worker = adopted_[i].load(std::memory_order_acquire);
+    if (worker == nullptr) continue;
+    const std::uint64_t claims = worker->owner_claims();
+    if (claims != owner_claims_seen_[i]) {  // the owner progressed it since our last look
+      owner_claims_seen_[i] = claims;
+      continue;
+    }
+    if (!worker->try_claim()) continue;
     events += worker->progress();
     worker->unclaim();
   }
@@ -73,21 +79,31 @@ void ProgressThread::run() {
   constexpr std::uint32_t kPollsPerClockRead = 64;
   std::uint32_t idle = 0;
   Clock::time_point idle_since;
+  bool napping = false;  // the last nap ran out with nothing to do: nap again, do not spin
   while (!stop_.load(std::memory_order_acquire)) {
     passes_.fetch_add(1, std::memory_order_acq_rel);
-    const unsigned adopted = adopted_count_.load(std::memory_order_acquire) != 0 ? progress_adopted() : 0;
-    if (worker_.progress() + adopted != 0) {
+    if (worker_.progress() != 0) {
       idle = 0;
+      napping = false;
       continue;
     }
-    if (++idle % kPollsPerClockRead != 0) continue;
-    if (idle == kPollsPerClockRead) {
-      idle_since = Clock::now();
+    if (!napping) {
+      if (++idle % kPollsPerClockRead != 0) continue;
+      if (idle == kPollsPerClockRead) {
+        idle_since = Clock::now();
+        continue;
+      }
+      if (Clock::now() - idle_since < spin_) continue;
+    }
+    // Adopted workers whose owners are away: once per nap, never in the spin above.
+    if (adopted_count_.load(std::memory_order_acquire) != 0 && progress_adopted() != 0) {
+      idle = 0;
+      napping = false;
       continue;
     }
-    if (Clock::now() - idle_since < spin_) continue;
-    // Bounded naps keep keepalive, stop() and fd-less arrivals (see the header) responsive.
-    worker_.wait_for_event(nap_);
+    // Bounded naps keep keepalive, stop() and fd-less arrivals (see the header) responsive. Spin
+    // again only after a nap that something woke: an idle thread costs one wake-up per nap.
+    napping = !worker_.wait_for_event(nap_);
     idle = 0;
   }
 }

@@ -327,8 +327,11 @@ bool Worker::try_claim() noexcept {
 }
 
 void Worker::claim() noexcept {
+  impl_->owner_claims.fetch_add(1, std::memory_order_relaxed);
   while (!try_claim()) std::this_thread::yield();
 }
+
+std::uint64_t Worker::owner_claims() const noexcept { return impl_->owner_claims.load(std::memory_order_relaxed); }
 
 void Worker::unclaim() noexcept { impl_->claimed.store(false, std::memory_order_release); }
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/flow/combiner.hpp"
 #include "dfi/flow/replicate.hpp"
@@ -20,7 +21,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::uint32_t kDefaultBandwidthSegment = 8192;
+constexpr std::uint32_t kDefaultBandwidthSegment = 8192;  // an unresolved spec's (shm's) defaults
+constexpr std::uint32_t kDefaultSegments = 32;
 
 std::string_view mode_name(Mode mode) { return mode == Mode::bandwidth ? "bandwidth" : "latency"; }
 
@@ -142,6 +144,21 @@ std::string_view flow_type_name(FlowType type) {
   return "?";
 }
 
+FlowSpec FlowSpec::resolved(bool native_rma) const {
+  FlowSpec spec = *this;
+  if (options.mode == Mode::latency) {
+    if (spec.options.segments == 0) spec.options.segments = kDefaultSegments;
+    return spec;
+  }
+  const char* const segments = native_rma ? "segments_shm" : "segments_tcp";
+  const char* const bytes = native_rma ? "segment_bytes_shm" : "segment_bytes_tcp";
+  if (spec.options.segments == 0) spec.options.segments = static_cast<std::uint32_t>(config::get_int(segments));
+  if (spec.options.segment_bytes == 0) {
+    spec.options.segment_bytes = static_cast<std::uint32_t>(config::get_int(bytes));
+  }
+  return spec;
+}
+
 memory::RingLayout FlowSpec::layout() const {
   std::uint32_t bytes = options.segment_bytes;
   if (bytes == 0) {
@@ -150,7 +167,7 @@ memory::RingLayout FlowSpec::layout() const {
                 : static_cast<std::uint32_t>((schema.tuple_bytes() + 7) / 8 * 8 + header_bytes(*this) +
                                              memory::kFooterBytes);
   }
-  return memory::RingLayout::make(options.segments, bytes);
+  return memory::RingLayout::make(options.segments == 0 ? kDefaultSegments : options.segments, bytes);
 }
 
 void FlowSpec::validate(int cluster_size) const {
@@ -265,7 +282,8 @@ FlowSpec FlowSpec::from_json(std::string_view text) {
   }
 }
 
-void create_flow(cluster::Node& node, const FlowSpec& spec) {
+void create_flow(cluster::Node& node, const FlowSpec& requested) {
+  const FlowSpec spec = requested.resolved(node.fabric().capabilities().native_one_sided);
   spec.validate(node.size());
   try {
     node.registry().publish(detail::spec_record(spec.name), spec.to_json());

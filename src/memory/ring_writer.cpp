@@ -49,7 +49,16 @@ RingWriter::RingWriter(fabric::Worker& worker, fabric::Endpoint& endpoint,
   for (std::size_t i = 0; i < count; ++i) {
     stagings_.push_back(Staging{static_cast<std::byte*>(staging_.data()) + i * layout.segment_bytes, {}, {0, 0}});
   }
-  if (path_ == Path::active_message) register_credit_words();
+  if (path_ == Path::active_message) {
+    register_credit_words();
+    // One round trip before the first segment, so that UCX has finished setting up the
+    // connection when open returns: UCX 1.13 asserts in the target when a writer dies while the
+    // target's wireup reply is still pending (it purges the reply and trips an assertion).
+    std::uint64_t released = 0;
+    if (Status s = endpoint.get(&released, sizeof released, remote, ring_offset + layout.credit_offset()); !s) {
+      throw Error(s.code(), label_ + ": " + s.message());
+    }
+  }
 }
 
 RingWriter::~RingWriter() {

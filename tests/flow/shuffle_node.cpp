@@ -398,7 +398,7 @@ int errors(cluster::Node& node) {
   expect_error("tuple larger than a segment", Errc::invalid_argument, "does not fit a segment", [&] {
     FlowSpec big = good;
     big.name = "big";
-    big.schema = Schema({{"key", Type::uint64}, {"blob", Type::chars, 9000}});
+    big.schema = Schema({{"key", Type::uint64}, {"blob", Type::chars, 40000}});
     create_flow(node, big);
     return Status();
   });

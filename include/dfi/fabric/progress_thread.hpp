@@ -32,10 +32,12 @@ class ProgressThread {
 
   void stop();
 
-  // Also progresses `worker` whenever its owner has not claimed it (Worker::try_claim): for a
-  // worker that its owner progresses while it waits for data, but that must keep moving (UCX
-  // connection set-up, flush-closes of peers) while the owner does something else. At most
-  // kMaxAdopted workers; throws dfi::Error(invalid_argument) beyond. Thread-safe.
+  // Also progresses `worker` while its owner is away: for a worker that its owner progresses
+  // while it waits for data, but that must keep moving (UCX connection set-up, flush-closes of
+  // peers) while the owner does something else. The thread looks at adopted workers only when it
+  // is about to nap, and progresses one only if its owner did not claim it (Worker::claim) since
+  // the previous look: no competition with an owner that is consuming. At most kMaxAdopted
+  // workers; throws dfi::Error(invalid_argument) beyond. Thread-safe.
   void adopt(Worker& worker);
   // Stops progressing `worker`; when it returns, this thread no longer touches it. Thread-safe.
   void abandon(Worker& worker);
@@ -52,6 +54,7 @@ class ProgressThread {
   std::array<std::atomic<Worker*>, kMaxAdopted> adopted_{};
   std::atomic<std::size_t> adopted_count_{0};
   std::atomic<std::uint64_t> passes_{0};  // loop passes, so abandon() knows when a pass ended
+  std::array<std::uint64_t, kMaxAdopted> owner_claims_seen_{};  // this thread's only
   std::thread thread_;
 };
 

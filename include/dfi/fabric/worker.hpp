@@ -103,12 +103,16 @@ class Worker {
   void signal();
 
   // Sharing a worker between its owner and a ProgressThread that adopted it: whoever wants to
-  // call the worker first claims it (acquire), and unclaims it when done (release). try_claim()
-  // returns false while the other side holds it; claim() spins until it gets it (the progress
-  // thread holds it for one progress() pass). Any thread may call these.
+  // call the worker first claims it (acquire), and unclaims it when done (release). The owner
+  // calls claim(), which spins until it gets it (the progress thread holds it for one
+  // progress() pass at most); the progress thread calls try_claim(), which returns false while
+  // the owner holds it. Any thread may call these.
   bool try_claim() noexcept;
   void claim() noexcept;
   void unclaim() noexcept;
+  // How often the owner called claim(): a progress thread leaves the worker alone while this
+  // moves (the owner is progressing it itself).
+  std::uint64_t owner_claims() const noexcept;
 
   struct Impl;  // defined in src/fabric; opaque above the fabric layer
   Impl& impl() noexcept { return *impl_; }

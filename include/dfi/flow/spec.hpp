@@ -64,9 +64,13 @@ std::vector<AggregateSpec> parse_aggregates(std::string_view text);
 
 struct FlowOptions {
   Mode mode = Mode::bandwidth;
-  std::uint32_t segments = 32;       // per (source, target) ring
-  std::uint32_t segment_bytes = 0;   // including the 16 B footer; 0: 8 KiB (bandwidth) or one
-                                     // tuple plus footer (latency)
+  // Ring shape. 0 = the default for the transport of the rank that creates the flow, resolved by
+  // create_flow (settings segments_shm / segment_bytes_shm where RMA is native, segments_tcp /
+  // segment_bytes_tcp where segments travel as active messages: fewer, larger segments there,
+  // since each costs a send and a receive system call). Latency mode: 32 segments of one tuple
+  // plus footer. An unresolved spec's layout() uses the shm defaults.
+  std::uint32_t segments = 0;        // per (source, target) ring
+  std::uint32_t segment_bytes = 0;   // including the 16 B footer
   bool direct_write = true;          // on shm, write straight into the mapped remote ring
   std::chrono::milliseconds stall_timeout{0};  // longest wait for ring space or data; 0: setting
                                                // flow_timeout_ms
@@ -92,6 +96,9 @@ struct FlowSpec {
 
   // The ring every (source, target) pair uses, derived from options and schema.
   memory::RingLayout layout() const;
+  // This spec with segments and segment_bytes of 0 replaced by the defaults for a cluster whose
+  // one-sided operations are native (`native_rma`) or emulated (see FlowOptions).
+  FlowSpec resolved(bool native_rma) const;
   // Checks the spec against itself and a cluster of `cluster_size` ranks; throws
   // dfi::Error(invalid_argument) naming the flow and the problem.
   void validate(int cluster_size) const;

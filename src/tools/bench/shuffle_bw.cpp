@@ -320,8 +320,11 @@ class ShuffleBw final : public Scenario {
          {{"shm", 4000000}, {"tcp", 1000000}},
          {{"shm", 32000000}, {"tcp", 8000000}},
          "upper bound of tuples per source (keeps 16 B points from dominating the run)"},
-        {"segments", 32, 32, "segments per ring (flow default)"},
-        {"segment_bytes", 8192, 8192, "segment size including the 16 B footer (flow default)"},
+        {"segments", {{"shm", 32}, {"tcp", 8}}, {{"shm", 32}, {"tcp", 8}},
+         "segments per ring (the flow defaults, settings segments_shm / segments_tcp)"},
+        {"segment_bytes", {{"shm", 8192}, {"tcp", 32784}}, {{"shm", 8192}, {"tcp", 32784}},
+         "segment size including the 16 B footer (the flow defaults, settings segment_bytes_shm / "
+         "segment_bytes_tcp)"},
         {"routing", "key_hash", "key_hash",
          "key_hash (push, the default routing) or explicit (push_to, round robin)"},
         {"perftest_tests", json::array({"ucp_put_bw", "ucp_am_bw"}),
