@@ -5,10 +5,18 @@
 //                       .schema = Schema({{"key", Type::int64}, {"value", Type::int64}}),
 //                       .key_column = "key"};
 //   flow::create_flow(node, spec);
-//   // in a source thread:                       // in a target thread:
-//   flow::ShuffleSource src(node, worker, "orders", 0);   flow::ShuffleTarget dst(node, "orders", 0);
-//   src.push(&tuple, sizeof tuple);              flow::TupleBatch batch;
-//   src.close();                                 while (dst.consume(batch) && !batch.empty()) {...}
+//   // in a source thread:
+//   flow::ShuffleSource src(node, worker, "orders", 0);
+//   src.push(&tuple, sizeof tuple).throw_if_error();  // or handle peer_failed / timeout / ...
+//   src.close().throw_if_error();
+//   // in a target thread:
+//   flow::ShuffleTarget dst(node, "orders", 0);
+//   flow::TupleBatch batch;
+//   for (;;) {
+//     dst.consume(batch).throw_if_error();  // peer_failed: a source died before closing
+//     if (batch.empty()) break;              // every source closed
+//     ...
+//   }
 //
 // Routing: the key column's hash (default), a routing function given to the source, or an
 // explicit target per push (push_to). Each (source, target) pair has its own ring, so per-pair
