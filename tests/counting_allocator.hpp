@@ -24,6 +24,16 @@ struct AllocCounts {
   }
 };
 
+// Why counting cannot work in this build, or null: TSan's runtime replaces operator new itself,
+// so a test built with it says so and skips (the release and ASan builds count).
+inline const char* counting_unavailable() noexcept {
+#if defined(__SANITIZE_THREAD__)
+  return "the TSan runtime replaces operator new; allocations are counted in the release and ASan builds";
+#else
+  return nullptr;
+#endif
+}
+
 // Allocations of the calling thread since it started.
 AllocCounts thread_allocations() noexcept;
 // Allocations of every thread since the process started.
