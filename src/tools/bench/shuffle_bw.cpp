@@ -431,7 +431,7 @@ class ShuffleBw final : public Scenario {
                     " apply from 64 B tuples; the 16 B row is shown for completeness.");
 
     auto dfi_name = [&](bool direct) {
-      if (!shm) return std::string("DFI shuffle (staging + put; the only path off shm)");
+      if (!shm) return std::string("DFI shuffle (staging + one active message per segment: the path where RMA is emulated)");
       return std::string(direct ? "DFI shuffle, direct write into the mapped ring"
                                 : "DFI shuffle, staging + put (direct_write=false)");
     };

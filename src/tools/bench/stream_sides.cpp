@@ -339,7 +339,15 @@ int ring_producer(const StreamSide& side) {
     }
     const std::uint64_t n = std::min({capacity - (head - tail), capacity - index, batch,
                                       side.tuples - head, per_block - in_block});
-    std::memcpy(data + index * tb, block.data() + in_block * tb, n * tb);
+    // Tuple at a time, as a flow's push() copies them (the barrier keeps the compiler from
+    // fusing the copies into one): this ring is the limit of a per-tuple producer, batches
+    // published like segments.
+    const std::byte* from = block.data() + in_block * tb;
+    std::byte* to = data + index * tb;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      std::memcpy(to + i * tb, from + i * tb, tb);
+      asm volatile("" ::: "memory");
+    }
     head += n;
     index = index + n == capacity ? 0 : index + n;
     in_block = in_block + n == per_block ? 0 : in_block + n;
