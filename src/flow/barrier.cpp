@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/memory/ring.hpp"
@@ -81,10 +82,11 @@ Barrier::~Barrier() {
   }
   // Others may still read the counter: keep it until they left (or died, or time ran out).
   Deadline deadline(timeout_);
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this));
   std::uint64_t departed = 0;
   while (departed + 1 < members_.size() && !deadline.expired()) {
     if (!read_counter(kDeparted, departed) || !check_members()) break;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    backoff.pause();
   }
 }
 
@@ -119,7 +121,8 @@ Status Barrier::wait(std::chrono::milliseconds timeout) {
   if (Status s = endpoint_.fetch_add(remote_, kArrived, 1, &arrived); !s) return {s.code(), label_ + ": " + s.message()};
   ++arrived;
   Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
-  for (std::uint64_t spin = 0; arrived < target; ++spin) {
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ round_);
+  while (arrived < target) {
     if (Status s = read_counter(kArrived, arrived); !s) return {s.code(), label_ + ": " + s.message()};
     if (arrived >= target) break;
     if (Status s = check_members(); !s) return s;
@@ -129,7 +132,7 @@ Status Barrier::wait(std::chrono::milliseconds timeout) {
                                  std::to_string(arrived - (round_ - 1) * members_.size()) + " of " +
                                  std::to_string(members_.size()) + " arrived)"};
     }
-    if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    backoff.pause();
   }
   return {};
 }

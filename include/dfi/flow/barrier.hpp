@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
@@ -61,6 +62,7 @@ class Barrier {
   fabric::Endpoint endpoint_;                    // to the owner's rank
   fabric::RemoteMemory remote_;
   std::chrono::milliseconds timeout_;  // wait()'s default: flow_timeout_ms, read at join
+  BackoffSettings backoff_ = BackoffSettings::from_config();
   std::uint64_t round_ = 0;
   std::uint64_t seen_failure_epoch_ = 0;
 };
