@@ -9,6 +9,7 @@ std::string_view errc_name(Errc code) noexcept {
   switch (code) {
     case Errc::ok: return "ok";
     case Errc::retry: return "retry";
+    case Errc::gap: return "gap";
     case Errc::timeout: return "timeout";
     case Errc::invalid_argument: return "invalid_argument";
     case Errc::not_found: return "not_found";

@@ -626,7 +626,7 @@ Status ReplicateTarget::consume(TupleBatch& batch, std::chrono::milliseconds tim
   if (status && full.gap()) {
     batch = TupleBatch{};
     batch.tuple_bytes = full.tuple_bytes;
-    return {Errc::retry, state_->gap_text(full)};
+    return {Errc::gap, state_->gap_text(full)};
   }
   return status;
 }

@@ -39,6 +39,8 @@ TEST(Status, OkAndBareCodesDoNotAllocate) {
 TEST(Status, MessageOfOkIsEmptyAndOfABareCodeItsName) {
   EXPECT_EQ(Status().message(), "");
   EXPECT_EQ(Status(Errc::retry).message(), "retry");
+  EXPECT_EQ(Status(Errc::gap).message(), "gap");
+  EXPECT_EQ(Status(Errc::fatal).message(), "fatal");  // the last code still has its name
   EXPECT_EQ(Status(Errc::invalid_argument).message(), "invalid_argument");
   EXPECT_EQ(Status(Errc::timeout, "").message(), "timeout");  // an empty message: a bare code
   EXPECT_TRUE(Status(Errc::ok, "ignored").is_ok());

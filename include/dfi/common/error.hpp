@@ -17,6 +17,7 @@ namespace dfi {
 enum class Errc {
   ok = 0,
   retry,             // transient: the same call may succeed later (ring full, not yet published)
+  gap,               // ordered replication: numbers that will never arrive (call again to go on)
   timeout,           // a bounded wait ran out
   invalid_argument,  // the caller passed something malformed; nothing was changed
   not_found,         // a named object (record, flow, peer) does not exist

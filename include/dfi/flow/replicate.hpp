@@ -237,7 +237,7 @@ class ReplicateTarget {
   Status consume(ReplicateBatch& batch,
                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // For code written against TupleBatch: ok with tuples, or ok with an empty batch at the end.
-  // A gap event is returned as Errc::retry whose message names the missing numbers (call again
+  // A gap event is returned as Errc::gap whose message names the missing numbers (call again
   // to go on) — never dropped.
   Status consume(TupleBatch& batch,
                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
