@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -14,8 +15,9 @@ ProgressThread::ProgressThread(Worker& worker, std::chrono::microseconds spin, s
 
 ProgressThread::ProgressThread(Worker& worker)
     : ProgressThread(worker, std::chrono::microseconds(50),
-                     worker.context().capabilities().needs_target_progress ? std::chrono::microseconds(100)
-                                                                          : std::chrono::microseconds(20000)) {}
+                     std::chrono::microseconds(config::get_int(
+                         worker.context().capabilities().needs_target_progress ? "progress_nap_tcp_us"
+                                                                               : "progress_nap_shm_us"))) {}
 
 ProgressThread::~ProgressThread() { stop(); }
 

@@ -23,7 +23,8 @@ class ProgressThread {
   // emulated one-sided operations arriving over TCP, so where the transport needs target
   // progress the nap must be short (it bounds the extra latency of such an operation).
   ProgressThread(Worker& worker, std::chrono::microseconds spin, std::chrono::microseconds nap);
-  // Spin and nap chosen from the worker's transport capabilities.
+  // Spin 50 µs; nap from the settings table by the worker's transport capabilities
+  // (progress_nap_shm_us, progress_nap_tcp_us).
   explicit ProgressThread(Worker& worker);
   // Stops and joins the thread.
   ~ProgressThread();
