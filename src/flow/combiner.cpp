@@ -468,7 +468,7 @@ Status CombinerSource::push(const void* tuple, std::size_t bytes) {
     return width_error(bytes);
   }
   if (closed_ || failure_.failed()) [[unlikely]] {
-    if (failure_.failed()) return {Errc::flow_failed, rings_.label() + ": " + failure_.again().message()};
+    if (failure_.failed()) return failure_.again(rings_.label());
     return {Errc::flow_failed, rings_.label() + ": push after close"};
   }
   table_->add(static_cast<const std::byte*>(tuple));
@@ -491,7 +491,7 @@ Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
 // Sends the local table as partial rows and empties it. An error can leave part of the table sent,
 // so a retry could count rows twice: after any error here the source is failed for good.
 Status CombinerSource::ship() {
-  if (failure_.failed()) return {Errc::flow_failed, rings_.label() + ": " + failure_.again().message()};
+  if (failure_.failed()) return failure_.again(rings_.label());
   since_ship_ = 0;
   const std::size_t rows = table_->size();
   if (rows == 0) return {};

@@ -112,7 +112,6 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
     writers_.push_back(std::make_unique<memory::RingWriter>(worker, *ep, *remotes_.back(), link.ring * layout.bytes(),
                                                             layout, options, link.label));
     link_endpoints_.push_back(ep);
-    ring_offsets_.push_back(link.ring * layout.bytes());
     memory_bytes_ += writers_.back()->memory_bytes();
   }
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(memory_bytes_));
@@ -229,7 +228,7 @@ Status TargetRings::check_sources_alive() {
 }
 
 Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
-  if (failure_.failed()) [[unlikely]] return {Errc::flow_failed, label_ + ": " + failure_.again().message()};
+  if (failure_.failed()) [[unlikely]] return failure_.again(label_);
   if (held_) {
     readers_[*held_].release();
     held_.reset();

@@ -61,7 +61,7 @@ Status ShuffleSource::width_error(std::size_t bytes) const {
 }
 
 Status ShuffleSource::push_error(std::size_t bytes) const {
-  if (failure_.failed()) return {Errc::flow_failed, rings_.label() + ": " + failure_.again().message()};
+  if (failure_.failed()) return failure_.again(rings_.label());
   return width_error(bytes);
 }
 

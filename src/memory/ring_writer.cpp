@@ -122,8 +122,7 @@ Status RingWriter::wait_free_slot_credits() {
   for (;;) {
     std::uint64_t released;
     if (Status s = released_count(released); !s) return s;
-    const std::uint64_t in_flight = (next_ - 1) - released;
-    credits_ = in_flight < layout_.segments ? layout_.segments - in_flight : 0;
+    credits_ = free_after(released);
     if (credits_ > 0) return {};
     if (backoff.rounds() == 0) ++counters_.stalls;
     if (Status s = endpoint_->status(); !s) return s;
@@ -140,7 +139,7 @@ Status RingWriter::released_count(std::uint64_t& released) {
     case Path::active_message:
       worker_->progress();  // runs the handler that raises released_raised_
       released = released_raised_;
-      if (next_ - 1 - released >= layout_.segments) ask_for_credits();  // waiting: ask (again)
+      if (free_after(released) == 0) ask_for_credits();  // waiting: ask (again)
       return question_sent_.done() ? question_sent_.wait() : Status();
     case Path::put:
       break;
@@ -154,12 +153,16 @@ Status RingWriter::released_count(std::uint64_t& released) {
   return {};
 }
 
+std::uint64_t RingWriter::free_after(std::uint64_t released) const noexcept {
+  const std::uint64_t in_flight = (next_ - 1) - released;
+  return in_flight < layout_.segments ? layout_.segments - in_flight : 0;
+}
+
 Status RingWriter::free_slots(std::uint64_t& free) {
   if (Status s = endpoint_->status(); !s) return labelled(std::move(s));
   std::uint64_t released = 0;
   if (Status s = released_count(released); !s) return labelled(std::move(s));
-  const std::uint64_t used = next_ - 1;
-  free = used - released < layout_.segments ? layout_.segments - (used - released) : 0;
+  free = free_after(released);
   return {};
 }
 
@@ -218,16 +221,17 @@ Status RingWriter::publish(std::uint64_t flags) {
   ++counters_.segments;
   counters_.bytes += fill_;
   if (credits_ > 0) --credits_;
-  // Put path: refresh the credits in the background once half are used, so the source learns
-  // about released slots one round trip ahead of needing them. Never after end-of-stream: the
+  // Refresh the credits in the background once half are used (active messages: ask; put: a
+  // background get), so the source learns about released slots one round trip ahead of needing
+  // them. Never after end-of-stream: the
   // target may free the ring as soon as it sees that segment.
-  if (path_ == Path::active_message && (flags & kEndOfStream) == 0 && credits_ == layout_.segments / 2) {
-    ask_for_credits();
-  }
-  if (path_ == Path::put && !credit_read_pending_ && (flags & kEndOfStream) == 0 &&
-      credits_ == layout_.segments / 2) {
-    credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
-    credit_read_pending_ = true;
+  if ((flags & kEndOfStream) == 0 && credits_ == layout_.segments / 2) {
+    if (path_ == Path::active_message) {
+      ask_for_credits();
+    } else if (path_ == Path::put && !credit_read_pending_) {
+      credit_read_ = endpoint_->get_async(&released_seen_, 8, *remote_, ring_offset_ + layout_.credit_offset());
+      credit_read_pending_ = true;
+    }
   }
   ++next_;
   cursor_ = nullptr;

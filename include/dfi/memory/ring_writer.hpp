@@ -128,6 +128,8 @@ class RingWriter {
   // The target's released-segments count as far as this writer can learn it without waiting
   // (put path: waits for the background get, or issues one and waits).
   Status released_count(std::uint64_t& released);
+  // Free slots if the target released `released` segments.
+  std::uint64_t free_after(std::uint64_t released) const noexcept;
   void send_segment(Staging& staging, std::uint64_t state);  // active-message path
   void register_credit_words();
   // Asks the target for its released count unless a question is still unanswered.

@@ -54,8 +54,10 @@ class FailureLatch {
     }
     return status;
   }
-  // flow_failed, naming what failed first.
-  Status again() const { return {Errc::flow_failed, "the flow failed earlier: " + first_}; }
+  // flow_failed from the endpoint `label`, naming what failed first.
+  Status again(const std::string& label) const {
+    return {Errc::flow_failed, label + ": the flow failed earlier: " + first_};
+  }
 
  private:
   std::string first_;  // the first flow-ending error's message; empty while healthy
@@ -115,7 +117,6 @@ class SourceRings {
   std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per link
   std::vector<std::unique_ptr<memory::RingWriter>> writers_;      // one per link
   std::vector<fabric::Endpoint*> link_endpoints_;                 // one per link
-  std::vector<std::size_t> ring_offsets_;                         // one per link
 };
 
 class TargetRings {
@@ -133,9 +134,6 @@ class TargetRings {
   // Like next() but returns Errc::retry (a bare code) at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
-  // next() and try_next() latch a dead source here (FailureLatch): after the first peer_failed
-  // they return flow_failed at once.
-  const FailureLatch& failure() const noexcept { return failure_; }
   // Receives segments that arrived as active messages (tcp) into the rings; next() and
   // try_next() call it. Flows that read the rings through reader() call it in their poll loop.
   // Returns the number of fabric events (0 when nothing happened or no receiver runs).
@@ -172,7 +170,7 @@ class TargetRings {
   std::size_t open_sources_ = 0;
   std::size_t cursor_ = 0;
   std::optional<std::size_t> held_;  // ring whose segment the caller holds
-  FailureLatch failure_;
+  FailureLatch failure_;  // next() and try_next(): after the first peer_failed, flow_failed at once
   std::uint64_t seen_failure_epoch_ = 0;
 };
 
