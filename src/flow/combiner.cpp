@@ -495,13 +495,17 @@ Status CombinerSource::ship() {
   since_ship_ = 0;
   const std::size_t rows = table_->size();
   if (rows == 0) return {};
-  memory::RingWriter& writer = rings_.writer(0);
+  // The table's rows are contiguous: whole segments of them go out with one copy each.
+  detail::RingWriter& writer = rings_.writer(0);
   const std::size_t width = table_->row_bytes();
+  const std::size_t per_segment = rings_.spec().layout().payload_capacity() / width;
   const std::byte* row = table_->rows();
-  for (std::size_t i = 0; i < rows; ++i, row += width) {
-    if (Status s = writer.append(row, width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
+  for (std::size_t left = rows; left > 0;) {
+    const std::size_t n = std::min(left, per_segment);
+    if (Status s = writer.publish_from(row, n * width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
+    row += n * width;
+    left -= n;
   }
-  if (Status s = writer.flush(); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
   counters_.rows += rows;
   const memory::RingCounters rc = writer.counters();
   counters_.segments = rc.segments;

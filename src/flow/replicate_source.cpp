@@ -132,10 +132,7 @@ Status ReplicateSource::emit() {
 Status ReplicateSource::write_links() {
   const std::size_t bytes = kReplicateHeaderBytes + fill_;
   auto write = [&](std::size_t i) {
-    memory::RingWriter& writer = rings_.writer(i);
-    Status s = writer.append(segment_.data(), bytes);
-    if (s) s = writer.flush();
-    return s;
+    return rings_.writer(i).publish_from(segment_.data(), bytes);
   };
   auto retire = [&](std::size_t i, Status s) {
     dead_[i] = 1;

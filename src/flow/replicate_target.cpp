@@ -343,16 +343,14 @@ bool ReplicateTarget::State::forward_link(std::size_t s, std::size_t i) {
       link_free[link] = free;
       if (free == 0) return false;
     }
-    memory::RingWriter& writer = children->writer(link);
+    detail::RingWriter& writer = children->writer(link);
     Status st;
     if (r.head == Head::data) {
-      st = writer.append(r.view.data, r.view.bytes);
-      if (st) st = writer.flush();
+      st = writer.publish_from(r.view.data, r.view.bytes);
       if (st) ++counters.forwarded;
     } else if (r.head == Head::abort && r.steps[i] == 0) {
       const std::uint64_t marker[2] = {kReplicateAbortHeader, r.failed_rank};
-      st = writer.append(marker, sizeof marker);
-      if (st) st = writer.flush();
+      st = writer.publish_from(marker, sizeof marker);
     } else {
       st = writer.close();
     }

@@ -80,10 +80,10 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
 
 void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links) {
   const memory::RingLayout layout = spec_.layout();
-  memory::RingWriterOptions options;
-  options.mode = spec_.options.mode;
-  options.allow_mapped = spec_.options.direct_write;
+  memory::SegmentWriterOptions options;
   options.stall_timeout = stall_timeout(spec_);
+  memory::RemoteRingOptions access;
+  access.allow_mapped = spec_.options.direct_write;
   const auto timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
   // Targets that receive segments as active messages do so on a worker of their own: one
@@ -101,7 +101,7 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
     }
     // Published before the region record, so it is there now if the target offers it.
     std::optional<std::string> address = node.registry().try_lookup(target_address_record(spec_.name, link.target));
-    options.allow_am = address.has_value();
+    access.allow_am = address.has_value();
     fabric::Endpoint*& ep = address ? by_target[link.target] : by_rank[target.rank];
     if (ep == nullptr) {
       endpoints_.push_back(std::make_unique<fabric::Endpoint>(address ? worker.connect(target.rank, *address)
@@ -109,8 +109,8 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
       ep = endpoints_.back().get();
     }
     remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
-    writers_.push_back(std::make_unique<memory::RingWriter>(worker, *ep, *remotes_.back(), link.ring * layout.bytes(),
-                                                            layout, options, link.label));
+    writers_.push_back(std::make_unique<RingWriter>(spec_.options.mode, options, worker, *ep, *remotes_.back(),
+                                                    link.ring * layout.bytes(), layout, access, link.label));
     link_endpoints_.push_back(ep);
     memory_bytes_ += writers_.back()->memory_bytes();
   }
@@ -118,10 +118,10 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
 }
 
 Status SourceRings::wait_visible(std::size_t index) {
-  switch (writers_[index]->path()) {
-    case memory::RingWriter::Path::mapped: return link_endpoints_[index]->status();
-    case memory::RingWriter::Path::active_message: return writers_[index]->drain();
-    case memory::RingWriter::Path::put: break;
+  switch (writers_[index]->segments().access().path()) {
+    case memory::RemoteRing::Path::mapped: return link_endpoints_[index]->status();
+    case memory::RemoteRing::Path::active_message: return writers_[index]->drain();
+    case memory::RemoteRing::Path::put: break;
   }
   return link_endpoints_[index]->flush();
 }

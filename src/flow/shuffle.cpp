@@ -120,7 +120,7 @@ FlowCounters ShuffleSource::counters() const {
 }
 
 bool ShuffleSource::direct() const {
-  return target_count_ > 0 && rings_.writer(0).mapped();
+  return target_count_ > 0 && rings_.writer(0).segments().in_place();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ void SegmentReceiver::on_segment(const fabric::AmMessage& message) {
   const std::uint64_t fill = message.data.size();
   std::memcpy(base + layout_.fill_offset(sequence), &fill, sizeof fill);
   store_release(base + layout_.state_offset(sequence), state);
+  store_release(base + layout_.head_offset(), sequence);
 }
 
 void SegmentReceiver::on_credit_request(const fabric::AmMessage& message, fabric::AmReplier& replier) {
@@ -51,7 +52,7 @@ void SegmentReceiver::on_credit_request(const fabric::AmMessage& message, fabric
   if (message.data.size() != sizeof request) return (void)ring_of(~0ull, "credit request of the wrong size");
   std::memcpy(request, message.data.data(), sizeof request);
   if (ring_of(request[0], "credit request") < 0) return;
-  const std::uint64_t released = load_acquire(base_ + request[0] + layout_.credit_offset());
+  const std::uint64_t released = load_acquire(base_ + request[0] + layout_.tail_offset());
   const std::uint64_t answer[2][2] = {{request[1], released}, {request[2], request[3]}};
   (void)replier.raise(answer, 2);  // a writer that died gets nothing, and nothing aborts
 }

@@ -1,5 +1,7 @@
-// RingWriter -> RingReader inside one process, over shm (mapped and put paths) and TCP: every
-// tuple arrives once and in order, for both modes, with a consumer slower than the producer.
+// Segment rings inside one process, over shm (mapped and put paths) and TCP (put and
+// active-message paths): a TupleWriter<RemoteRing> into a SegmentReader<LocalRing> (every flow),
+// and a SegmentWriter<LocalRing> read by a SegmentReader<RemoteRing> (a third party such as the
+// data mover). Every tuple arrives once and in order, with a reader slower than the writer.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,9 +15,10 @@
 #include "dfi/fabric/memory.hpp"
 #include "dfi/fabric/progress_thread.hpp"
 #include "dfi/fabric/worker.hpp"
-#include "dfi/memory/ring_reader.hpp"
-#include "dfi/memory/ring_writer.hpp"
+#include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_receiver.hpp"
+#include "dfi/memory/segment_writer.hpp"
+#include "dfi/memory/tuple_writer.hpp"
 
 namespace dfi::memory {
 namespace {
@@ -62,17 +65,18 @@ TEST_P(Ring, EveryTupleArrivesOnceInOrderThroughATinyRing) {
     fabric::Worker worker(context, "producer");
     fabric::Endpoint ep = worker.connect(1, c.am ? target.address() : service.address());
     fabric::RemoteMemory remote = ep.attach(region.descriptor());
-    RingWriterOptions wo;
-    wo.mode = c.mode;
-    wo.allow_mapped = c.mapped;
-    wo.allow_am = c.am;
-    RingWriter writer(worker, ep, remote, ring_at, layout, wo, "test ring");
-    EXPECT_EQ(writer.path() == RingWriter::Path::active_message, c.am);
+    RemoteRingOptions access;
+    access.allow_mapped = c.mapped;
+    access.allow_am = c.am;
+    TupleWriter<RemoteRing> writer(c.mode, SegmentWriterOptions{}, worker, ep, remote, ring_at, layout, access,
+                                   "test ring");
+    const RemoteRing::Path path = writer.segments().access().path();
+    EXPECT_EQ(path == RemoteRing::Path::active_message, c.am);
     if (c.mapped && c.transport == Transport::shm) {
-      EXPECT_TRUE(writer.mapped());
+      EXPECT_EQ(path, RemoteRing::Path::mapped);
     }
     if (!c.mapped) {
-      EXPECT_FALSE(writer.mapped());
+      EXPECT_NE(path, RemoteRing::Path::mapped);
     }
     for (std::uint64_t i = 1; i <= kTuples; ++i) {
       std::uint64_t tuple[3] = {i, i * 3, ~i};
@@ -82,7 +86,7 @@ TEST_P(Ring, EveryTupleArrivesOnceInOrderThroughATinyRing) {
     counters = writer.counters();
   });
 
-  RingReader reader(static_cast<std::byte*>(region.data()) + ring_at, layout);
+  SegmentReader<LocalRing> reader(static_cast<std::byte*>(region.data()) + ring_at, layout);
   std::uint64_t expected = 1;
   bool ended = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -109,6 +113,9 @@ TEST_P(Ring, EveryTupleArrivesOnceInOrderThroughATinyRing) {
   EXPECT_FALSE(producer_failed);
   EXPECT_EQ(expected, kTuples + 1);
   EXPECT_GT(counters.stalls, 0u) << "a 2-segment ring with a slow consumer must have stalled";
+  EXPECT_EQ(reader.published(), counters.segments) << "the head word names the last segment published";
+  EXPECT_EQ(load_acquire(static_cast<std::byte*>(region.data()) + ring_at + layout.tail_offset()), counters.segments)
+      << "the tail word counts the segments released";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -127,8 +134,127 @@ TEST(RingLayoutTest, BadLayoutsAreRejected) {
   RingLayout l = RingLayout::make(4, 64);
   EXPECT_EQ(l.payload_capacity(), 48u);
   EXPECT_EQ(l.slot_offset(5), 0u);
-  EXPECT_EQ(l.free_state_for(3), 0u);
-  EXPECT_EQ(l.free_state_for(6), state_word(2, 0));
+  EXPECT_EQ(l.bytes(), 4u * 64 + 16);
+  EXPECT_EQ(l.tail_offset(), l.head_offset() + 8);
+  EXPECT_EQ(l.free_slots(0, 0), 4u);
+  EXPECT_EQ(l.free_slots(4, 0), 0u);
+  EXPECT_EQ(l.free_slots(6, 3), 1u);
+}
+
+// A processing unit's ring in its own memory, written with plain stores (SegmentWriter<LocalRing>:
+// acquire, fill in place, publish; publish_from), and read from another worker through the fabric
+// (SegmentReader<RemoteRing>) the way the data mover reads it: head word, then the segment, then
+// the tail raised. Segments of every size from empty to full arrive once and in order.
+class RemoteReader : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RemoteReader, ReadsEverySegmentOfALocalWriterOnceInOrder) {
+  const Case c = GetParam();
+  fabric::ContextOptions options;
+  options.transport = c.transport;
+  fabric::Context context(options);
+  const RingLayout layout = RingLayout::make(3, 16 + 80);
+  fabric::MemoryRegion region(context, layout.bytes());
+  fabric::Worker owner(context, "owner");
+  fabric::ProgressThread progress(owner);  // serves the reader's gets where RMA is emulated
+
+  constexpr std::uint64_t kSegments = 500;
+  std::atomic<bool> writer_failed{false};
+  RingCounters counters;
+  std::thread writer_thread([&] {
+    SegmentWriterOptions wo;
+    wo.stall_timeout = std::chrono::milliseconds(30000);
+    SegmentWriter<LocalRing> writer(wo, static_cast<std::byte*>(region.data()), layout, "test pu ring");
+    EXPECT_TRUE(writer.in_place());
+    for (std::uint64_t n = 1; n <= kSegments; ++n) {
+      const std::size_t words = n % 11;  // 0 .. 10 words: empty to full
+      if (n % 2 == 0) {
+        std::span<std::byte> payload;
+        if (!writer.acquire(payload)) writer_failed = true;
+        if (payload.size() != 80) writer_failed = true;
+        for (std::size_t w = 0; w < words; ++w) std::memcpy(payload.data() + 8 * w, &n, 8);
+        if (!writer.publish(8 * words)) writer_failed = true;
+      } else {
+        std::uint64_t data[10];
+        std::fill(data, data + words, n);
+        if (!writer.publish_from(data, 8 * words)) writer_failed = true;
+      }
+    }
+    if (!writer.close()) writer_failed = true;
+    counters = writer.counters();
+  });
+
+  fabric::Worker worker(context, "mover");
+  fabric::Endpoint ep = worker.connect(1, owner.address());
+  fabric::RemoteMemory remote = ep.attach(region.descriptor());
+  RemoteRingOptions access;
+  access.allow_mapped = c.mapped;
+  SegmentReader<RemoteRing> reader(worker, ep, remote, 0, layout, access, "test mover");
+  EXPECT_EQ(reader.access().path() == RemoteRing::Path::mapped, c.mapped && c.transport == Transport::shm);
+  std::uint64_t expected = 1;
+  bool ended = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!ended && std::chrono::steady_clock::now() < deadline) {
+    std::optional<SegmentView> view;
+    ASSERT_TRUE(reader.peek(view));
+    if (!view) {
+      worker.progress();
+      continue;
+    }
+    ASSERT_EQ(view->sequence, expected);
+    ended = view->end_of_stream;
+    if (!ended) {
+      ASSERT_EQ(view->bytes, 8 * (expected % 11)) << "segment " << expected;
+      for (std::size_t off = 0; off < view->bytes; off += 8) {
+        std::uint64_t word;
+        std::memcpy(&word, view->data + off, 8);
+        ASSERT_EQ(word, expected);
+      }
+    }
+    ++expected;
+    ASSERT_TRUE(reader.release());
+  }
+  writer_thread.join();
+  EXPECT_TRUE(ended);
+  EXPECT_FALSE(writer_failed);
+  EXPECT_EQ(expected, kSegments + 2);  // and the end-of-stream segment
+  std::uint64_t head = 0;
+  ASSERT_TRUE(reader.published(head));
+  EXPECT_EQ(head, kSegments + 1);
+  EXPECT_GT(counters.stalls, 0u) << "a 3-segment ring read through the fabric must have stalled";
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, RemoteReader,
+                         ::testing::Values(Case{Transport::shm, true, RingMode::bandwidth},
+                                           Case{Transport::shm, false, RingMode::bandwidth},
+                                           Case{Transport::tcp, false, RingMode::bandwidth}),
+                         case_name);
+
+// Misuse of the segment interface is refused with a message naming the ring.
+TEST(SegmentWriterTest, MisuseIsAnErrorNamingTheRing) {
+  const RingLayout layout = RingLayout::make(2, 16 + 32);
+  std::vector<std::byte> memory(layout.bytes());
+  SegmentWriterOptions wo;
+  wo.stall_timeout = std::chrono::milliseconds(50);
+  SegmentWriter<LocalRing> writer(wo, memory.data(), layout, "ring X");
+  Status s = writer.publish(8);
+  EXPECT_EQ(s.code(), Errc::invalid_argument);
+  EXPECT_NE(s.message().find("ring X"), std::string::npos) << s.message();
+  std::byte big[40]{};
+  EXPECT_EQ(writer.publish_from(big, sizeof big).code(), Errc::invalid_argument);
+  std::span<std::byte> payload;
+  ASSERT_TRUE(writer.acquire(payload));
+  EXPECT_EQ(writer.publish(33).code(), Errc::invalid_argument);
+  ASSERT_TRUE(writer.publish(32));
+  ASSERT_TRUE(writer.publish_from(big, 8));
+  s = writer.publish_from(big, 8);  // nobody reads: the ring is full
+  EXPECT_EQ(s.code(), Errc::timeout);
+  EXPECT_NE(s.message().find("ring X"), std::string::npos) << s.message();
+  SegmentReader<LocalRing> reader(memory.data(), layout);
+  ASSERT_TRUE(reader.peek().has_value());
+  reader.release();
+  ASSERT_TRUE(writer.close());
+  EXPECT_EQ(writer.publish_from(big, 8).code(), Errc::flow_failed);
+  EXPECT_EQ(reader.published(), 3u);
 }
 
 }  // namespace

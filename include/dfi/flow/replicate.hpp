@@ -24,7 +24,7 @@
 //    A relaying target forwards a segment into its children's rings before it releases the slot
 //    it arrived in, forwards end-of-stream after the last segment, and forwards inside consume():
 //    a relaying target must keep calling consume() until end, or its subtree stalls. Forwarding
-//    never waits for ring space (it checks the child's credit word first), so no relay blocks
+//    never waits for ring space (it checks the free slots of the child's ring first), so no relay blocks
 //    another one, whatever the trees look like.
 //  - ordered (FlowOptions::ordered, with either of the above): before a segment goes out, its
 //    source takes the next global sequence number with a remote fetch-add on a 64-bit counter
@@ -178,7 +178,7 @@ class ReplicateSource {
   bool closed_ = false;
   std::vector<char> done_;                // per link: the sealed segment reached it
   std::vector<char> dead_;                // per link: its target died
-  std::vector<std::uint64_t> link_free_;  // per link: slots known free (from its credit word)
+  std::vector<std::uint64_t> link_free_;  // per link: slots known free (from its ring's released tail)
   std::size_t dead_links_ = 0;
   std::function<void(std::uint64_t)> on_sequence_;
   fabric::Endpoint sequencer_endpoint_;

@@ -12,7 +12,7 @@
 
 #include "dfi/flow/schema.hpp"
 #include "dfi/memory/ring.hpp"
-#include "dfi/memory/ring_writer.hpp"
+#include "dfi/memory/ring.hpp"
 
 namespace dfi::cluster {
 class Node;

@@ -5,29 +5,33 @@
 //
 //   state = sequence << 2 | flags      flags: kConsumable (1), kEndOfStream (2)
 //
-// Sequence numbers start at 1; segment n lives in slot (n - 1) % segments. The source writes the
+// Sequence numbers start at 1; segment n lives in slot (n - 1) % segments. The writer writes the
 // payload and the fill word, orders them before the state word (fence, or a release store when
-// it writes through a mapped pointer), then writes the state word. The target reads the state
-// word with acquire semantics and, when done, releases the slot by storing `sequence << 2`
-// (no flags). So the source may write sequence n into its slot exactly when that slot's state
-// equals `(n - segments) << 2` (or 0 for the first lap): no separate "writable" flag is needed
-// and a stale read can never be mistaken for a free slot.
+// it writes through a pointer), then writes the state word. A reader takes segment n when the
+// state word of its slot says sequence n and consumable (an acquire load).
 //
-// Lifetime: the source touches the ring not at all after it published the end-of-stream segment
-// (everything it issued before is ordered ahead of that segment by the fence), so a target may
-// free its ring once it has seen end-of-stream from every source.
+// After the segments, each ring has two words that say where it stands, so a third party (the
+// data mover of network-driven flows) learns its state with one read:
+//   published head  the sequence of the last segment published (written after its state word;
+//                   the state word stays the truth: over a transport that reorders puts, the
+//                   head may be seen before the state it follows);
+//   released tail   the number of segments the reader released (credits, 003 §5.3). A reader
+//                   releases segment n by raising the tail to n; the writer may write sequence m
+//                   into its slot exactly when tail >= m - segments. Free slots are counted in
+//                   one place: RingLayout::free_slots(head, tail).
 //
-// After the segments, each ring has one 8-byte word: the number of segments the target has
-// released (the credit counter, 003 §5.3).
+// Lifetime: the writer touches the ring not at all after it published the end-of-stream segment
+// (everything it issued before is ordered ahead of that segment by the fence), so a reader may
+// free its ring once it has seen end-of-stream from every writer.
 //
 // Where the transport has no native RMA (tcp), a writer sends each segment as one active message
-// to a SegmentReceiver on the target (segment_receiver.hpp), whose handler places the payload and
-// publishes fill and state exactly as a writer through a mapped pointer would; the reader cannot
-// tell the difference. The wire format of those messages:
+// to a SegmentReceiver on the ring's owner (segment_receiver.hpp), whose handler places the
+// payload and publishes fill, state and head exactly as a writer through a mapped pointer would;
+// the reader cannot tell the difference. The wire format of those messages:
 //   kSegmentAm  header {ring offset: u64, state: u64}, data = the payload (fill = its size)
 //   kCreditAm   data {ring offset, released-word token, answered-word token, question: u64},
 //               sent with a reply endpoint; the answer raises the writer's two registered words
-//               to the ring's released count and to the question's number
+//               to the ring's released tail and to the question's number
 #pragma once
 
 #include <atomic>
@@ -57,8 +61,8 @@ struct RingLayout {
   static RingLayout make(std::uint32_t segments, std::uint32_t segment_bytes);
 
   std::size_t payload_capacity() const { return segment_bytes - kFooterBytes; }
-  // Ring bytes including the trailing credit word.
-  std::size_t bytes() const { return std::size_t{segments} * segment_bytes + 8; }
+  // Ring bytes including the trailing head and tail words.
+  std::size_t bytes() const { return std::size_t{segments} * segment_bytes + 16; }
   std::size_t slot_offset(std::uint64_t sequence) const {
     return static_cast<std::size_t>((sequence - 1) % segments) * segment_bytes;
   }
@@ -66,11 +70,29 @@ struct RingLayout {
     return slot_offset(sequence) + payload_capacity();
   }
   std::size_t state_offset(std::uint64_t sequence) const { return fill_offset(sequence) + 8; }
-  std::size_t credit_offset() const { return std::size_t{segments} * segment_bytes; }
-  // The state a slot must hold before sequence n may be written into it.
-  std::uint64_t free_state_for(std::uint64_t sequence) const {
-    return sequence > segments ? state_word(sequence - segments, 0) : 0;
+  std::size_t head_offset() const { return std::size_t{segments} * segment_bytes; }
+  std::size_t tail_offset() const { return head_offset() + 8; }
+  // Slots free for the writer when it published `head` segments and the reader released `tail`.
+  std::uint64_t free_slots(std::uint64_t head, std::uint64_t tail) const {
+    const std::uint64_t in_flight = head - tail;
+    return in_flight < segments ? segments - in_flight : 0;
   }
+};
+
+enum class RingMode { bandwidth, latency };
+
+struct RingCounters {
+  std::uint64_t segments = 0;  // published, including the end-of-stream segment
+  std::uint64_t bytes = 0;     // payload bytes published
+  std::uint64_t stalls = 0;    // times a free slot was not there when needed
+};
+
+// What a reader sees of one published segment.
+struct SegmentView {
+  const std::byte* data = nullptr;
+  std::size_t bytes = 0;          // payload bytes (a multiple of the tuple width)
+  std::uint64_t sequence = 0;
+  bool end_of_stream = false;     // the writer closed; this segment carries no tuples
 };
 
 // Atomic access to a word of ring memory that another process (or the NIC) also touches.

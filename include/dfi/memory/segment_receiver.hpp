@@ -1,11 +1,11 @@
-// memory::SegmentReceiver — the target's side of the active-message path (ring.hpp, ring_writer.hpp).
+// memory::SegmentReceiver — the target's side of the active-message path (ring.hpp, segment_writer.hpp).
 //
 // Where the transport has no native RMA (tcp), writers send each segment as one active message to
 // a worker of the target instead of emulated puts. The receiver's handler places the payload into
-// the ring slot and publishes fill and state exactly as a writer through a mapped pointer would,
-// so RingReader reads these rings unchanged. Credits: a writer asks (kCreditAm, at most one
+// the ring slot and publishes fill, state and head exactly as a writer through a mapped pointer would,
+// so SegmentReader reads these rings unchanged. Credits: a writer asks (kCreditAm, at most one
 // question in flight, once per half ring or while it waits for a slot), and the handler answers
-// with the ring's released count through the sender's reply endpoint, raising words the writer
+// with the ring's released tail through the sender's reply endpoint, raising words the writer
 // registered (fabric::AmReplier::raise). No connection is ever made back to a writer, and an
 // answer to a writer that died fails cleanly.
 //

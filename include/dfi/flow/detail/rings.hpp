@@ -16,9 +16,9 @@
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/spec.hpp"
-#include "dfi/memory/ring_reader.hpp"
-#include "dfi/memory/ring_writer.hpp"
+#include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_receiver.hpp"
+#include "dfi/memory/tuple_writer.hpp"
 
 namespace dfi::cluster {
 class Node;
@@ -63,6 +63,10 @@ class FailureLatch {
   std::string first_;  // the first flow-ending error's message; empty while healthy
 };
 
+// A flow's writer of one remote ring, and its reader of one local ring.
+using RingWriter = memory::TupleWriter<memory::RemoteRing>;
+using RingReader = memory::SegmentReader<memory::LocalRing>;
+
 class SourceRings {
  public:
   // One ring this writer side feeds: the ring of source `ring` at target `target`, and the name
@@ -84,8 +88,8 @@ class SourceRings {
   SourceRings(const SourceRings&) = delete;
   SourceRings& operator=(const SourceRings&) = delete;
 
-  memory::RingWriter& writer(std::size_t target) { return *writers_[target]; }
-  const memory::RingWriter& writer(std::size_t target) const { return *writers_[target]; }
+  RingWriter& writer(std::size_t target) { return *writers_[target]; }
+  const RingWriter& writer(std::size_t target) const { return *writers_[target]; }
   std::size_t target_count() const noexcept { return writers_.size(); }
   const FlowSpec& spec() const noexcept { return spec_; }
   const std::string& label() const noexcept { return label_; }
@@ -115,7 +119,7 @@ class SourceRings {
   bool closed_ = false;
   std::vector<std::unique_ptr<fabric::Endpoint>> endpoints_;      // one per target worker
   std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per link
-  std::vector<std::unique_ptr<memory::RingWriter>> writers_;      // one per link
+  std::vector<std::unique_ptr<RingWriter>> writers_;      // one per link
   std::vector<fabric::Endpoint*> link_endpoints_;                 // one per link
 };
 
@@ -146,7 +150,7 @@ class TargetRings {
   }
   // Direct access to the ring written for source `ring`, for flows that read the rings their own
   // way (replicate flows) instead of through next(); do not mix the two on one object.
-  memory::RingReader& reader(std::size_t ring) { return readers_[ring]; }
+  RingReader& reader(std::size_t ring) { return readers_[ring]; }
   std::size_t ring_count() const noexcept { return readers_.size(); }
   const FlowSpec& spec() const noexcept { return spec_; }
   const std::string& label() const noexcept { return label_; }
@@ -165,7 +169,7 @@ class TargetRings {
   // progressed by the consuming thread, and the receiver that places segments into the rings.
   std::unique_ptr<fabric::Worker> worker_;
   std::unique_ptr<memory::SegmentReceiver> receiver_;
-  std::vector<memory::RingReader> readers_;
+  std::vector<RingReader> readers_;
   std::vector<bool> ended_;
   std::size_t open_sources_ = 0;
   std::size_t cursor_ = 0;

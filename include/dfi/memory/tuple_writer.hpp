@@ -1,0 +1,88 @@
+// memory::TupleWriter<Access> — tuple batching on top of a SegmentWriter (segment_writer.hpp).
+//
+// append() copies a tuple into the acquired segment (in place where the ring is local or mapped,
+// else into a staging segment); a full segment is published and the next one acquired. Latency
+// mode publishes every append as its own segment. The hot path is one bounds check and one copy.
+//
+// Owned by one thread, like the SegmentWriter under it.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "dfi/common/error.hpp"
+#include "dfi/memory/segment_writer.hpp"
+
+namespace dfi::memory {
+
+template <class Access>
+class TupleWriter {
+ public:
+  template <class... AccessArgs>
+  TupleWriter(RingMode mode, SegmentWriterOptions options, AccessArgs&&... access_args)
+      : segments_(options, std::forward<AccessArgs>(access_args)...), mode_(mode) {}
+
+  // Copies `bytes` (<= payload capacity) into the current segment; publishes it first when the
+  // tuple does not fit. In latency mode, publishes at once. Errors: invalid_argument (tuple
+  // larger than a segment's payload), peer_failed, timeout (no free slot within the stall
+  // timeout), flow_failed (after close).
+  Status append(const void* data, std::size_t bytes) {
+    if (mode_ == RingMode::latency) [[unlikely]] return segments_.publish_from(data, bytes);
+    if (fill_ + bytes > span_.size()) [[unlikely]] {
+      if (Status s = next_segment(bytes); !s) return s;
+    }
+    std::memcpy(span_.data() + fill_, data, bytes);
+    fill_ += bytes;
+    return {};
+  }
+  // Publishes the current segment if it holds anything (does not wait until it is visible).
+  Status flush() {
+    if (fill_ == 0) return {};
+    const std::size_t fill = fill_;
+    fill_ = 0;
+    span_ = {};
+    return segments_.publish(fill);
+  }
+  // Publishes what is batched, then `bytes` from `data` as a segment of their own (one copy).
+  Status publish_from(const void* data, std::size_t bytes) {
+    if (Status s = flush(); !s) return s;
+    return segments_.publish_from(data, bytes);
+  }
+  // SegmentWriter::drain.
+  Status drain() { return segments_.drain(); }
+  // Publishes what is batched, then end-of-stream; waits until all of it is on its way.
+  // Idempotent.
+  Status close() {
+    if (segments_.closed()) return {};
+    if (Status s = flush(); !s) return s;
+    return segments_.close();
+  }
+  // Slots free at the reader (SegmentWriter::free_slots).
+  Status free_slots(std::uint64_t& free) { return segments_.free_slots(free); }
+
+  SegmentWriter<Access>& segments() noexcept { return segments_; }
+  const SegmentWriter<Access>& segments() const noexcept { return segments_; }
+  bool closed() const noexcept { return segments_.closed(); }
+  const RingCounters& counters() const noexcept { return segments_.counters(); }
+  std::size_t memory_bytes() const noexcept { return segments_.memory_bytes(); }
+
+ private:
+  Status next_segment(std::size_t bytes) {
+    if (bytes > segments_.layout().payload_capacity()) {
+      return {Errc::invalid_argument, segments_.label() + ": tuple of " + std::to_string(bytes) +
+                                          " B larger than the segment payload of " +
+                                          std::to_string(segments_.layout().payload_capacity()) + " B"};
+    }
+    if (Status s = flush(); !s) return s;
+    return segments_.acquire(span_);
+  }
+
+  SegmentWriter<Access> segments_;
+  RingMode mode_;
+  std::span<std::byte> span_;  // the acquired segment's payload, empty while none is acquired
+  std::size_t fill_ = 0;
+};
+
+}  // namespace dfi::memory

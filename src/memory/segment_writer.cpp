@@ -1,0 +1,285 @@
+#include "dfi/memory/segment_writer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "dfi/common/deadline.hpp"
+
+namespace dfi::memory {
+namespace {
+
+std::chrono::nanoseconds timeout_or_forever(std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) return std::chrono::hours(24 * 365);
+  return timeout;
+}
+
+}  // namespace
+
+template <class Access>
+void SegmentWriter<Access>::init(SegmentWriterOptions options) {
+  stall_timeout_ = options.stall_timeout;
+  backoff_ = BackoffSettings::from_config();
+  const RingLayout& layout = access_.layout();
+  credits_ = layout.segments;
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::mapped) return;
+    const std::size_t count = std::max<std::size_t>(1, options.staging_segments);
+    staging_ = fabric::MemoryRegion(access_.worker().context(), count * layout.segment_bytes);
+    for (std::size_t i = 0; i < count; ++i) {
+      stagings_.push_back(Staging{static_cast<std::byte*>(staging_.data()) + i * layout.segment_bytes, {}, {0, 0}});
+    }
+    if (access_.path() == RemoteRing::Path::active_message) {
+      tail_token_ = access_.worker().register_word(&tail_raised_);
+      answered_token_ = access_.worker().register_word(&answered_);
+      // One round trip before the first segment (see the constructor's comment).
+      std::uint64_t tail = 0;
+      if (Status s = access_.load(layout.tail_offset(), tail); !s) {
+        throw Error(s.code(), access_.label() + ": " + s.message());
+      }
+    }
+  }
+}
+
+template <class Access>
+SegmentWriter<Access>::~SegmentWriter() {
+  if constexpr (Access::kRemote) {
+    if (tail_token_ != 0) access_.worker().unregister_word(tail_token_);
+    if (answered_token_ != 0) access_.worker().unregister_word(answered_token_);
+  }
+}
+
+template <class Access>
+bool SegmentWriter<Access>::in_place() const noexcept {
+  return ring_base() != nullptr;
+}
+
+template <class Access>
+std::byte* SegmentWriter<Access>::ring_base() const noexcept {
+  if constexpr (Access::kRemote) {
+    return access_.mapped();
+  } else {
+    return access_.base();
+  }
+}
+
+template <class Access>
+Status SegmentWriter<Access>::labelled(Status status) const {
+  if (status.is_ok() || status.message().starts_with(access_.label())) return status;
+  return {status.code(), access_.label() + ": " + status.message()};
+}
+
+template <class Access>
+void SegmentWriter<Access>::ask_for_credits() {
+  if constexpr (Access::kRemote) {
+    if (answered_ < asked_ || !question_sent_.done()) return;  // one question at a time
+    question_[0] = access_.offset();
+    question_[1] = tail_token_;
+    question_[2] = answered_token_;
+    question_[3] = ++asked_;
+    question_sent_ = access_.endpoint().am_send_async(kCreditAm, {}, std::as_bytes(std::span(question_)),
+                                                      /*reply=*/true);
+  }
+}
+
+template <class Access>
+Status SegmentWriter<Access>::released(std::uint64_t& tail) {
+  const RingLayout& layout = access_.layout();
+  if (std::byte* ring = ring_base(); ring != nullptr) {
+    tail = load_acquire(ring + layout.tail_offset());
+    if constexpr (Access::kRemote) access_.worker().progress();  // keepalive and the like
+    return {};
+  }
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::active_message) {
+      access_.worker().progress();  // runs the handler that raises tail_raised_
+      tail = tail_raised_;
+      if (layout.free_slots(next_ - 1, tail) == 0) ask_for_credits();  // waiting: ask (again)
+      return question_sent_.done() ? question_sent_.wait() : Status();
+    }
+    if (!tail_read_pending_) {
+      tail_read_ = access_.endpoint().get_async(&tail_seen_, 8, access_.remote(), access_.offset() + layout.tail_offset());
+    }
+    tail_read_pending_ = false;
+    if (Status s = tail_read_.wait(); !s) return s;
+    tail = tail_seen_;
+  }
+  return {};
+}
+
+template <class Access>
+void SegmentWriter<Access>::refresh_ahead() {
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::active_message) {
+      ask_for_credits();
+    } else if (access_.path() == RemoteRing::Path::put && !tail_read_pending_) {
+      tail_read_ = access_.endpoint().get_async(&tail_seen_, 8, access_.remote(),
+                                                access_.offset() + access_.layout().tail_offset());
+      tail_read_pending_ = true;
+    }
+  }
+}
+
+template <class Access>
+Status SegmentWriter<Access>::wait_for_credit() {
+  if (credits_ > 0) return {};
+  Deadline deadline(timeout_or_forever(stall_timeout_));
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ next_);
+  for (;;) {
+    std::uint64_t tail = 0;
+    if (Status s = released(tail); !s) return s;
+    credits_ = access_.layout().free_slots(next_ - 1, tail);
+    if (credits_ > 0) return {};
+    if (backoff.rounds() == 0) ++counters_.stalls;
+    if (Status s = access_.status(); !s) return s;
+    if (deadline.expired()) {
+      return {Errc::timeout, access_.label() + ": no free segment within " + std::to_string(stall_timeout_.count()) +
+                                 " ms (is the reader consuming?)"};
+    }
+    backoff.pause();
+  }
+}
+
+template <class Access>
+Status SegmentWriter<Access>::acquire(std::span<std::byte>& payload) {
+  const std::size_t capacity = access_.layout().payload_capacity();
+  if (acquired_ != nullptr) {
+    payload = {acquired_, capacity};
+    return {};
+  }
+  if (closed_) return {Errc::flow_failed, access_.label() + ": write after close"};
+  if (Status s = wait_for_credit(); !s) return labelled(std::move(s));
+  if (std::byte* ring = ring_base(); ring != nullptr) {
+    acquired_ = ring + access_.layout().slot_offset(next_);
+  } else {
+    Staging& staging = stagings_[next_ % stagings_.size()];
+    for (fabric::Request& send : staging.sends) {  // wrap-around: the only completion we wait for
+      if (Status s = send.wait(); !s) return labelled(std::move(s));
+    }
+    staging.sends.clear();
+    acquired_ = staging.base;
+  }
+  payload = {acquired_, capacity};
+  return {};
+}
+
+template <class Access>
+Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
+  const RingLayout& layout = access_.layout();
+  const std::size_t capacity = layout.payload_capacity();
+  if (acquired_ == nullptr) return {Errc::invalid_argument, access_.label() + ": publish without an acquired segment"};
+  if (fill > capacity) {
+    return {Errc::invalid_argument, access_.label() + ": publish of " + std::to_string(fill) +
+                                        " B into a segment payload of " + std::to_string(capacity) + " B"};
+  }
+  const std::uint64_t sequence = next_;
+  const std::uint64_t state = state_word(sequence, flags);
+  if (std::byte* ring = ring_base(); ring != nullptr) {
+    std::byte* slot = ring + layout.slot_offset(sequence);
+    const std::uint64_t fill_word = fill;
+    std::memcpy(slot + capacity, &fill_word, sizeof fill_word);
+    store_release(slot + capacity + 8, state);
+    store_release(ring + layout.head_offset(), sequence);
+  } else if constexpr (Access::kRemote) {
+    Staging& staging = stagings_[sequence % stagings_.size()];
+    fabric::Endpoint& endpoint = access_.endpoint();
+    if (access_.path() == RemoteRing::Path::active_message) {
+      staging.header[0] = access_.offset();
+      staging.header[1] = state;
+      staging.sends.push_back(endpoint.am_send_async(kSegmentAm, std::as_bytes(std::span(staging.header)),
+                                                     std::span(staging.base, fill)));
+    } else {
+      std::byte* footer = staging.base + capacity;
+      const std::uint64_t fill_word = fill;
+      std::memcpy(footer, &fill_word, 8);
+      std::memcpy(footer + 8, &state, 8);
+      const std::size_t slot = access_.offset() + layout.slot_offset(sequence);
+      const fabric::RemoteMemory& remote = access_.remote();
+      if (fill == capacity) {  // payload and fill word are contiguous: one put
+        staging.sends.push_back(endpoint.put_async(staging.base, capacity + 8, remote, slot));
+      } else {
+        if (fill > 0) staging.sends.push_back(endpoint.put_async(staging.base, fill, remote, slot));
+        staging.sends.push_back(endpoint.put_async(footer, 8, remote, slot + capacity));
+      }
+      // Payload before state: the reader may read the payload as soon as it sees the state word.
+      if (Status f = access_.worker().fence(); !f) return labelled(std::move(f));
+      staging.sends.push_back(endpoint.put_async(footer + 8, 8, remote, slot + capacity + 8));
+      // The head after the state (a hint for third parties; the state word stays the truth).
+      staging.header[0] = sequence;
+      staging.sends.push_back(endpoint.put_async(&staging.header[0], 8, remote, access_.offset() + layout.head_offset()));
+    }
+    if (Status s = endpoint.status(); !s) return labelled(std::move(s));
+    // Sends that did not fit into the transport at once wait in UCX until the worker is
+    // progressed; one pass sends them now, so a published segment does not depend on the
+    // caller's next fabric call (a thread that pushes and then waits elsewhere).
+    access_.worker().progress();
+  }
+  ++counters_.segments;
+  counters_.bytes += fill;
+  if (credits_ > 0) --credits_;
+  // Refresh the credits in the background once half are used, so the writer learns about
+  // released slots one round trip ahead of needing them. Never after end-of-stream: the reader
+  // may free the ring as soon as it sees that segment.
+  if ((flags & kEndOfStream) == 0 && credits_ == layout.segments / 2) refresh_ahead();
+  ++next_;
+  acquired_ = nullptr;
+  return {};
+}
+
+template <class Access>
+Status SegmentWriter<Access>::publish_from(const void* data, std::size_t bytes, std::uint64_t flags) {
+  const std::size_t capacity = access_.layout().payload_capacity();
+  if (bytes > capacity) {
+    return {Errc::invalid_argument, access_.label() + ": segment of " + std::to_string(bytes) +
+                                        " B larger than the segment payload of " + std::to_string(capacity) + " B"};
+  }
+  std::span<std::byte> payload;
+  if (Status s = acquire(payload); !s) return s;
+  if (bytes > 0) std::memcpy(payload.data(), data, bytes);
+  return publish(bytes, flags);
+}
+
+template <class Access>
+Status SegmentWriter<Access>::free_slots(std::uint64_t& free) {
+  if (Status s = access_.status(); !s) return labelled(std::move(s));
+  std::uint64_t tail = 0;
+  if (Status s = released(tail); !s) return labelled(std::move(s));
+  free = access_.layout().free_slots(next_ - 1, tail);
+  return {};
+}
+
+template <class Access>
+Status SegmentWriter<Access>::drain() {
+  for (Staging& staging : stagings_) {
+    for (fabric::Request& send : staging.sends) {
+      if (Status s = send.wait(); !s) return labelled(std::move(s));
+    }
+    staging.sends.clear();
+  }
+  return {};
+}
+
+template <class Access>
+Status SegmentWriter<Access>::close() {
+  if (closed_) return {};
+  std::span<std::byte> payload;
+  if (Status s = acquire(payload); !s) return s;
+  if (Status s = publish(0, kConsumable | kEndOfStream); !s) return s;
+  closed_ = true;
+  if (Status s = drain(); !s) return s;
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::put) {
+      tail_read_ = fabric::Request();
+      return labelled(access_.endpoint().flush());
+    }
+  }
+  // Local, mapped: stores are visible. Active messages: drained means every segment left this
+  // process, which is all the writer can know without the reader (an endpoint flush over tcp
+  // waits for the peer's progress).
+  return access_.status();
+}
+
+template class SegmentWriter<LocalRing>;
+template class SegmentWriter<RemoteRing>;
+
+}  // namespace dfi::memory
