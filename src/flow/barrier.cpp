@@ -46,12 +46,14 @@ void create_barrier(cluster::Node& node, const std::string& name, const std::vec
   }
 }
 
-Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread)
+Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                 std::chrono::milliseconds open_timeout)
     : node_(node), name_(name), timeout_(detail::stall_timeout(FlowSpec{})) {
+  const Deadline deadline = detail::open_deadline(open_timeout);
   label_ = "barrier '" + name_ + "' member (rank " + std::to_string(node.rank()) + ", thread " + std::to_string(thread) + ")";
   std::string record;
   try {
-    record = node.wait_for(spec_record(name_));
+    record = node.wait_for(spec_record(name_), detail::time_left(deadline));
   } catch (const Error& e) {
     if (e.code() == Errc::timeout) throw Error(Errc::not_found, "barrier '" + name_ + "' does not exist");
     throw;
@@ -70,7 +72,7 @@ Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view n
     node.registry().publish(counter_record(name_), counter_->descriptor().serialize());
   }
   endpoint_ = node.connect(worker, members_.front().rank);
-  remote_ = endpoint_.attach(fabric::RegionDescriptor::parse(node.wait_for(counter_record(name_))));
+  remote_ = endpoint_.attach(fabric::RegionDescriptor::parse(node.wait_for(counter_record(name_), detail::time_left(deadline))));
   seen_failure_epoch_ = node.fabric().failure_epoch();
 }
 

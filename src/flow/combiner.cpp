@@ -431,16 +431,17 @@ std::size_t combiner_row_bytes(const FlowSpec& spec) {
 
 namespace {
 detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std::string_view name,
-                                int thread, const std::optional<Schema>& expected_schema) {
-  FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, expected_schema);
+                                int thread, const CombinerSourceOptions& options) {
+  const Deadline deadline = detail::open_deadline(options.open_timeout);
+  FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, options.expected_schema, deadline);
   const std::size_t index = detail::source_index(spec, node.rank(), thread);
-  return detail::SourceRings(node, worker, std::move(spec), index);
+  return detail::SourceRings(node, worker, std::move(spec), index, deadline);
 }
 }  // namespace
 
 CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
                                int thread, CombinerSourceOptions options)
-    : rings_(open_source(node, worker, name, thread, options.expected_schema)),
+    : rings_(open_source(node, worker, name, thread, options)),
       table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       local_groups_(std::max<std::size_t>(1, options.local_groups)),
@@ -535,16 +536,16 @@ Status CombinerSource::close() {
 
 namespace {
 detail::TargetRings open_target(cluster::Node& node, std::string_view name, int id,
-                                const std::optional<Schema>& expected_schema) {
-  FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, expected_schema);
+                                const std::optional<Schema>& expected_schema, std::chrono::milliseconds timeout) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::combiner, expected_schema, detail::open_deadline(timeout));
   const std::size_t index = detail::target_index(spec, node.rank(), id);
   return detail::TargetRings(node, std::move(spec), index);
 }
 }  // namespace
 
 CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int id,
-                               std::optional<Schema> expected_schema)
-    : rings_(open_target(node, name, id, expected_schema)),
+                               std::optional<Schema> expected_schema, std::chrono::milliseconds open_timeout)
+    : rings_(open_target(node, name, id, expected_schema, open_timeout)),
       table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
       result_schema_(table_->result_schema()),
       stall_timeout_(detail::stall_timeout(rings_.spec())) {}

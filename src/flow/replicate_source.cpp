@@ -15,28 +15,28 @@
 namespace dfi::flow {
 namespace {
 
-FlowSpec open_replicate_spec(cluster::Node& node, std::string_view name,
-                             const std::optional<Schema>& schema) {
-  return detail::open_spec(node, name, FlowType::replicate, schema);
-}
-
 detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, FlowSpec spec,
-                                int thread) {
+                                int thread, const Deadline& deadline) {
   const std::size_t index = detail::source_index(spec, node.rank(), thread);
   const std::string label = "flow '" + spec.name + "' " + detail::source_name(spec, index);
   std::vector<detail::SourceRings::Link> links;
   for (std::size_t target : relay_children(spec, index, std::nullopt)) {
     links.push_back({target, index, label + " -> " + detail::target_name(spec, target)});
   }
-  return detail::SourceRings(node, worker, std::move(spec), label, links);
+  return detail::SourceRings(node, worker, std::move(spec), label, links, deadline);
 }
 
 }  // namespace
 
 ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
                                  int thread, ReplicateSourceOptions options)
-    : rings_(open_source(node, worker, open_replicate_spec(node, name, options.expected_schema),
-                         thread)),
+    : ReplicateSource(node, worker, name, thread, options, detail::open_deadline(options.open_timeout)) {}
+
+ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
+                                 int thread, ReplicateSourceOptions options, const Deadline& deadline)
+    : rings_(open_source(node, worker,
+                         detail::open_spec(node, name, FlowType::replicate, options.expected_schema, deadline),
+                         thread, deadline)),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       latency_(rings_.spec().options.mode == Mode::latency),
       ordered_(rings_.spec().options.ordered),
@@ -59,7 +59,7 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
     sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);
     std::string record;
     try {
-      record = node.wait_for(detail::sequencer_record(spec.name));
+      record = node.wait_for(detail::sequencer_record(spec.name), detail::time_left(deadline));
     } catch (const Error& e) {
       throw Error(e.code(),
                   rings_.label() + ": " + sequencer_name_ + " was not published: " + e.what());

@@ -27,8 +27,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
 
 detail::TargetRings open_target(cluster::Node& node, std::string_view name, int id,
-                                const std::optional<Schema>& expected_schema) {
-  FlowSpec spec = detail::open_spec(node, name, FlowType::replicate, expected_schema);
+                                const std::optional<Schema>& expected_schema, std::chrono::milliseconds timeout) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::replicate, expected_schema, detail::open_deadline(timeout));
   const std::size_t index = detail::target_index(spec, node.rank(), id);
   return detail::TargetRings(node, std::move(spec), index);
 }
@@ -125,7 +125,7 @@ struct ReplicateTarget::State {
 ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id,
                               ReplicateTargetOptions options)
     : node(n),
-      rings(open_target(n, name, id, options.expected_schema)),
+      rings(open_target(n, name, id, options.expected_schema, options.open_timeout)),
       spec(rings.spec()),
       index(detail::target_index(spec, n.rank(), id)),
       label("flow '" + spec.name + "' " + detail::target_name(spec, index)),
@@ -221,7 +221,8 @@ Status ReplicateTarget::State::connect() {
     if (!links.empty()) {
       try {
         children =
-            std::make_unique<detail::SourceRings>(node, own_or_given_worker(), spec, label, links);
+            std::make_unique<detail::SourceRings>(node, own_or_given_worker(), spec, label, links,
+                                                  detail::open_deadline(std::chrono::milliseconds(0)));
       } catch (const Error& e) {
         return {e.code(), label + ": " + e.what()};
       }

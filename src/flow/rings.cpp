@@ -11,15 +11,28 @@
 
 namespace dfi::flow::detail {
 
+Deadline open_deadline(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) throw Error(Errc::invalid_argument, "open timeout of " + std::to_string(timeout.count()) + " ms");
+  if (timeout.count() == 0) timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
+  return Deadline(timeout);
+}
+
+std::chrono::milliseconds time_left(const Deadline& deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline.time_point() - Deadline::Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
 FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected,
-                   const std::optional<Schema>& expected_schema) {
+                   const std::optional<Schema>& expected_schema, const Deadline& deadline) {
   const std::string flow(name);
+  const auto waited = time_left(deadline);
   std::string record;
   try {
-    record = node.wait_for(spec_record(flow));
+    record = node.wait_for(spec_record(flow), waited);
   } catch (const Error& e) {
     if (e.code() == Errc::timeout) {
-      throw Error(Errc::not_found, "flow '" + flow + "' does not exist (not created within the registry timeout)");
+      throw Error(Errc::not_found, "flow '" + flow + "' does not exist (not created within " +
+                                       std::to_string(waited.count()) + " ms)");
     }
     throw;
   }
@@ -58,7 +71,8 @@ std::chrono::milliseconds stall_timeout(const FlowSpec& spec) {
 
 // ---------------------------------------------------------------------------------------------
 
-SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t index)
+SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t index,
+                         const Deadline& deadline)
     : spec_(std::move(spec)) {
   const SourceRef me = spec_.sources.at(index);
   label_ = "flow '" + spec_.name + "' source (rank " + std::to_string(me.rank) + ", thread " +
@@ -69,22 +83,22 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
     links.push_back({t, index, label_ + " -> target (rank " + std::to_string(target.rank) + ", id " +
                                    std::to_string(target.id) + ")"});
   }
-  connect(node, worker, links);
+  connect(node, worker, links, deadline);
 }
 
 SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::string label,
-                         const std::vector<Link>& links)
+                         const std::vector<Link>& links, const Deadline& deadline)
     : spec_(std::move(spec)), label_(std::move(label)) {
-  connect(node, worker, links);
+  connect(node, worker, links, deadline);
 }
 
-void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links) {
+void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links,
+                          const Deadline& deadline) {
   const memory::RingLayout layout = spec_.layout();
   memory::SegmentWriterOptions options;
   options.stall_timeout = stall_timeout(spec_);
   memory::RemoteRingOptions access;
   access.allow_mapped = spec_.options.direct_write;
-  const auto timeout = std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
   // Targets that receive segments as active messages do so on a worker of their own: one
   // endpoint per such target. Others are reached through their rank's service worker.
@@ -94,7 +108,7 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
     const TargetRef target = spec_.targets.at(link.target);
     std::string record;
     try {
-      record = node.wait_for(target_record(spec_.name, link.target), timeout);
+      record = node.wait_for(target_record(spec_.name, link.target), time_left(deadline));
     } catch (const Error& e) {
       throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
                                 std::to_string(target.id) + ") did not open the flow: " + e.what());

@@ -40,6 +40,8 @@ Type parse_type(std::string_view name) {
   for (const TypeInfo& t : kTypes) {
     if (t.name == name) return t.type;
   }
+  if (name == "float32") return Type::float32;  // the enum's names, accepted as aliases
+  if (name == "float64") return Type::float64;
   throw Error(Errc::invalid_argument, "schema: unknown column type '" + std::string(name) + "'");
 }
 

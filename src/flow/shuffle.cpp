@@ -14,25 +14,30 @@ void TupleBatch::throw_width_mismatch(std::size_t width) const {
 // ---------------------------------------------------------------------------------------------
 
 namespace {
+// Checks everything that can be checked locally before waiting for the targets.
 detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std::string_view name,
-                                int thread, const std::optional<Schema>& expected_schema) {
-  FlowSpec spec = detail::open_spec(node, name, FlowType::shuffle, expected_schema);
+                                int thread, const SourceOptions& options) {
+  const Deadline deadline = detail::open_deadline(options.open_timeout);
+  FlowSpec spec = detail::open_spec(node, name, FlowType::shuffle, options.expected_schema, deadline);
   const std::size_t index = detail::source_index(spec, node.rank(), thread);
-  return detail::SourceRings(node, worker, std::move(spec), index);
+  if (spec.routing == Routing::function && !options.route) {
+    const SourceRef me = spec.sources[index];
+    throw Error(Errc::invalid_argument, "flow '" + spec.name + "' source (rank " + std::to_string(me.rank) +
+                                            ", thread " + std::to_string(me.thread) +
+                                            "): the flow routes by function but the source gave none");
+  }
+  return detail::SourceRings(node, worker, std::move(spec), index, deadline);
 }
 }  // namespace
 
 ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
                              int thread, SourceOptions options)
-    : rings_(open_source(node, worker, name, thread, options.expected_schema)),
+    : rings_(open_source(node, worker, name, thread, options)),
       route_(std::move(options.route)),
       routing_(rings_.spec().routing),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       target_count_(rings_.target_count()) {
   const FlowSpec& spec = rings_.spec();
-  if (routing_ == Routing::function && !route_) {
-    throw Error(Errc::invalid_argument, rings_.label() + ": the flow routes by function but the source gave none");
-  }
   if (routing_ == Routing::key_hash) {
     const std::size_t key = spec.schema.index_of(spec.key_column);
     key_offset_ = spec.schema.offset(key);
@@ -127,16 +132,16 @@ bool ShuffleSource::direct() const {
 
 namespace {
 detail::TargetRings open_target(cluster::Node& node, std::string_view name, int id,
-                                const std::optional<Schema>& expected_schema) {
-  FlowSpec spec = detail::open_spec(node, name, FlowType::shuffle, expected_schema);
+                                const std::optional<Schema>& expected_schema, std::chrono::milliseconds timeout) {
+  FlowSpec spec = detail::open_spec(node, name, FlowType::shuffle, expected_schema, detail::open_deadline(timeout));
   const std::size_t index = detail::target_index(spec, node.rank(), id);
   return detail::TargetRings(node, std::move(spec), index);
 }
 }  // namespace
 
 ShuffleTarget::ShuffleTarget(cluster::Node& node, std::string_view name, int id,
-                             std::optional<Schema> expected_schema)
-    : rings_(open_target(node, name, id, expected_schema)),
+                             std::optional<Schema> expected_schema, std::chrono::milliseconds open_timeout)
+    : rings_(open_target(node, name, id, expected_schema, open_timeout)),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       stall_timeout_(detail::stall_timeout(rings_.spec())) {}
 

@@ -191,7 +191,11 @@ void FlowSpec::validate(int cluster_size) const {
   }
   if ((type == FlowType::shuffle && routing == Routing::key_hash) || type == FlowType::combiner) {
     if (key_column.empty()) bad("needs a key column");
-    (void)schema.index_of(key_column);  // throws not_found naming the column
+    try {
+      (void)schema.index_of(key_column);
+    } catch (const Error&) {
+      bad("the key column '" + key_column + "' is not in the schema {" + schema.describe() + "}");
+    }
   }
   memory::RingLayout ring;
   try {

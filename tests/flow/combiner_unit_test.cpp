@@ -71,6 +71,15 @@ TEST(CombinerSpec, ValidationNamesTheProblem) {
   spec = combiner("min(*)");
   EXPECT_NE(message(spec).find("min(*) needs a value column"), std::string::npos);
   spec = combiner("count(*)");
+  spec.key_column = "nokey";  // the documented code (invalid_argument), naming the flow
+  EXPECT_NE(message(spec).find("flow '"), std::string::npos) << message(spec);
+  EXPECT_NE(message(spec).find("the key column 'nokey' is not in the schema"), std::string::npos) << message(spec);
+  try {
+    spec.validate(2);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+  }
+  spec = combiner("count(*)");
   spec.targets.push_back({1, 0});
   EXPECT_NE(message(spec).find("exactly one target"), std::string::npos);
 }

@@ -33,6 +33,18 @@ TEST(Schema, DescribeAndParseRoundTrip) {
   EXPECT_EQ(Schema::parse(s.describe()).tuple_bytes(), s.tuple_bytes());
 }
 
+TEST(Schema, TheEnumsTypeNamesAreAcceptedAsAliases) {
+  EXPECT_EQ(Schema::parse("k:int64,v:float64,w:float32"), Schema::parse("k:int64,v:double,w:float"));
+  EXPECT_EQ(Schema::parse("v:float64").describe(), "v:double");
+  try {
+    (void)Schema::parse("v:float128");
+    ADD_FAILURE() << "float128 parsed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("float128"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Schema, BadSchemasAreRejected) {
   EXPECT_THROW(Schema(std::vector<Column>{}), Error);
   EXPECT_THROW(Schema({{"a", Type::int8}, {"a", Type::int16}}), Error);

@@ -418,6 +418,35 @@ int errors(cluster::Node& node) {
     ShuffleSource s(node, w, "by-function", 0);
     return Status();
   });
+  // A flow whose target never opens: what can be checked locally is checked before any wait,
+  // and every wait of an open is bounded by its open_timeout.
+  FlowSpec unopened = by_function;
+  unopened.name = "unopened";
+  unopened.targets = {{1, 7}};
+  create_flow(node, unopened);
+  const auto started = std::chrono::steady_clock::now();
+  expect_error("function routing without a function, target not open", Errc::invalid_argument, "gave none", [&] {
+    fabric::Worker w(node.fabric(), "w");
+    SourceOptions options;
+    options.open_timeout = std::chrono::milliseconds(20000);
+    ShuffleSource s(node, w, "unopened", 0, options);
+    return Status();
+  });
+  if (std::chrono::steady_clock::now() - started > std::chrono::seconds(10)) {
+    fail("a source without a routing function waited for the target before refusing");
+  }
+  expect_error("open timeout, target not open", Errc::timeout, "target (rank 1, id 7) did not open the flow", [&] {
+    fabric::Worker w(node.fabric(), "w");
+    SourceOptions options;
+    options.route = [](const std::byte*) { return std::size_t{0}; };
+    options.open_timeout = std::chrono::milliseconds(300);
+    ShuffleSource s(node, w, "unopened", 0, options);
+    return Status();
+  });
+  expect_error("open timeout, no such flow", Errc::not_found, "not created within 300 ms", [&] {
+    ShuffleTarget t(node, "nope", 0, std::nullopt, std::chrono::milliseconds(300));
+    return Status();
+  });
   {
     fabric::Worker w(node.fabric(), "w");
     SourceOptions options;

@@ -37,7 +37,10 @@ class Barrier {
  public:
   // Joins barrier `name` as member `thread` of this rank; `worker` must be the caller's own.
   // Throws dfi::Error: not_found (no such barrier), invalid_argument (not a member), timeout.
-  Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread);
+  // `open_timeout` bounds the waits for the barrier's creation and its counter (0: the
+  // registry_timeout_ms setting).
+  Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+          std::chrono::milliseconds open_timeout = std::chrono::milliseconds(0));
   // Leaves; the first member's object waits (bounded) until every other member left, since the
   // counter lives in its memory.
   ~Barrier();

@@ -72,6 +72,9 @@ class AggregateTable;
 struct CombinerSourceOptions {
   // If set, opening fails unless the flow's schema equals it.
   std::optional<Schema> expected_schema;
+  // Longest wait of the open for the flow's creation and its target's ring (0: the
+  // registry_timeout_ms setting).
+  std::chrono::milliseconds open_timeout{0};
   std::size_t local_groups = 65536;    // ship the local table when it holds this many keys
   std::size_t ship_tuples = 1u << 20;  // ... or after this many pushed tuples (0: only when full)
 };
@@ -136,7 +139,8 @@ class CombinerTarget {
   // Throws dfi::Error: not_found, invalid_argument (not a combiner flow, not its target, schema
   // mismatch), already_exists.
   CombinerTarget(cluster::Node& node, std::string_view name, int id = 0,
-                 std::optional<Schema> expected_schema = std::nullopt);
+                 std::optional<Schema> expected_schema = std::nullopt,
+                 std::chrono::milliseconds open_timeout = std::chrono::milliseconds(0));
   ~CombinerTarget();
   CombinerTarget(const CombinerTarget&) = delete;
   CombinerTarget& operator=(const CombinerTarget&) = delete;

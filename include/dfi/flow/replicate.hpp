@@ -95,6 +95,9 @@ std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source
 struct ReplicateSourceOptions {
   // If set, opening fails unless the flow's schema equals it.
   std::optional<Schema> expected_schema;
+  // Longest wait of the open for the flow's creation, its targets' rings and (ordered) the
+  // sequencer (0: the registry_timeout_ms setting).
+  std::chrono::milliseconds open_timeout{0};
   // Test seam, ordered flows: runs after a segment received its sequence number and before it is
   // written anywhere (tests kill or delay a source there to make a gap).
   std::function<void(std::uint64_t sequence)> on_sequence;
@@ -155,6 +158,9 @@ class ReplicateSource {
   FlowCounters counters() const;
 
  private:
+  // The public constructor's work, with the one deadline every registry wait of the open shares.
+  ReplicateSource(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
+                  ReplicateSourceOptions options, const Deadline& deadline);
   Status make_room();
   Status emit();
   Status take_sequence(std::uint64_t& sequence);
@@ -201,6 +207,8 @@ struct ReplicateBatch : TupleBatch {
 struct ReplicateTargetOptions {
   // If set, opening fails unless the flow's schema equals it.
   std::optional<Schema> expected_schema;
+  // Longest wait of the open for the flow's creation (0: the registry_timeout_ms setting).
+  std::chrono::milliseconds open_timeout{0};
   // The calling thread's worker, used to forward (relay) and to read the sequencer (ordered).
   // Null: the target creates its own worker the first time it needs one.
   fabric::Worker* worker = nullptr;

@@ -18,7 +18,8 @@ enum class Type { int8, int16, int32, int64, uint8, uint16, uint32, uint64, floa
 // Size in bytes of one value of `type` (1 per character for chars).
 std::size_t type_size(Type type);
 std::string_view type_name(Type type);
-// Parses a type name as written by type_name(); throws dfi::Error(invalid_argument).
+// Parses a type name as written by type_name() (or float32 / float64 for float / double);
+// throws dfi::Error(invalid_argument).
 Type parse_type(std::string_view name);
 
 struct Column {
@@ -42,7 +43,10 @@ class Schema {
   // Index of the column called `name`; throws dfi::Error(not_found) naming it.
   std::size_t index_of(std::string_view name) const;
 
-  // "key:int64,value:float64,tag:chars[8]" — also the wire form; parse() reads it back.
+  // "key:int64,value:double,tag:chars[8]" — also the wire form; parse() reads it back. Type
+  // names: int8..int64, uint8..uint64, float, double, chars[n]; parse() also accepts float32 and
+  // float64 for float and double. parse() throws dfi::Error(invalid_argument) naming what is
+  // wrong.
   std::string describe() const;
   static Schema parse(std::string_view text);
 

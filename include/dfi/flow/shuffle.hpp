@@ -49,6 +49,9 @@ using RouteFunction = std::function<std::size_t(const std::byte* tuple)>;
 struct SourceOptions {
   RouteFunction route;                   // required for Routing::function flows
   std::optional<Schema> expected_schema;  // if set, opening fails unless the flow's schema equals it
+  // Longest wait of the open for the flow's creation and its targets' rings (0: the
+  // registry_timeout_ms setting).
+  std::chrono::milliseconds open_timeout{0};
 };
 
 struct FlowCounters {
@@ -171,7 +174,8 @@ class ShuffleTarget {
   // not_found, invalid_argument (not a shuffle flow, no such target, schema mismatch),
   // already_exists (target opened twice).
   ShuffleTarget(cluster::Node& node, std::string_view name, int id,
-                std::optional<Schema> expected_schema = std::nullopt);
+                std::optional<Schema> expected_schema = std::nullopt,
+                std::chrono::milliseconds open_timeout = std::chrono::milliseconds(0));
   ShuffleTarget(const ShuffleTarget&) = delete;
   ShuffleTarget& operator=(const ShuffleTarget&) = delete;
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dfi/common/backoff.hpp"
+#include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
@@ -26,11 +27,17 @@ class Node;
 
 namespace dfi::flow::detail {
 
-// Looks up flow `name` (waiting up to the registry timeout for its creation) and checks that it
-// has type `expected` and, if given, schema `expected_schema`. Throws dfi::Error: not_found,
-// invalid_argument (wrong type, schema mismatch), timeout.
+// The deadline of one open: `timeout`, or the registry_timeout_ms setting when it is 0. Every
+// registry wait of the open (the spec, the targets' rings, a sequencer) shares it.
+Deadline open_deadline(std::chrono::milliseconds timeout);
+// What is left of an open's deadline for one registry wait (at least 1 ms: 0 means "default").
+std::chrono::milliseconds time_left(const Deadline& deadline);
+
+// Looks up flow `name` (waiting until `deadline` for its creation) and checks that it has type
+// `expected` and, if given, schema `expected_schema`. Throws dfi::Error: not_found (not created
+// in time), invalid_argument (wrong type, schema mismatch).
 FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected,
-                   const std::optional<Schema>& expected_schema);
+                   const std::optional<Schema>& expected_schema, const Deadline& deadline);
 
 // The index of this process's source `thread` in the spec; throws invalid_argument naming the flow.
 std::size_t source_index(const FlowSpec& spec, int rank, int thread);
@@ -77,13 +84,15 @@ class SourceRings {
     std::string label;
   };
 
-  // Waits for every target to publish its rings, connects, and prepares one writer per target.
-  SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t source_index);
+  // Waits (until `deadline`) for every target to publish its rings, connects, and prepares one
+  // writer per target. Throws dfi::Error naming the target that did not open in time.
+  SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t source_index,
+              const Deadline& deadline);
   // Connects to the given rings only, one writer per link, in order (replicate flows: a source
   // feeding the top of its relay tree, a target forwarding to its children). `label` names the
   // writer side.
   SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::string label,
-              const std::vector<Link>& links);
+              const std::vector<Link>& links, const Deadline& deadline);
   ~SourceRings();
   SourceRings(const SourceRings&) = delete;
   SourceRings& operator=(const SourceRings&) = delete;
@@ -111,7 +120,8 @@ class SourceRings {
   Status wait_visible(std::size_t index);
 
  private:
-  void connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links);
+  void connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links,
+               const Deadline& deadline);
 
   FlowSpec spec_;
   std::string label_;
