@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
-#include <thread>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/backoff.hpp"
@@ -165,6 +164,7 @@ ReplicateTarget::State::~State() {
   }
   // Target 0 hosts the sequencer: keep it until the other targets are done with it (or dead).
   Deadline deadline(stall);
+  Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));
   auto* words = static_cast<std::byte*>(sequencer_region->data());
   for (;;) {
     std::size_t gone = memory::load_acquire(words + detail::kSequencerDeparted);
@@ -172,7 +172,7 @@ ReplicateTarget::State::~State() {
       if (!node.fabric().peer_failure(spec.targets[t].rank).empty()) ++gone;
     }
     if (gone + 1 >= spec.targets.size() || deadline.expired()) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    waiting.pause();
   }
 }
 

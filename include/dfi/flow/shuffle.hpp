@@ -140,8 +140,13 @@ class ShuffleSource {
  private:
   std::size_t hash_route(const std::byte* tuple) const noexcept {
     std::uint64_t key = 0;
-    std::memcpy(&key, tuple + key_offset_, key_bytes_ < 8 ? key_bytes_ : 8);
-    if (key_bytes_ > 8) [[unlikely]] key = hash_bytes(tuple + key_offset_, key_bytes_);
+    if (key_bytes_ == 8) [[likely]] {
+      std::memcpy(&key, tuple + key_offset_, 8);  // one load, not a copy of a run-time length
+    } else if (key_bytes_ < 8) {
+      std::memcpy(&key, tuple + key_offset_, key_bytes_);
+    } else {
+      key = hash_bytes(tuple + key_offset_, key_bytes_);
+    }
     key ^= key >> 33;  // murmur3 finaliser: spreads sequential keys
     key *= 0xff51afd7ed558ccdull;
     key ^= key >> 33;

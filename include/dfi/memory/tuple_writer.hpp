@@ -29,8 +29,10 @@ class TupleWriter {
   // larger than a segment's payload), peer_failed, timeout (no free slot within the stall
   // timeout), flow_failed (after close).
   Status append(const void* data, std::size_t bytes) {
-    if (mode_ == RingMode::latency) [[unlikely]] return segments_.publish_from(data, bytes);
+    // One check on the hot path: in latency mode span_ stays empty, so every append takes the
+    // slow path, which publishes it as a segment of its own.
     if (fill_ + bytes > span_.size()) [[unlikely]] {
+      if (mode_ == RingMode::latency) return segments_.publish_from(data, bytes);
       if (Status s = next_segment(bytes); !s) return s;
     }
     std::memcpy(span_.data() + fill_, data, bytes);
