@@ -171,17 +171,22 @@ void Client::Impl::hello(const std::string& token) {
   const std::string what = "hello";
   std::string frame;
   try {
-    frame = protocol::encode_frame(request, kMaxRequestBytes);
+    frame = protocol::encode_frame(request, kMaxHelloBytes);
   } catch (const Error&) {
-    throw Error(Errc::invalid_argument, "registry at " + address_ + ": token is not valid UTF-8");
+    throw Error(Errc::invalid_argument, "registry at " + address_ + ": token of " +
+                                            std::to_string(token.size()) +
+                                            " bytes is not valid UTF-8 or makes the hello exceed " +
+                                            std::to_string(kMaxHelloBytes) + " bytes");
   }
   const Json reply = exchange(frame, what, kRequestTimeout);
   if (!reply.at("ok").get<bool>()) {
-    const std::optional<Errc> code =
+    // The server closes the connection after any hello error; the message is the server's,
+    // prefixed with who rejected us.
+    const std::optional<Errc> named =
         protocol::errc_from_name(*protocol::find_string(reply, "code"));
-    throw Error(code.value_or(Errc::protocol),
-                "registry at " + address_ +
-                    " rejected the connection: " + *protocol::find_string(reply, "error"));
+    const Errc code = named && *named != Errc::ok ? *named : Errc::protocol;
+    throw Error(code, "registry at " + address_ +
+                          " rejected the connection: " + *protocol::find_string(reply, "error"));
   }
 }
 
@@ -192,13 +197,24 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
     throw Error(Errc::peer_failed, "registry at " + address_ + ": cannot send " + what +
                                        ", the connection failed earlier: " + broken_);
   }
+  Json reply;
   try {
-    return exchange(frame, what, reply_timeout);
+    reply = exchange(frame, what, reply_timeout);
   } catch (const Error& e) {
     broken_ = e.what();
     fd_.reset();  // the server drops our memberships and arrivals
     throw;
   }
+  if (!reply.at("ok").get<bool>()) {
+    // After a protocol or peer_failed error frame the server closes the connection (protocol.hpp,
+    // "Connection errors"); remember why, so later calls name the cause instead of an EOF.
+    const std::string& code = *protocol::find_string(reply, "code");
+    if (code == errc_name(Errc::protocol) || code == errc_name(Errc::peer_failed)) {
+      broken_ = *protocol::find_string(reply, "error");
+      fd_.reset();
+    }
+  }
+  return reply;
 }
 
 Json Client::Impl::exchange(const std::string& frame, const std::string& what,
@@ -213,8 +229,9 @@ Json Client::Impl::exchange(const std::string& frame, const std::string& what,
   }
   std::string body(length, '\0');
   recv_exact(body.data(), body.size(), deadline, what, reply_timeout);
-  std::optional<Json> reply = protocol::parse_object(body);
-  if (!reply) throw protocol_error(what, "reply is not a JSON object");
+  std::string why;
+  std::optional<Json> reply = protocol::parse_object(body, &why);
+  if (!reply) throw protocol_error(what, "reply body " + why + "; expected one JSON object");
   const std::optional<bool> ok = protocol::find_bool(*reply, "ok");
   if (!ok) throw protocol_error(what, "reply has no boolean 'ok'");
   if (!*ok && (protocol::find_string(*reply, "code") == nullptr ||

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <limits>
 
 namespace dfi::registry::protocol {
@@ -24,9 +25,11 @@ constexpr std::size_t kQuoteLimit = 200;  // longest name quoted in full in a me
 constexpr std::array<std::int8_t, 256> kDecode = make_decode_table();
 
 constexpr Errc kAllCodes[] = {
-    Errc::ok,          Errc::retry,          Errc::timeout,  Errc::invalid_argument,
-    Errc::not_found,   Errc::already_exists, Errc::protocol, Errc::io,
-    Errc::peer_failed, Errc::flow_failed,    Errc::fatal};
+    Errc::ok,          Errc::retry,          Errc::gap,      Errc::timeout, Errc::invalid_argument,
+    Errc::not_found,   Errc::already_exists, Errc::protocol, Errc::io,      Errc::peer_failed,
+    Errc::flow_failed, Errc::fatal};
+static_assert(std::size(kAllCodes) == static_cast<std::size_t>(Errc::fatal) + 1,
+              "kAllCodes lists every Errc");
 
 std::string with_header(const std::string& body) {
   std::string frame(kHeaderBytes, '\0');
@@ -68,10 +71,57 @@ std::string encode_reply(const Json& message) {
   return with_header(message.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
-std::optional<Json> parse_object(std::string_view body) {
-  Json parsed = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded() || !parsed.is_object()) return std::nullopt;
+std::optional<Json> parse_object(std::string_view body, std::string* why) {
+  auto fail = [&](std::string text) -> std::optional<Json> {
+    if (why != nullptr) *why = std::move(text);
+    return std::nullopt;
+  };
+  if (body.empty()) return fail("is empty");
+  Json parsed;
+  try {
+    parsed = Json::parse(body.begin(), body.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte counts from 1; one past the end means the text stopped where more was required.
+    if (e.byte > body.size()) {
+      return fail("is not valid JSON (it ends early, after " + std::to_string(body.size()) +
+                  " bytes)");
+    }
+    return fail("is not valid JSON (error at byte " + std::to_string(e.byte) + " of " +
+                std::to_string(body.size()) + ")");
+  } catch (const nlohmann::json::exception&) {
+    return fail("is not valid JSON");
+  }
+  if (!parsed.is_object()) return fail("is " + std::string(kind_of(parsed)));
   return parsed;
+}
+
+std::string_view kind_of(const Json& value) noexcept {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::number_integer:
+      return "an integer";
+    case Json::value_t::number_unsigned:
+      return value.get<std::uint64_t>() >
+                     static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                 ? "an integer outside the signed 64-bit range"
+                 : "an integer";
+    case Json::value_t::number_float:
+      return "a floating-point number";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::binary:
+      return "binary data";
+    case Json::value_t::discarded:
+      return "discarded";
+  }
+  return "unknown";
 }
 
 std::string base64_encode(std::string_view bytes) {

@@ -7,6 +7,10 @@
 // input is discarded until it closes or kLingerTimeout passes, so it receives the final reply
 // instead of a reset), dead (reaped at the end of the loop pass). Every wait in the loop has a
 // deadline: hello, an incomplete frame, a reply the peer does not read, a parked request.
+//
+// A malformed request (protocol.hpp lists every kind and its message) is answered with a
+// `protocol` error frame and ends the connection (fail()); no client input is trusted to size a
+// buffer before it arrives, so a hostile length costs nothing but the check.
 #include "dfi/registry/server.hpp"
 
 #include <fcntl.h>
@@ -37,12 +41,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using protocol::Json;
 
-constexpr auto kHelloTimeout = std::chrono::seconds(10);         // connect -> hello
-constexpr auto kFrameTimeout = std::chrono::seconds(10);         // first byte -> complete frame
 constexpr auto kWriteTimeout = std::chrono::seconds(10);         // reply queued -> reply sent
 constexpr auto kLingerTimeout = std::chrono::seconds(1);         // final reply sent -> close
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);  // after EMFILE and friends
 constexpr std::size_t kReadChunk = 64 * 1024;
+// An emptied input buffer that grew beyond this is released, so an idle connection that once
+// sent a large frame does not keep its memory.
+constexpr std::size_t kKeptInputCapacity = 2 * kReadChunk;
 constexpr std::size_t kRejectSlack = 64;  // rejected connections lingering beyond the limit
 constexpr int kListenBacklog = 128;
 
@@ -103,10 +108,22 @@ int ms_until(Clock::time_point now, Clock::time_point at) {
   return static_cast<int>(std::min<long long>(ms, INT_MAX));
 }
 
+std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
 // Thrown inside request handling for a malformed request; ends the connection.
 struct ProtocolViolation {
   std::string message;
 };
+
+// "(12 of 36 body bytes)": how far the incomplete frame at the front of `in` got.
+std::string frame_progress(const std::string& in) {
+  if (in.size() < protocol::kHeaderBytes) {
+    return "(" + std::to_string(in.size()) + " of " + std::to_string(protocol::kHeaderBytes) +
+           " header bytes)";
+  }
+  return "(" + std::to_string(in.size() - protocol::kHeaderBytes) + " of " +
+         std::to_string(protocol::get_length(in.data())) + " body bytes)";
+}
 
 // All registry state and connections; used only by the loop thread (run()) after construction.
 class Loop {
@@ -242,9 +259,11 @@ int Loop::poll_timeout(Clock::time_point now) const {
     if (c.phase == Phase::draining) consider(c.linger_until);
     if (c.out_since) consider(*c.out_since + kWriteTimeout);
     if (c.phase != Phase::open) continue;
-    if (!c.authenticated) consider(c.opened + kHelloTimeout);
+    if (!c.authenticated) consider(c.opened + options_.hello_timeout);
     if (c.pending != Pending::none) consider(c.pending_deadline);
-    if (c.frame_since && c.pending == Pending::none) consider(*c.frame_since + kFrameTimeout);
+    if (c.frame_since && c.pending == Pending::none) {
+      consider(*c.frame_since + options_.frame_timeout);
+    }
   }
   return next ? ms_until(now, *next) : -1;
 }
@@ -343,19 +362,23 @@ void Loop::drain_some(Connection& c) {
 void Loop::process_input(Connection& c, Clock::time_point now) {
   while (c.phase == Phase::open && c.pending == Pending::none && !c.has_output() &&
          c.in.size() >= protocol::kHeaderBytes) {
+    // The length is checked before anything is sized by it; `in` only grows by what arrived.
     const std::uint32_t length = protocol::get_length(c.in.data());
-    if (length > kMaxRequestBytes) {
+    const std::size_t limit = c.authenticated ? kMaxRequestBytes : kMaxHelloBytes;
+    if (length > limit) {
       fail(c, "registry: frame of " + std::to_string(length) + " bytes exceeds the limit of " +
-                  std::to_string(kMaxRequestBytes) + " bytes");
+                  std::to_string(limit) + " bytes");
       return;
     }
     if (c.in.size() < protocol::kHeaderBytes + length) break;
+    std::string why;
     std::optional<Json> request =
-        protocol::parse_object(std::string_view(c.in).substr(protocol::kHeaderBytes, length));
+        protocol::parse_object(std::string_view(c.in).substr(protocol::kHeaderBytes, length), &why);
     c.in.erase(0, protocol::kHeaderBytes + length);
     c.frame_since = c.in.empty() ? std::nullopt : std::optional(now);
+    if (c.in.empty() && c.in.capacity() > kKeptInputCapacity) std::string().swap(c.in);
     if (!request) {
-      fail(c, "registry: frame is not a JSON object");
+      fail(c, "registry: frame body " + why + "; expected one JSON object");
       return;
     }
     try {
@@ -369,8 +392,17 @@ void Loop::process_input(Connection& c, Clock::time_point now) {
       return;
     }
   }
-  if (c.phase == Phase::open && c.eof) {
-    // Nothing more will arrive; answer what we could and close (withdrawing parked requests).
+  if (c.phase != Phase::open || !c.eof) return;
+  // Nothing more will arrive. Complete frames are answered first (a reply still being sent
+  // holds the rest until it is out); then the connection closes, with an error frame if it
+  // ended inside a frame. A parked request is withdrawn: its peer hung up.
+  if (c.pending != Pending::none) {
+    begin_close(c);
+  } else if (c.has_output()) {
+    return;
+  } else if (!c.in.empty()) {
+    fail(c, "registry: connection closed inside a frame " + frame_progress(c.in));
+  } else {
     begin_close(c);
   }
 }
@@ -386,14 +418,14 @@ void Loop::expire(Connection& c, Clock::time_point now) {
     return;
   }
   if (c.phase != Phase::open) return;
-  if (!c.authenticated && now >= c.opened + kHelloTimeout) {
-    fail(c, "registry: no hello within " +
-                std::to_string(std::chrono::milliseconds(kHelloTimeout).count()) + " ms");
+  if (!c.authenticated && now >= c.opened + options_.hello_timeout) {
+    fail(c, "registry: no hello within " + ms_text(options_.hello_timeout));
     return;
   }
-  if (c.pending == Pending::none && c.frame_since && now >= *c.frame_since + kFrameTimeout) {
-    fail(c, "registry: frame incomplete after " +
-                std::to_string(std::chrono::milliseconds(kFrameTimeout).count()) + " ms");
+  if (c.pending == Pending::none && c.frame_since &&
+      now >= *c.frame_since + options_.frame_timeout) {
+    fail(c, "registry: frame incomplete after " + ms_text(options_.frame_timeout) + " " +
+                frame_progress(c.in));
     return;
   }
   if (c.pending == Pending::wait && now >= c.pending_deadline) {
@@ -512,29 +544,42 @@ void Loop::withdraw_arrival(Connection& c) {
 
 // ---- requests ---------------------------------------------------------------------------------
 
+// The violation for field `key` of request `op`: missing, or present with the wrong type.
+ProtocolViolation bad_field(const Json& request, const char* op, const char* key,
+                            const char* expected) {
+  auto it = request.find(key);
+  if (it == request.end()) {
+    return {std::string("registry: request '") + op + "' has no field '" + key + "'"};
+  }
+  return {std::string("registry: field '") + key + "' of request '" + op + "' is " +
+          std::string(protocol::kind_of(*it)) + ", expected " + expected};
+}
+
 const std::string& need_string(const Json& request, const char* op, const char* key) {
   const std::string* value = protocol::find_string(request, key);
-  if (value == nullptr) {
-    throw ProtocolViolation{std::string("registry: '") + op + "' request needs string field '" +
-                            key + "'"};
-  }
+  if (value == nullptr) throw bad_field(request, op, key, "a string");
   return *value;
 }
 
 std::int64_t need_int(const Json& request, const char* op, const char* key) {
   std::optional<std::int64_t> value = protocol::find_int(request, key);
-  if (!value) {
-    throw ProtocolViolation{std::string("registry: '") + op + "' request needs integer field '" +
-                            key + "'"};
-  }
+  if (!value) throw bad_field(request, op, key, "an integer");
+  return *value;
+}
+
+// The optional boolean `key`, or `absent` when the request does not carry it.
+bool optional_bool(const Json& request, const char* op, const char* key, bool absent) {
+  if (!request.contains(key)) return absent;
+  std::optional<bool> value = protocol::find_bool(request, key);
+  if (!value) throw bad_field(request, op, key, "a boolean");
   return *value;
 }
 
 std::string need_base64(const Json& request, const char* op, const char* key) {
   std::optional<std::string> value = protocol::base64_decode(need_string(request, op, key));
   if (!value) {
-    throw ProtocolViolation{std::string("registry: field '") + key + "' of '" + op +
-                            "' is not base64"};
+    throw ProtocolViolation{std::string("registry: field '") + key + "' of request '" + op +
+                            "' is not canonical padded base64"};
   }
   return std::move(*value);
 }
@@ -555,7 +600,12 @@ bool check_name(const std::string& name, std::string& why) {
 
 void Loop::handle(Connection& c, const Json& request, Clock::time_point now) {
   const std::string* op = protocol::find_string(request, "op");
-  if (op == nullptr) throw ProtocolViolation{"registry: request has no string field 'op'"};
+  if (op == nullptr) {
+    auto it = request.find("op");
+    if (it == request.end()) throw ProtocolViolation{"registry: request has no field 'op'"};
+    throw ProtocolViolation{"registry: field 'op' of the request is " +
+                            std::string(protocol::kind_of(*it)) + ", expected a string"};
+  }
   if (!c.authenticated) {
     if (*op != "hello") {
       throw ProtocolViolation{"registry: expected 'hello' as the first request, got '" +
@@ -591,8 +641,8 @@ void Loop::handle_hello(Connection& c, const Json& request) {
     throw ProtocolViolation{"registry: client speaks protocol version " + std::to_string(version) +
                             ", this server speaks " + std::to_string(protocol::kVersion)};
   }
-  const std::string* token = protocol::find_string(request, "token");
-  if (!tokens_equal(token != nullptr ? *token : std::string(), options_.token)) {
+  const std::string& token = need_string(request, "hello", "token");
+  if (!tokens_equal(token, options_.token)) {
     reply_error(c, Errc::invalid_argument, "registry: bad token");
     begin_close(c);
     return;
@@ -604,12 +654,7 @@ void Loop::handle_hello(Connection& c, const Json& request) {
 void Loop::handle_publish(Connection& c, const Json& request) {
   const std::string& name = need_string(request, "publish", "name");
   std::string value = need_base64(request, "publish", "value");
-  bool replace = false;
-  if (request.contains("replace")) {
-    std::optional<bool> flag = protocol::find_bool(request, "replace");
-    if (!flag) throw ProtocolViolation{"registry: field 'replace' of 'publish' is not a boolean"};
-    replace = *flag;
-  }
+  const bool replace = optional_bool(request, "publish", "replace", false);
   std::string why;
   if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
   if (value.size() > kMaxValueBytes) {
@@ -792,6 +837,12 @@ Server::Impl::Impl(ServerOptions options) {
   }
   if (options.max_connections == 0) {
     throw Error(Errc::invalid_argument, "registry: max_connections must be at least 1");
+  }
+  if (options.hello_timeout.count() <= 0 || options.frame_timeout.count() <= 0) {
+    throw Error(Errc::invalid_argument,
+                "registry: hello_timeout and frame_timeout must be positive (got " +
+                    ms_text(options.hello_timeout) + " and " + ms_text(options.frame_timeout) +
+                    ")");
   }
   const std::string requested = net::join_host_port(options.bind_host, options.port);
 

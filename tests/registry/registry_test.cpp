@@ -1,21 +1,15 @@
-// Registry server and client: records, waits, membership, barriers, security and robustness
-// against hostile or broken peers. Everything runs in-process over loopback TCP.
-#include <arpa/inet.h>
+// Registry server and client through the Client API: records, waits, membership, barriers,
+// security, connection limits and server failures. Everything runs in-process over loopback
+// TCP. The wire format and malformed requests are tested in registry_wire_test.cpp.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,132 +17,19 @@
 #include "dfi/common/error.hpp"
 #include "dfi/registry/client.hpp"
 #include "dfi/registry/server.hpp"
+#include "registry/registry_test_util.hpp"
 
 namespace dfi::registry {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using namespace testing;  // dfi::registry::testing
 
-constexpr auto kConnectTimeout = 5s;
 constexpr auto kLongWait = 5s;
 
 long long ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
-
-// Runs `f`, which must throw dfi::Error; returns it (or a fatal-coded error after a failure).
-Error capture_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected dfi::Error, got std::exception: " << e.what();
-    return Error(Errc::fatal, e.what());
-  }
-  ADD_FAILURE() << "expected dfi::Error, nothing was thrown";
-  return Error(Errc::fatal, "nothing thrown");
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::unique_ptr<Client> connect_to(const Server& server, const std::string& token = "") {
-  return std::make_unique<Client>(server.address(), token, kConnectTimeout);
-}
-
-std::string frame(std::string_view body) {
-  const auto n = static_cast<std::uint32_t>(body.size());
-  std::string out{static_cast<char>(n >> 24), static_cast<char>((n >> 16) & 0xff),
-                  static_cast<char>((n >> 8) & 0xff), static_cast<char>(n & 0xff)};
-  out.append(body);
-  return out;
-}
-
-constexpr std::string_view kHello = R"({"op":"hello","token":"","version":1})";
-
-// A hand-driven TCP connection, for speaking (broken) protocol to the server.
-class RawConnection {
- public:
-  explicit RawConnection(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    EXPECT_GE(fd_, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sockaddr generic{};
-    static_assert(sizeof(generic) == sizeof(address));
-    std::memcpy(&generic, &address, sizeof(address));
-    EXPECT_EQ(::connect(fd_, &generic, sizeof(address)), 0) << std::strerror(errno);
-  }
-  ~RawConnection() { close(); }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-
-  void send_bytes(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return;  // the server may already have closed us; that is allowed
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-    }
-  }
-  void send_frame(std::string_view body) { send_bytes(frame(body)); }
-
-  // The next frame's body, or nullopt on EOF, error or timeout.
-  std::optional<std::string> read_frame(std::chrono::milliseconds timeout = 2000ms) {
-    char header[4];
-    if (!read_exact(header, 4, timeout)) return std::nullopt;
-    const std::uint32_t n = (std::uint32_t{static_cast<unsigned char>(header[0])} << 24) |
-                            (std::uint32_t{static_cast<unsigned char>(header[1])} << 16) |
-                            (std::uint32_t{static_cast<unsigned char>(header[2])} << 8) |
-                            std::uint32_t{static_cast<unsigned char>(header[3])};
-    if (n > (1u << 24)) return std::nullopt;
-    std::string body(n, '\0');
-    if (!read_exact(body.data(), n, timeout)) return std::nullopt;
-    return body;
-  }
-
-  // True once the server closed the connection (EOF or reset) within `timeout`.
-  bool closed_by_server(std::chrono::milliseconds timeout = 2000ms) {
-    const auto deadline = Clock::now() + timeout;
-    char sink[4096];
-    while (Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const ssize_t n = ::recv(fd_, sink, sizeof(sink), 0);
-      if (n <= 0) return true;
-    }
-    return false;
-  }
-
-  void shutdown_sending() { ::shutdown(fd_, SHUT_WR); }
-
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  bool read_exact(char* out, std::size_t size, std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    std::size_t got = 0;
-    while (got < size) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-      const ssize_t n = ::recv(fd_, out + got, size - got, 0);
-      if (n <= 0) return false;
-      got += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-
-  int fd_;
-};
 
 // Polls `condition` until it holds or `timeout` passes.
 bool eventually(const std::function<bool()>& condition,
@@ -491,147 +372,7 @@ TEST(Registry, ConnectionsBeyondTheLimitAreRefused) {
   EXPECT_EQ(b->lookup("still"), "served");
 }
 
-// ---- robustness -------------------------------------------------------------------------------
-
-// Sends `request` after a hello and expects an error reply containing `expected`, then a close.
-void expect_rejected(std::uint16_t port, std::string_view request, const std::string& expected,
-                     bool hello_first = true) {
-  SCOPED_TRACE(std::string(request.substr(0, 80)));
-  RawConnection raw(port);
-  if (hello_first) {
-    raw.send_frame(kHello);
-    const std::optional<std::string> hello = raw.read_frame();
-    ASSERT_TRUE(hello.has_value());
-    EXPECT_TRUE(contains(*hello, R"("ok":true)")) << *hello;
-  }
-  raw.send_bytes(request);
-  const std::optional<std::string> reply = raw.read_frame();
-  ASSERT_TRUE(reply.has_value()) << "no error reply";
-  EXPECT_TRUE(contains(*reply, R"("ok":false)")) << *reply;
-  EXPECT_TRUE(contains(*reply, expected)) << *reply;
-  EXPECT_TRUE(raw.closed_by_server()) << "the server kept a broken connection open";
-}
-
-TEST(Registry, ServerSurvivesGarbageAndServesOthers) {
-  Server server(ServerOptions{});
-  auto bystander = connect_to(server);  // connected throughout: must be unaffected
-  bystander->publish("before", "1");
-  bystander->join(7, "bystander");
-
-  {  // random bytes, then hang up
-    std::mt19937 rng(42);
-    std::string noise(4096, '\0');
-    for (char& ch : noise) ch = static_cast<char>(rng() & 0xff);
-    RawConnection raw(server.port());
-    raw.send_bytes(noise);
-  }
-  // A 4 GB length prefix.
-  expect_rejected(server.port(), std::string(4, '\xff'), "exceeds the limit", false);
-  expect_rejected(server.port(), frame("this is not json"), "not a JSON object", false);
-  expect_rejected(server.port(), frame(""), "not a JSON object", false);
-  expect_rejected(server.port(), frame("[1,2,3]"), "not a JSON object", false);
-  expect_rejected(server.port(), frame(std::string(200000, '[')), "not a JSON object", false);
-  expect_rejected(server.port(), frame("{\"op\":\"\xff\xfe\"}"), "not a JSON object", false);
-  expect_rejected(server.port(), frame(R"({"op":"lookup","name":"before"})"), "expected 'hello'",
-                  false);
-  expect_rejected(server.port(), frame(R"({"op":"hello","token":"","version":99})"), "version 99",
-                  false);
-  expect_rejected(server.port(), frame(R"({"op":"hello","token":""})"), "version", false);
-  expect_rejected(server.port(), frame(R"({"op":"frobnicate"})"), "unknown op 'frobnicate'");
-  expect_rejected(server.port(), frame(R"({"name":"x"})"), "no string field 'op'");
-  expect_rejected(server.port(), frame(R"({"op":42})"), "no string field 'op'");
-  expect_rejected(server.port(), frame(R"({"op":"publish"})"), "field 'name'");
-  expect_rejected(server.port(), frame(R"({"op":"publish","name":"x","value":"!!"})"),
-                  "not base64");
-  expect_rejected(server.port(), frame(R"({"op":"publish","name":"x","value":"AB=="})"),
-                  "not base64");
-  expect_rejected(server.port(),
-                  frame(R"({"op":"publish","name":"x","value":"AA==","replace":"yes"})"),
-                  "'replace'");
-  expect_rejected(server.port(), frame(R"({"op":"join","rank":1.5,"info":""})"), "'rank'");
-  expect_rejected(server.port(),
-                  frame(R"({"op":"barrier","name":"b","count":18446744073709551615,)"
-                        R"("timeout_ms":1})"),
-                  "'count'");
-  expect_rejected(server.port(), frame(R"({"op":"wait","name":"x"})"), "'timeout_ms'");
-  expect_rejected(server.port(), frame(kHello), "second 'hello'");
-
-  {  // half a frame, then hang up
-    RawConnection raw(server.port());
-    raw.send_frame(kHello);
-    ASSERT_TRUE(raw.read_frame().has_value());
-    raw.send_bytes(frame(R"({"op":"lookup","name":"before"})").substr(0, 12));
-  }
-  {  // half a header, then hang up
-    RawConnection raw(server.port());
-    raw.send_bytes(std::string("\0\0", 2));
-  }
-  {  // semantic errors keep the connection: two requests on one raw connection
-    RawConnection raw(server.port());
-    raw.send_frame(kHello);
-    ASSERT_TRUE(raw.read_frame().has_value());
-    raw.send_frame(R"({"op":"wait","name":"x","timeout_ms":-5})");
-    const std::optional<std::string> first = raw.read_frame();
-    ASSERT_TRUE(first.has_value());
-    EXPECT_TRUE(contains(*first, "invalid_argument")) << *first;
-    raw.send_frame(R"({"op":"lookup","name":"before"})");
-    const std::optional<std::string> second = raw.read_frame();
-    ASSERT_TRUE(second.has_value());
-    EXPECT_TRUE(contains(*second, R"("value":"MQ==")")) << *second;
-  }
-
-  EXPECT_EQ(bystander->lookup("before"), "1");
-  EXPECT_EQ(bystander->members(), (std::map<int, std::string>{{7, "bystander"}}));
-  auto fresh = connect_to(server);
-  fresh->publish("after", "2");
-  EXPECT_EQ(fresh->lookup("after"), "2");
-  EXPECT_EQ(fresh->lookup("before"), "1");
-}
-
-// A small, seeded protocol fuzzer: mutated requests after a valid hello. Whatever arrives, once
-// the peer half-closes the server must close the connection, and it must keep serving others.
-TEST(Registry, MutatedRequestsNeverBreakTheServer) {
-  Server server(ServerOptions{});
-  auto bystander = connect_to(server);
-  bystander->publish("kept", "safe");
-  const std::vector<std::string> seeds = {
-      R"({"op":"publish","name":"f","value":"AAEC","replace":true})",
-      R"({"op":"lookup","name":"kept"})",
-      R"({"op":"wait","name":"f","timeout_ms":50})",
-      R"({"op":"remove","name":"f"})",
-      R"({"op":"join","rank":3,"info":"aGk="})",
-      R"({"op":"members"})",
-      R"({"op":"barrier","name":"fz","count":2,"timeout_ms":50})",
-  };
-  std::mt19937 rng(1234);
-  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
-  constexpr int kCases = 1000;
-  for (int i = 0; i < kCases; ++i) {
-    std::string body = seeds[pick(seeds.size())];
-    switch (pick(4)) {
-      case 0:  // overwrite a few bytes
-        for (std::size_t k = 0, n = 1 + pick(3); k < n; ++k) {
-          body[pick(body.size())] = static_cast<char>(rng() & 0xff);
-        }
-        break;
-      case 1: body.resize(pick(body.size())); break;  // truncate
-      case 2: body.insert(pick(body.size()), body.substr(pick(body.size()))); break;
-      case 3: body.insert(pick(body.size()), 1, "{}[]\",:0-e\\"[pick(11)]); break;
-    }
-    std::string bytes = frame(body);
-    if (pick(8) == 0) bytes[3] = static_cast<char>(rng() & 0xff);  // lie about the length
-    SCOPED_TRACE("case " + std::to_string(i) + ": " + body);
-    RawConnection raw(server.port());
-    raw.send_frame(kHello);
-    raw.send_bytes(bytes);
-    raw.shutdown_sending();
-    ASSERT_TRUE(raw.closed_by_server()) << "server kept a finished connection open";
-  }
-  EXPECT_EQ(bystander->lookup("kept"), "safe");
-  auto fresh = connect_to(server);
-  fresh->publish("still", "serving");
-  EXPECT_EQ(fresh->lookup("still"), "serving");
-}
+// ---- failures of the server -------------------------------------------------------------------
 
 TEST(Registry, UnreachableServerFailsWithinTheConnectTimeout) {
   std::uint16_t port = 0;

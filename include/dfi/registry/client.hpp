@@ -12,12 +12,16 @@
 //                message names the registry address and the request.
 //   timeout:     the registry did not answer within the request's bound (10 s for simple
 //                requests, the call's own timeout plus 2 s for wait_for() and barrier()).
-//   protocol:    the registry sent a malformed reply.
+//   protocol:    the registry sent a malformed reply ("registry at H:P sent a malformed reply
+//                to ..."), or it found our request malformed and said so in an error frame (the
+//                registry's own message, "registry: unknown op 'x'"; a newer client talking to
+//                an older server).
 //   io:          a local socket call failed.
 // After any of these four the connection is unusable and every later call fails with
 // peer_failed naming the first failure; membership of this client ends with it. Errors the
 // registry decides (not_found, already_exists, timeout of a wait, invalid_argument) leave the
-// connection usable.
+// connection usable. An error the registry sends arrives as dfi::Error with the registry's code
+// and message unchanged (src/registry/protocol.hpp lists them).
 //
 // Names are non-empty UTF-8 text of at most kMaxNameBytes; values are arbitrary bytes of at most
 // kMaxValueBytes. A call that breaks these bounds throws invalid_argument and sends nothing.
@@ -45,7 +49,11 @@ class Client {
   //            after 3000 ms: Connection refused").
   //   io:      the host name cannot be resolved, or a socket call failed.
   //   retry:   the registry has too many connections.
-  //   protocol / peer_failed: the registry answered the hello with garbage or hung up.
+  //   protocol / peer_failed: the registry answered the hello with garbage or hung up, or
+  //                     rejected it ("... rejected the connection: registry: client speaks
+  //                     protocol version 2, this server speaks 1").
+  //   invalid_argument: also when the token is not UTF-8 or longer than a hello may be
+  //                     (kMaxHelloBytes).
   Client(std::string host_port, std::string token, std::chrono::milliseconds connect_timeout);
   // Closes the connection; the registry then drops this client's memberships and barrier
   // arrivals.

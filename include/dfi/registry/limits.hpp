@@ -14,6 +14,10 @@ namespace dfi::registry {
 // longer frame is answered with a protocol error and its connection is closed.
 inline constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 20;
 
+// Largest first frame (the hello, carrying the token) of a connection. Until a peer has shown
+// the token it may make the server buffer this much, not kMaxRequestBytes.
+inline constexpr std::size_t kMaxHelloBytes = std::size_t{64} << 10;
+
 // Largest reply frame the client accepts (a members() reply grows with the cluster).
 inline constexpr std::size_t kMaxReplyBytes = std::size_t{64} << 20;
 

@@ -13,11 +13,14 @@
 // The server serves every connection from one background thread (a poll loop), so no request can
 // block another: wait and barrier requests are parked until their record appears, their barrier
 // fills or their timeout passes. The server survives anything a client sends (garbage bytes,
-// oversized or truncated frames, invalid JSON, unknown operations, missing fields): it answers
-// with an error frame when it can and closes only that connection. Records live in memory only
-// and disappear with the server.
+// oversized or truncated frames, invalid JSON, unknown operations, missing or mistyped fields):
+// it answers every malformed request with a `protocol` error frame naming what was wrong, then
+// closes only that connection. The wire format, every request, reply and error frame, is
+// documented in src/registry/protocol.hpp. Records live in memory only and disappear with the
+// server.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,14 +40,19 @@ struct ServerOptions {
   std::string token{};
   // Connections beyond this many are answered with a `retry` error and closed.
   std::size_t max_connections = kDefaultMaxConnections;
+  // A connection that sends no hello this long after it opened, or leaves a frame incomplete
+  // this long after its first byte, is answered with a `protocol` error and closed.
+  std::chrono::milliseconds hello_timeout{10'000};
+  std::chrono::milliseconds frame_timeout{10'000};
 };
 
 class Server {
  public:
   // Binds, listens and starts serving before returning, so clients may connect at once.
   // Errors (dfi::Error):
-  //   invalid_argument: bind_host is empty; max_connections is 0; bind_host is not a loopback
-  //                     address and token is empty (an exposed registry needs a token).
+  //   invalid_argument: bind_host is empty; max_connections is 0; hello_timeout or
+  //                     frame_timeout is not positive; bind_host is not a loopback address and
+  //                     token is empty (an exposed registry needs a token).
   //   io: bind_host cannot be resolved; the socket cannot be created, bound (message names
   //       host:port and the system error) or listened on; the serving thread cannot start.
   explicit Server(ServerOptions options);
