@@ -30,8 +30,9 @@ constexpr std::array kEntries{
           "100 us, 22-27 us at 5000 us)"},
     Entry{"segments_shm", "DFI_SEGMENTS_SHM", "32",
           "Default segments per ring of a bandwidth-mode flow where RMA is native (shm, verbs)"},
-    Entry{"segment_bytes_shm", "DFI_SEGMENT_BYTES_SHM", "8192",
-          "Default segment size (footer included) of a bandwidth-mode flow where RMA is native"},
+    Entry{"segment_bytes_shm", "DFI_SEGMENT_BYTES_SHM", "8208",
+          "Default segment size (footer included) of a bandwidth-mode flow where RMA is native: "
+          "8 KiB of payload, a whole number of tuples of any power-of-two width up to 8 KiB"},
     Entry{"segments_tcp", "DFI_SEGMENTS_TCP", "8",
           "Default segments per ring of a bandwidth-mode flow where segments travel as active messages (tcp)"},
     Entry{"segment_bytes_tcp", "DFI_SEGMENT_BYTES_TCP", "32784",

@@ -21,7 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::uint32_t kDefaultBandwidthSegment = 8192;  // an unresolved spec's (shm's) defaults
+constexpr std::uint32_t kDefaultBandwidthSegment = 8192 + 16;  // an unresolved spec's (shm's) defaults
 constexpr std::uint32_t kDefaultSegments = 32;
 
 std::string_view mode_name(Mode mode) { return mode == Mode::bandwidth ? "bandwidth" : "latency"; }

@@ -332,7 +332,7 @@ class CombinerBench final : public Scenario {
         {"ship_tuples", 1u << 20, 1u << 20,
          "combiner: ship the local table after this many pushed tuples (flow default)"},
         {"segments", 32, 32, "segments per ring (flow default)"},
-        {"segment_bytes", 8192, 8192, "segment size including the 16 B footer (flow default)"},
+        {"segment_bytes", 8208, 8208, "segment size including the 16 B footer (flow default)"},
         {"stall_timeout_s", 30, 60,
          "longest wait of a DFI rank for data or ring space before it fails the run"},
         {"timeout_s", 180, 900, "bound of the DFI cluster run and of each ucx_perftest run"},

@@ -470,7 +470,7 @@ class ReplicateBench final : public Scenario {
          {{"shm", 256u << 20}, {"tcp", 16u << 20}},
          "bandwidth: tuple bytes every target receives per point (and ucx_perftest moves)"},
         {"segments", 32, 32, "bandwidth: segments per ring (flow default)"},
-        {"segment_bytes", 8192, 8192, "bandwidth: segment size including the 16 B footer"},
+        {"segment_bytes", 8208, 8208, "bandwidth: segment size including the 16 B footer"},
         {"latency_tuple_bytes", 64, 64, "latency: tuple width in bytes (>= 16, multiple of 8)"},
         {"latency_iterations",
          {{"shm", 2000}, {"tcp", 200}},

@@ -322,7 +322,7 @@ class ShuffleBw final : public Scenario {
          "upper bound of tuples per source (keeps 16 B points from dominating the run)"},
         {"segments", {{"shm", 32}, {"tcp", 8}}, {{"shm", 32}, {"tcp", 8}},
          "segments per ring (the flow defaults, settings segments_shm / segments_tcp)"},
-        {"segment_bytes", {{"shm", 8192}, {"tcp", 32784}}, {{"shm", 8192}, {"tcp", 32784}},
+        {"segment_bytes", {{"shm", 8208}, {"tcp", 32784}}, {{"shm", 8208}, {"tcp", 32784}},
          "segment size including the 16 B footer (the flow defaults, settings segment_bytes_shm / "
          "segment_bytes_tcp)"},
         {"routing", "key_hash", "key_hash",
