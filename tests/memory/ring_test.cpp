@@ -134,8 +134,8 @@ TEST(RingLayoutTest, BadLayoutsAreRejected) {
   RingLayout l = RingLayout::make(4, 64);
   EXPECT_EQ(l.payload_capacity(), 48u);
   EXPECT_EQ(l.slot_offset(5), 0u);
-  EXPECT_EQ(l.bytes(), 4u * 64 + 16);
-  EXPECT_EQ(l.tail_offset(), l.head_offset() + 8);
+  EXPECT_EQ(l.bytes(), 4u * 64 + 2 * kWordLine);
+  EXPECT_EQ(l.tail_offset(), l.head_offset() + kWordLine);
   EXPECT_EQ(l.free_slots(0, 0), 4u);
   EXPECT_EQ(l.free_slots(4, 0), 0u);
   EXPECT_EQ(l.free_slots(6, 3), 1u);

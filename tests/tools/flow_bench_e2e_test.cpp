@@ -185,7 +185,7 @@ TEST(BenchMemory, QuickOverShmMatchesTheLayout) {
     }
     if (ratio["baseline"] == "budget") {
       budgeted = true;
-      EXPECT_NEAR(ratio["dfi_value"].get<double>(), 4 * 8 * (32 * 8208 + 16) / 1048576.0, 1e-9);
+      EXPECT_NEAR(ratio["dfi_value"].get<double>(), 4 * 8 * (32 * 8208 + 128) / 1048576.0, 1e-9);
     }
   }
   EXPECT_TRUE(budgeted);
@@ -202,7 +202,7 @@ TEST(BenchMemory, QuickOverTcpCountsStaging) {
   ASSERT_NE(dfi, nullptr);
   ASSERT_EQ((*dfi)["points"].size(), 1u);
   // 1 target x 2 rings + 1 source x 2 targets x 4 staging segments of 8 KiB.
-  const double expected = (2 * (32 * 8208 + 16) + 2 * 4 * 8208) / 1048576.0;
+  const double expected = (2 * (32 * 8208 + 128) + 2 * 4 * 8208) / 1048576.0;
   EXPECT_NEAR((*dfi)["points"][0]["value"].get<double>(), expected, 1e-9);
 }
 

@@ -10,8 +10,9 @@
 // it writes through a pointer), then writes the state word. A reader takes segment n when the
 // state word of its slot says sequence n and consumable (an acquire load).
 //
-// After the segments, each ring has two words that say where it stands, so a third party (the
-// data mover of network-driven flows) learns its state with one read:
+// After the segments, each ring has two words that say where it stands (each on a cache line of
+// its own), so a third party (the data mover of network-driven flows) learns its state with one
+// read each:
 //   published head  the sequence of the last segment published (written after its state word;
 //                   the state word stays the truth: over a transport that reorders puts, the
 //                   head may be seen before the state it follows);
@@ -41,6 +42,7 @@
 namespace dfi::memory {
 
 inline constexpr std::size_t kFooterBytes = 16;
+inline constexpr std::size_t kWordLine = 64;  // bytes between the head and the tail word
 inline constexpr std::uint16_t kSegmentAm = 1;
 inline constexpr std::uint16_t kCreditAm = 2;
 inline constexpr std::uint64_t kConsumable = 1;
@@ -61,8 +63,9 @@ struct RingLayout {
   static RingLayout make(std::uint32_t segments, std::uint32_t segment_bytes);
 
   std::size_t payload_capacity() const { return segment_bytes - kFooterBytes; }
-  // Ring bytes including the trailing head and tail words.
-  std::size_t bytes() const { return std::size_t{segments} * segment_bytes + 16; }
+  // Ring bytes including the trailing head and tail words, each on a cache line of its own (the
+  // writer stores one, the reader the other, once per segment).
+  std::size_t bytes() const { return std::size_t{segments} * segment_bytes + 2 * kWordLine; }
   std::size_t slot_offset(std::uint64_t sequence) const {
     return static_cast<std::size_t>((sequence - 1) % segments) * segment_bytes;
   }
@@ -71,7 +74,7 @@ struct RingLayout {
   }
   std::size_t state_offset(std::uint64_t sequence) const { return fill_offset(sequence) + 8; }
   std::size_t head_offset() const { return std::size_t{segments} * segment_bytes; }
-  std::size_t tail_offset() const { return head_offset() + 8; }
+  std::size_t tail_offset() const { return head_offset() + kWordLine; }
   // Slots free for the writer when it published `head` segments and the reader released `tail`.
   std::uint64_t free_slots(std::uint64_t head, std::uint64_t tail) const {
     const std::uint64_t in_flight = head - tail;

@@ -11,7 +11,7 @@
 // just before the flow was opened. Reported per node: the largest of the ranks.
 //
 // No speed baseline: the reference is a computed expectation from the ring layout,
-//   targets_per_rank x all_sources x (segments x segment_bytes + 16)  (rings, plus head and tail words)
+//   targets_per_rank x all_sources x (segments x segment_bytes + 128) (rings, head and tail lines)
 //   + sources_per_rank x all_targets x staging_segments(4) x segment_bytes   (put path only)
 // and, for 2 ranks x 4 sources x 4 targets with defaults, the project's budget of 16 MiB.
 #include <algorithm>
@@ -322,7 +322,7 @@ class MemoryUse final : public Scenario {
   std::vector<BaselineInfo> baselines() const override {
     return {{"computed expectation",
              "no speed baseline: targets_per_rank x sources_in_flow x (segments x segment_bytes "
-             "+ 16) for the rings a node hosts, plus sources_per_rank x targets_in_flow x 4 x "
+             "+ 128) for the rings a node hosts, plus sources_per_rank x targets_in_flow x 4 x "
              "segment_bytes of staging segments where the put path is used (not on shm with "
              "direct writes); and the project's budget of 16 MiB per node for 2 ranks x 4 "
              "sources x 4 targets with defaults"}};
