@@ -36,7 +36,8 @@ ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::s
       route_(std::move(options.route)),
       routing_(rings_.spec().routing),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
-      target_count_(rings_.target_count()) {
+      target_count_(rings_.target_count()),
+      push_width_(tuple_bytes_) {
   const FlowSpec& spec = rings_.spec();
   if (routing_ == Routing::key_hash) {
     const std::size_t key = spec.schema.index_of(spec.key_column);
@@ -65,6 +66,12 @@ Status ShuffleSource::width_error(std::size_t bytes) const {
                                       " B {" + rings_.spec().schema.describe() + "}"};
 }
 
+Status ShuffleSource::latch(Status status) {
+  status = failure_.latch(std::move(status));
+  if (failure_.failed()) push_width_ = SIZE_MAX;
+  return status;
+}
+
 Status ShuffleSource::push_error(std::size_t bytes) const {
   if (failure_.failed()) return failure_.again(rings_.label());
   return width_error(bytes);
@@ -83,13 +90,12 @@ Status ShuffleSource::route_slow(const std::byte* tuple, std::size_t& target) {
 }
 
 Status ShuffleSource::push_to(std::size_t target, const void* tuple, std::size_t bytes) {
-  if (bytes != tuple_bytes_ || failure_.failed()) [[unlikely]] return push_error(bytes);
+  if (bytes != push_width_) [[unlikely]] return push_error(bytes);
   if (target >= target_count_) {
     return {Errc::invalid_argument, rings_.label() + ": target " + std::to_string(target) +
                                         " does not exist (the flow has " + std::to_string(target_count_) + ")"};
   }
-  ++tuples_;
-  return failure_.latch(rings_.writer(target).append(tuple, bytes));
+  return latch(rings_.writer(target).append(tuple, bytes));
 }
 
 Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
@@ -103,10 +109,10 @@ Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
 Status ShuffleSource::flush() {
   if (failure_.failed()) return push_error(tuple_bytes_);
   for (std::size_t t = 0; t < target_count_; ++t) {
-    if (Status s = rings_.writer(t).flush(); !s) return failure_.latch(std::move(s));
+    if (Status s = rings_.writer(t).flush(); !s) return latch(std::move(s));
   }
   for (std::size_t t = 0; t < target_count_; ++t) {
-    if (Status s = rings_.writer(t).drain(); !s) return failure_.latch(std::move(s));
+    if (Status s = rings_.writer(t).drain(); !s) return latch(std::move(s));
   }
   return {};
 }
@@ -116,12 +122,15 @@ Status ShuffleSource::close() {
     (void)rings_.close();  // end-of-stream to the targets that are still alive
     return push_error(tuple_bytes_);
   }
-  return failure_.latch(rings_.close());
+  return latch(rings_.close());
 }
 
 FlowCounters ShuffleSource::counters() const {
   memory::RingCounters rings = rings_.counters();
-  return {tuples_, rings.bytes, rings.segments, rings.stalls};
+  // Tuples pushed: published ones and those still batched (a push that failed added none).
+  std::uint64_t bytes = rings.bytes;
+  for (std::size_t t = 0; t < target_count_; ++t) bytes += rings_.writer(t).batched_bytes();
+  return {bytes / tuple_bytes_, rings.bytes, rings.segments, rings.stalls};
 }
 
 bool ShuffleSource::direct() const {

@@ -100,16 +100,15 @@ class ShuffleSource {
   // the first call that sees it), flow_failed (after close, and every call after a
   // peer_failed, at once, naming the same peer), timeout (a target stopped consuming).
   Status push(const void* tuple, std::size_t bytes) {
-    if (bytes != tuple_bytes_ || failure_.failed()) [[unlikely]] return push_error(bytes);
+    if (bytes != push_width_) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
     if (routing_ == Routing::key_hash) [[likely]] {
       target = hash_route(static_cast<const std::byte*>(tuple));
     } else if (Status s = route_slow(static_cast<const std::byte*>(tuple), target); !s) {
       return s;
     }
-    ++tuples_;
     Status s = rings_.writer(target).append(tuple, bytes);
-    if (!s) [[unlikely]] return failure_.latch(std::move(s));
+    if (!s) [[unlikely]] return latch(std::move(s));
     return s;
   }
   template <class T>
@@ -161,6 +160,8 @@ class ShuffleSource {
   Status route_slow(const std::byte* tuple, std::size_t& target);
   Status width_error(std::size_t bytes) const;
   Status push_error(std::size_t bytes) const;  // wrong width, or the flow failed earlier
+  // failure_.latch(), and push() refuses every tuple once the flow failed.
+  Status latch(Status status);
 
   detail::SourceRings rings_;
   RouteFunction route_;
@@ -169,7 +170,9 @@ class ShuffleSource {
   std::size_t key_offset_ = 0;
   std::size_t key_bytes_ = 0;
   std::size_t target_count_;
-  std::uint64_t tuples_ = 0;
+  // The width push() accepts: the schema's while the flow is healthy, none (SIZE_MAX) once it
+  // failed, so that the hot path makes one comparison for both.
+  std::size_t push_width_;
   detail::FailureLatch failure_;
 };
 

@@ -67,6 +67,8 @@ class TupleWriter {
   SegmentWriter<Access>& segments() noexcept { return segments_; }
   const SegmentWriter<Access>& segments() const noexcept { return segments_; }
   bool closed() const noexcept { return segments_.closed(); }
+  // Bytes appended and not yet published.
+  std::size_t batched_bytes() const noexcept { return fill_; }
   const RingCounters& counters() const noexcept { return segments_.counters(); }
   std::size_t memory_bytes() const noexcept { return segments_.memory_bytes(); }
 
