@@ -103,7 +103,8 @@ class ShuffleSource {
     if (bytes != push_width_) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
     if (routing_ == Routing::key_hash) [[likely]] {
-      target = hash_route(static_cast<const std::byte*>(tuple));
+      // One target needs no hash (N:1 flows); the hash is the largest per-tuple cost of a push.
+      if (target_count_ > 1) target = hash_route(static_cast<const std::byte*>(tuple));
     } else if (Status s = route_slow(static_cast<const std::byte*>(tuple), target); !s) {
       return s;
     }
