@@ -614,7 +614,7 @@ Status ReplicateTarget::consume(ReplicateBatch& batch, std::chrono::milliseconds
               (st.ordered ? ", waiting for sequence number " + std::to_string(st.expected) : "") +
               ")"};
     }
-    backoff.pause();
+    st.rings.pause(backoff);
   }
 }
 

@@ -270,13 +270,17 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
                                    " sources still open)"};
       }
     }
-    backoff.pause([this](std::chrono::microseconds pause) {
-      if (!worker_) return std::this_thread::sleep_for(pause);
-      worker_->claim();
-      worker_->wait_for_event(pause);  // wakes at once when a segment arrives
-      worker_->unclaim();
-    });
+    pause(backoff);
   }
+}
+
+void TargetRings::pause(Backoff& backoff) {
+  backoff.pause([this](std::chrono::microseconds pause) {
+    if (!worker_) return std::this_thread::sleep_for(pause);
+    worker_->claim();
+    worker_->wait_for_event(pause);  // wakes at once when a segment arrives
+    worker_->unclaim();
+  });
 }
 
 }  // namespace dfi::flow::detail

@@ -331,8 +331,11 @@ class CombinerBench final : public Scenario {
          "combiner: ship the local table at this many keys (flow default)"},
         {"ship_tuples", 1u << 20, 1u << 20,
          "combiner: ship the local table after this many pushed tuples (flow default)"},
-        {"segments", 32, 32, "segments per ring (flow default)"},
-        {"segment_bytes", 8208, 8208, "segment size including the 16 B footer (flow default)"},
+        {"segments", {{"shm", 32}, {"tcp", 8}}, {{"shm", 32}, {"tcp", 8}},
+         "segments per ring (the flow defaults, settings segments_shm / segments_tcp)"},
+        {"segment_bytes", {{"shm", 8208}, {"tcp", 32784}}, {{"shm", 8208}, {"tcp", 32784}},
+         "segment size including the 16 B footer (the flow defaults, settings segment_bytes_shm / "
+         "segment_bytes_tcp)"},
         {"stall_timeout_s", 30, 60,
          "longest wait of a DFI rank for data or ring space before it fails the run"},
         {"timeout_s", 180, 900, "bound of the DFI cluster run and of each ucx_perftest run"},

@@ -469,8 +469,11 @@ class ReplicateBench final : public Scenario {
          {{"shm", 32u << 20}, {"tcp", 2u << 20}},
          {{"shm", 256u << 20}, {"tcp", 16u << 20}},
          "bandwidth: tuple bytes every target receives per point (and ucx_perftest moves)"},
-        {"segments", 32, 32, "bandwidth: segments per ring (flow default)"},
-        {"segment_bytes", 8208, 8208, "bandwidth: segment size including the 16 B footer"},
+        {"segments", {{"shm", 32}, {"tcp", 8}}, {{"shm", 32}, {"tcp", 8}},
+         "bandwidth: segments per ring (the flow defaults, settings segments_shm / segments_tcp)"},
+        {"segment_bytes", {{"shm", 8208}, {"tcp", 32784}}, {{"shm", 8208}, {"tcp", 32784}},
+         "bandwidth: segment size including the 16 B footer (the flow defaults, settings "
+         "segment_bytes_shm / segment_bytes_tcp)"},
         {"latency_tuple_bytes", 64, 64, "latency: tuple width in bytes (>= 16, multiple of 8)"},
         {"latency_iterations",
          {{"shm", 2000}, {"tcp", 200}},

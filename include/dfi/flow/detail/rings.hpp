@@ -158,6 +158,10 @@ class TargetRings {
     worker_->unclaim();
     return events;
   }
+  // One round of `backoff` for a consumer that found nothing: where segments arrive as active
+  // messages, a sleep blocks on the receiving worker's events instead (and wakes at once when a
+  // segment arrives). next() waits this way; flows with their own poll loop call it too.
+  void pause(Backoff& backoff);
   // Direct access to the ring written for source `ring`, for flows that read the rings their own
   // way (replicate flows) instead of through next(); do not mix the two on one object.
   RingReader& reader(std::size_t ring) { return readers_[ring]; }
