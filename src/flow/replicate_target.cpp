@@ -86,7 +86,7 @@ struct ReplicateTarget::State {
   bool ordered;
   std::chrono::milliseconds gap_timeout;
   std::chrono::milliseconds stall;
-  BackoffSettings backoff = BackoffSettings::from_config();
+  BackoffSettings backoff = rings.backoff_settings();
   std::vector<Ring> ring;
   std::size_t open_rings;
   std::size_t cursor = 0;

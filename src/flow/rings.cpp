@@ -167,7 +167,8 @@ memory::RingCounters SourceRings::counters() const {
 // ---------------------------------------------------------------------------------------------
 
 TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
-    : node_(node), spec_(std::move(spec)), backoff_(BackoffSettings::from_config()) {
+    : node_(node), spec_(std::move(spec)) {
+  backoff_ = BackoffSettings::from_config();
   const TargetRef me = spec_.targets.at(index);
   label_ = "flow '" + spec_.name + "' target (rank " + std::to_string(me.rank) + ", id " + std::to_string(me.id) + ")";
   const memory::RingLayout layout = spec_.layout();
@@ -176,6 +177,7 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
   for (std::size_t s = 0; s < spec_.sources.size(); ++s) readers_.emplace_back(base + s * layout.bytes(), layout);
   if (!node.fabric().capabilities().native_one_sided && config::get_string("data_path") != "rma") {
     worker_ = std::make_unique<fabric::Worker>(node.fabric(), label_);
+    backoff_ = BackoffSettings::from_config(/*polls_are_syscalls=*/true);
     receiver_ = std::make_unique<memory::SegmentReceiver>(*worker_, base, spec_.sources.size(), layout, label_);
     node.adopt_progress(*worker_);
   }

@@ -19,8 +19,10 @@ std::chrono::nanoseconds timeout_or_forever(std::chrono::milliseconds timeout) {
 template <class Access>
 void SegmentWriter<Access>::init(SegmentWriterOptions options) {
   stall_timeout_ = options.stall_timeout;
-  backoff_ = BackoffSettings::from_config();
   const RingLayout& layout = access_.layout();
+  bool polls_are_syscalls = false;
+  if constexpr (Access::kRemote) polls_are_syscalls = access_.path() == RemoteRing::Path::active_message;
+  backoff_ = BackoffSettings::from_config(polls_are_syscalls);
   credits_ = layout.segments;
   if constexpr (Access::kRemote) {
     if (access_.path() == RemoteRing::Path::mapped) return;

@@ -23,7 +23,10 @@ struct BackoffSettings {
   std::uint32_t sleep_us = 50; // upper bound of a sleep; each sleep is 1 .. sleep_us µs
 
   // From the settings table; throws dfi::Error(invalid_argument) for malformed values.
-  static BackoffSettings from_config();
+  // `polls_are_syscalls`: each poll of the waiter costs a system call (it progresses a UCX worker
+  // over tcp), so it spins and yields far less (the *_syscall settings) before it sleeps or
+  // blocks on events.
+  static BackoffSettings from_config(bool polls_are_syscalls = false);
 };
 
 class Backoff {

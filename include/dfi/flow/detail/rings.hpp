@@ -162,6 +162,8 @@ class TargetRings {
   // messages, a sleep blocks on the receiving worker's events instead (and wakes at once when a
   // segment arrives). next() waits this way; flows with their own poll loop call it too.
   void pause(Backoff& backoff);
+  // How a consumer of these rings backs off (short spins where each poll is a system call).
+  const BackoffSettings& backoff_settings() const noexcept { return backoff_; }
   // Direct access to the ring written for source `ring`, for flows that read the rings their own
   // way (replicate flows) instead of through next(); do not mix the two on one object.
   RingReader& reader(std::size_t ring) { return readers_[ring]; }
