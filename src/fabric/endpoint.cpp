@@ -1,5 +1,6 @@
 #include "dfi/fabric/endpoint.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -354,6 +355,17 @@ void Endpoint::track(Request& request, void* issued) {
     request.endpoint_ = state_;
     request.request_ = r;
   }
+}
+
+Status Endpoint::load_word(const RemoteMemory& remote, std::size_t offset, std::uint64_t& value) {
+  if (void* mapped = remote.mapped(); mapped != nullptr) {
+    detail::EndpointState& s = state();
+    if (Status c = check(s, remote, sizeof value, offset, "load"); !c) return c;  // and the peer
+    value = std::atomic_ref(*reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(mapped) + offset))
+                .load(std::memory_order_acquire);
+    return {};
+  }
+  return get(&value, sizeof value, remote, offset);
 }
 
 Status Endpoint::get(void* destination, std::size_t bytes, const RemoteMemory& remote,

@@ -94,12 +94,7 @@ Barrier::~Barrier() {
 }
 
 Status Barrier::read_counter(std::size_t offset, std::uint64_t& value) {
-  if (remote_.mapped() != nullptr) {
-    if (Status s = endpoint_.status(); !s) return s;
-    value = memory::load_acquire(static_cast<std::byte*>(remote_.mapped()) + offset);
-    return {};
-  }
-  return endpoint_.get(&value, sizeof value, remote_, offset);
+  return endpoint_.load_word(remote_, offset, value);
 }
 
 Status Barrier::check_members() {

@@ -483,15 +483,7 @@ Status ReplicateTarget::State::read_counter(std::uint64_t& value) {
                                  detail::kSequencerCounter);
     return {};
   }
-  Status st;
-  if (sequencer.mapped() != nullptr) {
-    st = sequencer_endpoint.status();
-    if (st)
-      value = memory::load_acquire(static_cast<std::byte*>(sequencer.mapped()) +
-                                   detail::kSequencerCounter);
-  } else {
-    st = sequencer_endpoint.get(&value, sizeof value, sequencer, detail::kSequencerCounter);
-  }
+  const Status st = sequencer_endpoint.load_word(sequencer, detail::kSequencerCounter, value);
   if (!st)
     return {st.code(), label + ": reading the sequencer at " + detail::target_name(spec, 0) + ": " +
                            st.message()};

@@ -32,10 +32,8 @@ RemoteRing::RemoteRing(fabric::Worker& worker, fabric::Endpoint& endpoint, const
 }
 
 Status RemoteRing::load(std::size_t offset, std::uint64_t& value) const {
-  if (mapped_ != nullptr) {
-    value = load_acquire(mapped_ + offset);
-    return endpoint_->status();
-  }
+  // Through the mapping only where this ring may use it (allow_mapped); else a get.
+  if (mapped_ != nullptr) return endpoint_->load_word(*remote_, offset_ + offset, value);
   return endpoint_->get(&value, sizeof value, *remote_, offset_ + offset);
 }
 

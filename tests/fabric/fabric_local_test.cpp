@@ -127,6 +127,24 @@ TEST_P(FabricLocal, ActiveMessageIsEchoedByTheHandler) {
   EXPECT_EQ(std::memcmp(received.data(), text, sizeof text), 0);
 }
 
+// load_word reads what the peer's memory holds now: through the mapping on shm, by active
+// message over tcp; a word outside the region is refused naming the peer.
+TEST_P(FabricLocal, LoadWordSeesTheWordsLatestValue) {
+  Endpoint ep = client_->connect(4, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  auto* words = static_cast<std::uint64_t*>(region_->data());
+  for (std::uint64_t v : {1ull, 0xfedcba9876543210ull, 42ull}) {
+    std::atomic_ref(words[3]).store(v, std::memory_order_release);
+    std::uint64_t seen = 0;
+    ASSERT_TRUE(ep.load_word(remote, 24, seen));
+    EXPECT_EQ(seen, v);
+  }
+  std::uint64_t seen = 0;
+  Status s = ep.load_word(remote, region_->size(), seen);
+  EXPECT_EQ(s.code(), Errc::invalid_argument);
+  EXPECT_NE(s.message().find("rank 4"), std::string::npos) << s.message();
+}
+
 TEST_P(FabricLocal, OutOfRangeAccessIsRejectedAndNamesThePeer) {
   Endpoint ep = client_->connect(5, service_->address());
   RemoteMemory remote = ep.attach(region_->descriptor());

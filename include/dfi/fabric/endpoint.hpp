@@ -106,6 +106,11 @@ class Endpoint {
   Status put_nbi(const void* source, std::size_t bytes, const RemoteMemory& remote,
                  std::size_t offset);
   Status get(void* destination, std::size_t bytes, const RemoteMemory& remote, std::size_t offset);
+  // Reads the 8-byte word at `offset` of `remote` (8-byte aligned) with acquire order: a load
+  // through the mapped pointer where the region maps (after checking that the peer is alive),
+  // else a get (by active message where RMA is emulated). The one way DFI reads a counter or
+  // state word that a peer writes. Errors: peer_failed, invalid_argument (outside the region).
+  Status load_word(const RemoteMemory& remote, std::size_t offset, std::uint64_t& value);
   // Non-blocking forms: return at once; the Request says when the buffer may be reused (put) or
   // holds the data (get). Errors found before issuing are in the returned Request's wait().
   Request put_async(const void* source, std::size_t bytes, const RemoteMemory& remote,
