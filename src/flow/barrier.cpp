@@ -15,8 +15,8 @@
 namespace dfi::flow {
 namespace {
 
-constexpr std::size_t kArrived = 0;
-constexpr std::size_t kDeparted = 8;
+constexpr std::size_t kArrived = 0;   // words of the barrier's shared counter
+constexpr std::size_t kDeparted = 1;
 
 std::string spec_record(const std::string& name) { return "barrier/" + name + "/spec"; }
 std::string counter_record(const std::string& name) { return "barrier/" + name + "/counter"; }
@@ -68,33 +68,21 @@ Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view n
   for (const SourceRef& m : members_) member = member || (m == SourceRef{node.rank(), thread});
   if (!member) throw Error(Errc::invalid_argument, label_ + ": not a member of the barrier");
   owner_ = members_.front() == SourceRef{node.rank(), thread};
-  if (owner_) {
-    counter_.emplace(node.fabric(), 64);
-    node.registry().publish(counter_record(name_), counter_->descriptor().serialize());
-  }
-  endpoint_ = node.connect(worker, members_.front().rank);
-  remote_ = endpoint_.attach(fabric::RegionDescriptor::parse(node.wait_for(counter_record(name_), detail::time_left(deadline))));
+  if (owner_) counter_.host(node, counter_record(name_), 2);
+  counter_.attach(node, worker, counter_record(name_), members_.front().rank, detail::time_left(deadline));
   seen_failure_epoch_ = node.fabric().failure_epoch();
 }
 
 Barrier::~Barrier() {
   if (!owner_) {
-    (void)endpoint_.fetch_add(remote_, kDeparted, 1);
-    (void)endpoint_.flush();
+    (void)counter_.fetch_add(kDeparted, 1);
+    (void)counter_.flush();
     return;
   }
   // Others may still read the counter: keep it until they left (or died, or time ran out).
-  Deadline deadline(timeout_);
-  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this));
-  std::uint64_t departed = 0;
-  while (departed + 1 < members_.size() && !deadline.expired()) {
-    if (!read_counter(kDeparted, departed) || !check_members()) break;
-    backoff.pause();
-  }
-}
-
-Status Barrier::read_counter(std::size_t offset, std::uint64_t& value) {
-  return endpoint_.load_word(remote_, offset, value);
+  std::vector<int> others;
+  for (std::size_t m = 1; m < members_.size(); ++m) others.push_back(members_[m].rank);
+  counter_.wait_for_departures(node_, kDeparted, others, Deadline(timeout_), backoff_);
 }
 
 Status Barrier::check_members() {
@@ -116,12 +104,12 @@ Status Barrier::wait(std::chrono::milliseconds timeout) {
   ++round_;
   const std::uint64_t target = round_ * members_.size();
   std::uint64_t arrived = 0;
-  if (Status s = endpoint_.fetch_add(remote_, kArrived, 1, &arrived); !s) return {s.code(), label_ + ": " + s.message()};
+  if (Status s = counter_.fetch_add(kArrived, 1, &arrived); !s) return {s.code(), label_ + ": " + s.message()};
   ++arrived;
   Deadline deadline(timeout.count() > 0 ? std::chrono::nanoseconds(timeout) : std::chrono::hours(24 * 365));
   Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ round_);
   while (arrived < target) {
-    if (Status s = read_counter(kArrived, arrived); !s) return {s.code(), label_ + ": " + s.message()};
+    if (Status s = counter_.load(kArrived, arrived); !s) return {s.code(), label_ + ": " + s.message()};
     if (arrived >= target) break;
     if (Status s = check_members(); !s) return s;
     if (deadline.expired()) {

@@ -8,13 +8,13 @@
 
 namespace dfi::flow::detail {
 
-// The sequencer of an ordered flow: a small region in target 0's process.
+// The sequencer of an ordered flow: shared words (cluster::SharedWords) in target 0's process.
 inline std::string sequencer_record(const std::string& flow) {
   return "flow/" + flow + "/sequencer";
 }
-inline constexpr std::size_t kSequencerCounter = 0;   // sequence numbers issued so far
-inline constexpr std::size_t kSequencerDeparted = 8;  // other targets done with the sequencer
-inline constexpr std::size_t kSequencerBytes = 64;
+inline constexpr std::size_t kSequencerCounter = 0;   // word: sequence numbers issued so far
+inline constexpr std::size_t kSequencerDeparted = 1;  // word: other targets done with it
+inline constexpr std::size_t kSequencerWords = 2;
 
 // "source (rank 1, thread 0)" and "target (rank 2, id 0)", as every message names members.
 std::string source_name(const FlowSpec& spec, std::size_t source);

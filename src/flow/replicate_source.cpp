@@ -57,15 +57,12 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
   if (stall_timeout_.count() == 0) stall_timeout_ = std::chrono::hours(24 * 365);
   if (ordered_) {
     sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);
-    std::string record;
     try {
-      record = node.wait_for(detail::sequencer_record(spec.name), detail::time_left(deadline));
+      sequencer_.attach(node, worker, detail::sequencer_record(spec.name), spec.targets[0].rank,
+                        detail::time_left(deadline));
     } catch (const Error& e) {
-      throw Error(e.code(),
-                  rings_.label() + ": " + sequencer_name_ + " was not published: " + e.what());
+      throw Error(e.code(), rings_.label() + ": " + sequencer_name_ + " was not published: " + e.what());
     }
-    sequencer_endpoint_ = node.connect(worker, spec.targets[0].rank);
-    sequencer_ = sequencer_endpoint_.attach(fabric::RegionDescriptor::parse(record));
   }
 }
 
@@ -89,7 +86,7 @@ Status ReplicateSource::make_room() {
 
 Status ReplicateSource::take_sequence(std::uint64_t& sequence) {
   std::uint64_t old = 0;
-  if (Status s = sequencer_endpoint_.fetch_add(sequencer_, detail::kSequencerCounter, 1, &old);
+  if (Status s = sequencer_.fetch_add(detail::kSequencerCounter, 1, &old);
       !s) {
     return {s.code(), rings_.label() + ": " + sequencer_name_ + ": " + s.message()};
   }
@@ -235,8 +232,7 @@ Status ReplicateSource::close() {
   closed_ = true;
   limit_ = 0;  // every later push takes the slow path, which refuses it
   if (ordered_) {
-    sequencer_ = fabric::RemoteMemory();
-    sequencer_endpoint_ = fabric::Endpoint();
+    sequencer_.detach();
   }
   return first;
 }

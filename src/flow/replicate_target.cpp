@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/cluster/shared_words.hpp"
 #include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/fabric/memory.hpp"
@@ -106,9 +107,7 @@ struct ReplicateTarget::State {
   std::vector<std::string> link_labels;
 
   // Ordered flows.
-  std::optional<fabric::MemoryRegion> sequencer_region;  // target 0 hosts the counter
-  fabric::Endpoint sequencer_endpoint;
-  fabric::RemoteMemory sequencer;
+  cluster::SharedWords sequencer;  // target 0 hosts it, the others attach
   bool departed = false;
   bool counter_failed = false;
   std::uint64_t expected = 1;  // next sequence number to hand out
@@ -150,9 +149,7 @@ ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id,
   counter_poll_interval =
       std::clamp(gap_timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   if (ordered && index == 0) {
-    sequencer_region.emplace(node.fabric(), detail::kSequencerBytes);
-    node.registry().publish(detail::sequencer_record(spec.name),
-                            sequencer_region->descriptor().serialize());
+    sequencer.host(node, detail::sequencer_record(spec.name), detail::kSequencerWords);
   }
 }
 
@@ -163,25 +160,17 @@ ReplicateTarget::State::~State() {
     return;
   }
   // Target 0 hosts the sequencer: keep it until the other targets are done with it (or dead).
-  Deadline deadline(stall);
-  Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));
-  auto* words = static_cast<std::byte*>(sequencer_region->data());
-  for (;;) {
-    std::size_t gone = memory::load_acquire(words + detail::kSequencerDeparted);
-    for (std::size_t t = 1; t < spec.targets.size(); ++t) {
-      if (!node.fabric().peer_failure(spec.targets[t].rank).empty()) ++gone;
-    }
-    if (gone + 1 >= spec.targets.size() || deadline.expired()) return;
-    waiting.pause();
-  }
+  std::vector<int> others;
+  for (std::size_t t = 1; t < spec.targets.size(); ++t) others.push_back(spec.targets[t].rank);
+  sequencer.wait_for_departures(node, detail::kSequencerDeparted, others, Deadline(stall), backoff);
 }
 
 void ReplicateTarget::State::depart() {
   if (departed || index == 0) return;
   departed = true;
-  if (!sequencer.valid() && !connect_sequencer()) return;  // target 0 stops waiting at its deadline
-  (void)sequencer_endpoint.fetch_add(sequencer, detail::kSequencerDeparted, 1);
-  (void)sequencer_endpoint.flush();
+  if (!sequencer.attached() && !connect_sequencer()) return;  // target 0 stops waiting at its deadline
+  (void)sequencer.fetch_add(detail::kSequencerDeparted, 1);
+  (void)sequencer.flush();
 }
 
 fabric::Worker& ReplicateTarget::State::own_or_given_worker() {
@@ -194,9 +183,8 @@ fabric::Worker& ReplicateTarget::State::own_or_given_worker() {
 
 Status ReplicateTarget::State::connect_sequencer() {
   try {
-    const std::string record = node.wait_for(detail::sequencer_record(spec.name));
-    sequencer_endpoint = node.connect(own_or_given_worker(), spec.targets[0].rank);
-    sequencer = sequencer_endpoint.attach(fabric::RegionDescriptor::parse(record));
+    sequencer.attach(node, own_or_given_worker(), detail::sequencer_record(spec.name), spec.targets[0].rank,
+                     std::chrono::milliseconds(0));
   } catch (const Error& e) {
     return {e.code(), label + ": cannot reach the sequencer at " + detail::target_name(spec, 0) +
                           ": " + e.what()};
@@ -232,7 +220,7 @@ Status ReplicateTarget::State::connect() {
       link_dead.assign(links.size(), 0);
     }
   }
-  if (ordered && index != 0 && !sequencer.valid()) {
+  if (ordered && index != 0 && !sequencer.attached()) {
     if (Status st = connect_sequencer(); !st) return st;
   }
   connected = true;
@@ -478,12 +466,7 @@ bool ReplicateTarget::State::deliver_ordered(ReplicateBatch& batch) {
 }
 
 Status ReplicateTarget::State::read_counter(std::uint64_t& value) {
-  if (sequencer_region) {
-    value = memory::load_acquire(static_cast<std::byte*>(sequencer_region->data()) +
-                                 detail::kSequencerCounter);
-    return {};
-  }
-  const Status st = sequencer_endpoint.load_word(sequencer, detail::kSequencerCounter, value);
+  const Status st = sequencer.load(detail::kSequencerCounter, value);
   if (!st)
     return {st.code(), label + ": reading the sequencer at " + detail::target_name(spec, 0) + ": " +
                            st.message()};

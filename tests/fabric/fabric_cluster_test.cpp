@@ -32,6 +32,16 @@ TEST_P(FabricCluster, SelfCheckBetweenFourRanks) {
   EXPECT_EQ(pairs, 12) << run.all();
 }
 
+TEST_P(FabricCluster, SharedWordsCountExactlyAndTheHostWaitsForDepartures) {
+  auto run = run_cluster(3, GetParam(), {FABRIC_NODE, "shared-words"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.out, m, std::regex(R"(counter (\d+), expected (\d+), departed (\d+), waited less)")))
+      << run.all();
+  EXPECT_EQ(m[1], m[2]) << run.all();
+  EXPECT_EQ(m[3], "2") << run.all();
+}
+
 TEST_P(FabricCluster, ConcurrentAtomicsFromManyThreadsAreExact) {
   auto run = run_cluster(3, GetParam(), {FABRIC_NODE, "atomics"});
   ASSERT_EQ(run.code, 0) << run.all();

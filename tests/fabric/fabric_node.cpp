@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/cluster/shared_words.hpp"
 #include "dfi/common/config.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/registry/client.hpp"
@@ -224,6 +225,61 @@ int kill(cluster::Node& node) {
   return 0;
 }
 
+// cluster::SharedWords: every rank's threads add to a counter hosted by rank 0 and read it (never
+// going backwards); the other ranks then leave, and the host's wait for departures returns because
+// they left, not at its deadline.
+int shared_words(cluster::Node& node) {
+  constexpr int kThreads = 2;
+  const int adds = is_tcp() ? 200 : 2000;
+  cluster::SharedWords host;
+  if (node.rank() == 0) host.host(node, "shared-words/test", 2);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        fabric::Worker worker(node.fabric(), "shared words thread " + std::to_string(t));
+        cluster::SharedWords words;
+        words.attach(node, worker, "shared-words/test", 0, std::chrono::milliseconds(20000));
+        std::uint64_t last = 0;
+        for (int i = 0; i < adds; ++i) {
+          std::uint64_t old = 0, now = 0;
+          if (Status s = words.fetch_add(0, 1, &old); !s) throw Error(s.code(), s.message());
+          if (Status s = words.load(0, now); !s) throw Error(s.code(), s.message());
+          if (old < last || now <= old) throw Error(Errc::fatal, "the counter went backwards");
+          last = now;
+        }
+        if (Status s = words.flush(); !s) throw Error(s.code(), s.message());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "thread %d: %s\n", t, e.what());
+        errors.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  node.barrier("shared-words/added");
+  if (node.rank() != 0) {
+    fabric::Worker worker(node.fabric(), "leaving");
+    cluster::SharedWords words;
+    words.attach(node, worker, "shared-words/test", 0, std::chrono::milliseconds(20000));
+    if (!words.fetch_add(1, 1) || !words.flush()) errors.fetch_add(1);
+    return errors.load() == 0 ? 0 : fail("a thread failed");
+  }
+  std::vector<int> others;
+  for (int r = 1; r < node.size(); ++r) others.push_back(r);
+  const auto begin = std::chrono::steady_clock::now();
+  host.wait_for_departures(node, 1, others, Deadline(std::chrono::seconds(30)), BackoffSettings::from_config());
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin);
+  std::uint64_t counter = 0, departed = 0;
+  (void)host.load(0, counter);
+  (void)host.load(1, departed);
+  std::printf("shared words: counter %llu, expected %llu, departed %llu, waited %s\n",
+              static_cast<unsigned long long>(counter),
+              static_cast<unsigned long long>(std::uint64_t(node.size()) * kThreads * adds),
+              static_cast<unsigned long long>(departed), waited < std::chrono::seconds(25) ? "less than the deadline" : "until the deadline");
+  return errors.load() == 0 ? 0 : fail("a thread failed");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,6 +293,7 @@ int main(int argc, char** argv) {
     if (scenario == "atomics") return atomics(node);
     if (scenario == "fence") return fence(node);
     if (scenario == "kill") return kill(node);
+    if (scenario == "shared-words") return shared_words(node);
     return fail("unknown scenario " + scenario);
   } catch (const std::exception& e) {
     return fail(e.what());

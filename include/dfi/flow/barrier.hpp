@@ -19,6 +19,7 @@
 
 #include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/cluster/shared_words.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/spec.hpp"
@@ -53,7 +54,6 @@ class Barrier {
   std::uint64_t rounds() const noexcept { return round_; }
 
  private:
-  Status read_counter(std::size_t offset, std::uint64_t& value);
   Status check_members();
 
   cluster::Node& node_;
@@ -61,9 +61,7 @@ class Barrier {
   std::string label_;
   std::vector<SourceRef> members_;
   bool owner_ = false;
-  std::optional<fabric::MemoryRegion> counter_;  // owner only: [arrived][departed]
-  fabric::Endpoint endpoint_;                    // to the owner's rank
-  fabric::RemoteMemory remote_;
+  cluster::SharedWords counter_;  // [arrived][departed], hosted by the owner, attached by all
   std::chrono::milliseconds timeout_;  // wait()'s default: flow_timeout_ms, read at join
   BackoffSettings backoff_ = BackoffSettings::from_config();
   std::uint64_t round_ = 0;

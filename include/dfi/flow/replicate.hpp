@@ -65,6 +65,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dfi/cluster/shared_words.hpp"
 #include "dfi/common/backoff.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/flow/shuffle.hpp"
@@ -187,8 +188,7 @@ class ReplicateSource {
   std::vector<std::uint64_t> link_free_;  // per link: slots known free (from its ring's released tail)
   std::size_t dead_links_ = 0;
   std::function<void(std::uint64_t)> on_sequence_;
-  fabric::Endpoint sequencer_endpoint_;
-  fabric::RemoteMemory sequencer_;
+  cluster::SharedWords sequencer_;  // ordered: attached to the sequencer in target 0's process
   std::string sequencer_name_;
   std::uint64_t tuples_ = 0;
 };

@@ -1,0 +1,64 @@
+#include "dfi/cluster/shared_words.hpp"
+
+#include <atomic>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/registry/client.hpp"
+
+namespace dfi::cluster {
+
+void SharedWords::host(Node& node, const std::string& record, std::size_t count) {
+  region_.emplace(node.fabric(), count * sizeof(std::uint64_t));  // zeroed
+  node.registry().publish(record, region_->descriptor().serialize());
+}
+
+void SharedWords::attach(Node& node, fabric::Worker& worker, const std::string& record, int host_rank,
+                         std::chrono::milliseconds timeout) {
+  const std::string descriptor = node.wait_for(record, timeout);
+  endpoint_ = node.connect(worker, host_rank);
+  remote_ = endpoint_.attach(fabric::RegionDescriptor::parse(descriptor));
+}
+
+void SharedWords::detach() {
+  remote_ = fabric::RemoteMemory();
+  endpoint_ = fabric::Endpoint();
+}
+
+Status SharedWords::load(std::size_t index, std::uint64_t& value) {
+  if (region_) {
+    if (index * sizeof value >= region_->size()) {
+      return {Errc::invalid_argument, "shared words: no word " + std::to_string(index)};
+    }
+    value = std::atomic_ref(static_cast<std::uint64_t*>(region_->data())[index]).load(std::memory_order_acquire);
+    return {};
+  }
+  if (!remote_.valid()) return {Errc::invalid_argument, "shared words: not attached"};
+  return endpoint_.load_word(remote_, index * sizeof value, value);
+}
+
+Status SharedWords::fetch_add(std::size_t index, std::uint64_t add, std::uint64_t* old) {
+  if (!remote_.valid()) return {Errc::invalid_argument, "shared words: not attached"};
+  return endpoint_.fetch_add(remote_, index * sizeof(std::uint64_t), add, old);
+}
+
+Status SharedWords::flush() {
+  if (!remote_.valid()) return {};
+  return endpoint_.flush();
+}
+
+void SharedWords::wait_for_departures(Node& node, std::size_t index, const std::vector<int>& ranks,
+                                      const Deadline& deadline, const BackoffSettings& backoff) {
+  Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));
+  for (;;) {
+    std::uint64_t gone = 0;
+    if (!load(index, gone)) return;
+    for (int rank : ranks) {
+      if (!node.fabric().peer_failure(rank).empty()) ++gone;
+    }
+    if (gone >= ranks.size() || deadline.expired()) return;
+    waiting.pause();
+  }
+}
+
+}  // namespace dfi::cluster
