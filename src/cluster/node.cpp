@@ -81,15 +81,17 @@ Node::~Node() {
   progress_.reset();  // the service worker is ours again before it is destroyed
 }
 
-void Node::watch(std::chrono::milliseconds interval) {
+void Node::watch(std::chrono::milliseconds hold) {
   std::unique_lock lock(watcher_mutex_);
-  while (!watcher_wake_.wait_for(lock, interval, [this] { return watcher_stop_; })) {
+  std::uint64_t version = 0;  // the first answer comes at once
+  while (!watcher_stop_) {
     lock.unlock();
     std::map<int, std::string> members;
     bool registry_lost = false;
     std::string registry_error;
     try {
-      members = watch_client_->members();
+      // Held by the registry until the membership changes (pushed at once) or `hold` passes.
+      members = watch_client_->members_after(version, hold);
     } catch (const Error& e) {
       registry_lost = true;
       registry_error = e.what();
@@ -115,7 +117,7 @@ void Node::stop_watcher() {
     std::lock_guard lock(watcher_mutex_);
     watcher_stop_ = true;
   }
-  watcher_wake_.notify_all();
+  if (watch_client_) watch_client_->interrupt();  // ends the held watch at once
   if (watcher_.joinable()) watcher_.join();
 }
 

@@ -47,14 +47,15 @@ Status SharedWords::flush() {
   return endpoint_.flush();
 }
 
-void SharedWords::wait_for_departures(Node& node, std::size_t index, const std::vector<int>& ranks,
+void SharedWords::wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
                                       const Deadline& deadline, const BackoffSettings& backoff) {
   Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));
   for (;;) {
-    std::uint64_t gone = 0;
-    if (!load(index, gone)) return;
-    for (int rank : ranks) {
-      if (!node.fabric().peer_failure(rank).empty()) ++gone;
+    std::size_t gone = 0;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      std::uint64_t left = 0;
+      if (!load(first + i, left)) return;
+      if (left != 0 || !node.fabric().peer_failure(ranks[i]).empty()) ++gone;
     }
     if (gone >= ranks.size() || deadline.expired()) return;
     waiting.pause();

@@ -15,8 +15,8 @@
 namespace dfi::flow {
 namespace {
 
-constexpr std::size_t kArrived = 0;   // words of the barrier's shared counter
-constexpr std::size_t kDeparted = 1;
+constexpr std::size_t kArrived = 0;   // words of the barrier's shared counter; then, from word
+constexpr std::size_t kDeparted = 1;  // 1, one departure word per member after the owner
 
 std::string spec_record(const std::string& name) { return "barrier/" + name + "/spec"; }
 std::string counter_record(const std::string& name) { return "barrier/" + name + "/counter"; }
@@ -68,15 +68,17 @@ Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view n
   for (const SourceRef& m : members_) member = member || (m == SourceRef{node.rank(), thread});
   if (!member) throw Error(Errc::invalid_argument, label_ + ": not a member of the barrier");
   owner_ = members_.front() == SourceRef{node.rank(), thread};
-  if (owner_) counter_.host(node, counter_record(name_), 2);
+  for (std::size_t m = 0; m < members_.size(); ++m) {
+    if (members_[m] == SourceRef{node.rank(), thread}) index_ = m;
+  }
+  if (owner_) counter_.host(node, counter_record(name_), kDeparted + members_.size() - 1);
   counter_.attach(node, worker, counter_record(name_), members_.front().rank, detail::time_left(deadline));
   seen_failure_epoch_ = node.fabric().failure_epoch();
 }
 
 Barrier::~Barrier() {
   if (!owner_) {
-    (void)counter_.fetch_add(kDeparted, 1);
-    (void)counter_.flush();
+    (void)counter_.fetch_add(kDeparted + index_ - 1, 1);  // applied when it returns
     return;
   }
   // Others may still read the counter: keep it until they left (or died, or time ran out).

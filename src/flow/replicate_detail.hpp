@@ -12,9 +12,8 @@ namespace dfi::flow::detail {
 inline std::string sequencer_record(const std::string& flow) {
   return "flow/" + flow + "/sequencer";
 }
-inline constexpr std::size_t kSequencerCounter = 0;   // word: sequence numbers issued so far
-inline constexpr std::size_t kSequencerDeparted = 1;  // word: other targets done with it
-inline constexpr std::size_t kSequencerWords = 2;
+inline constexpr std::size_t kSequencerCounter = 0;  // word: sequence numbers issued so far
+// Word t (1 <= t < targets): target t is done with the sequencer. Words: one per target.
 
 // "source (rank 1, thread 0)" and "target (rank 2, id 0)", as every message names members.
 std::string source_name(const FlowSpec& spec, std::size_t source);

@@ -149,7 +149,7 @@ ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id,
   counter_poll_interval =
       std::clamp(gap_timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   if (ordered && index == 0) {
-    sequencer.host(node, detail::sequencer_record(spec.name), detail::kSequencerWords);
+    sequencer.host(node, detail::sequencer_record(spec.name), spec.targets.size());
   }
 }
 
@@ -162,15 +162,14 @@ ReplicateTarget::State::~State() {
   // Target 0 hosts the sequencer: keep it until the other targets are done with it (or dead).
   std::vector<int> others;
   for (std::size_t t = 1; t < spec.targets.size(); ++t) others.push_back(spec.targets[t].rank);
-  sequencer.wait_for_departures(node, detail::kSequencerDeparted, others, Deadline(stall), backoff);
+  sequencer.wait_for_departures(node, 1, others, Deadline(stall), backoff);
 }
 
 void ReplicateTarget::State::depart() {
   if (departed || index == 0) return;
   departed = true;
   if (!sequencer.attached() && !connect_sequencer()) return;  // target 0 stops waiting at its deadline
-  (void)sequencer.fetch_add(detail::kSequencerDeparted, 1);
-  (void)sequencer.flush();
+  (void)sequencer.fetch_add(index, 1);  // its departure word, applied when it returns
 }
 
 fabric::Worker& ReplicateTarget::State::own_or_given_worker() {

@@ -104,6 +104,9 @@ class Client::Impl {
   // Throws the registry's error carried by a not-ok reply.
   [[noreturn]] void throw_reply_error(const Json& reply, const std::string& what) const;
   std::string reply_value(const Json& reply, const std::string& what) const;
+  // The members of a members reply (rank -> info); throws protocol for a malformed one.
+  std::map<int, std::string> reply_members(const Json& reply) const;
+  void interrupt() noexcept;
 
   const std::string address_;
 
@@ -118,7 +121,8 @@ class Client::Impl {
 
   net::HostPort target_;
   std::mutex mutex_;    // one request at a time
-  net::Fd fd_;          // guarded by mutex_
+  net::Fd fd_;          // guarded by mutex_; changed only under fd_mutex_ too
+  std::mutex fd_mutex_; // lets interrupt() use fd_ while a call holds mutex_
   std::string broken_;  // guarded by mutex_; the failure that made fd_ unusable
 };
 
@@ -145,6 +149,7 @@ void Client::Impl::connect(milliseconds connect_timeout) {
       for (const addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
         net::Fd fd = try_connect(ai, deadline, last_error);
         if (fd.valid()) {
+          std::lock_guard fd_lock(fd_mutex_);
           fd_ = std::move(fd);
           return;
         }
@@ -202,6 +207,7 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
     reply = exchange(frame, what, reply_timeout);
   } catch (const Error& e) {
     broken_ = e.what();
+    std::lock_guard fd_lock(fd_mutex_);
     fd_.reset();  // the server drops our memberships and arrivals
     throw;
   }
@@ -211,6 +217,7 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
     const std::string& code = *protocol::find_string(reply, "code");
     if (code == errc_name(Errc::protocol) || code == errc_name(Errc::peer_failed)) {
       broken_ = *protocol::find_string(reply, "error");
+      std::lock_guard fd_lock(fd_mutex_);
       fd_.reset();
     }
   }
@@ -412,13 +419,38 @@ void Client::join(int rank, std::string_view info) {
   if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
 }
 
+void Client::Impl::interrupt() noexcept {
+  std::lock_guard fd_lock(fd_mutex_);
+  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+void Client::interrupt() noexcept { impl_->interrupt(); }
+
 std::map<int, std::string> Client::members() {
   const std::string what = "members";
   const Json reply = impl_->call(Json{{"op", "members"}}, what, kRequestTimeout);
   if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  return impl_->reply_members(reply);
+}
+
+std::map<int, std::string> Client::members_after(std::uint64_t& version, milliseconds timeout) {
+  const std::string what = "members watch";
+  const std::int64_t ms = timeout_ms(timeout, "members watch", "members");
+  const Json reply = impl_->call(Json{{"op", "members"}, {"since", version}, {"timeout_ms", ms}}, what,
+                                 milliseconds(ms) + kReplySlack);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  const std::optional<std::int64_t> v = protocol::find_int(reply, "version");
+  if (!v || *v < 0) {
+    throw Error(Errc::protocol, "registry at " + address() + " sent a malformed reply to members: no 'version'");
+  }
+  version = static_cast<std::uint64_t>(*v);
+  return impl_->reply_members(reply);
+}
+
+std::map<int, std::string> Client::Impl::reply_members(const Json& reply) const {
   auto list = reply.find("members");
   if (list == reply.end() || !list->is_array()) {
-    throw Error(Errc::protocol, "registry at " + address() +
+    throw Error(Errc::protocol, "registry at " + address_ +
                                     " sent a malformed reply to members: no 'members' array");
   }
   std::map<int, std::string> out;
@@ -430,7 +462,7 @@ std::map<int, std::string> Client::members() {
         info != nullptr ? protocol::base64_decode(*info) : std::nullopt;
     if (!rank || *rank < 0 || *rank > INT_MAX || !decoded) {
       throw Error(Errc::protocol,
-                  "registry at " + address() + " sent a malformed reply to members: bad entry");
+                  "registry at " + address_ + " sent a malformed reply to members: bad entry");
     }
     out.emplace(static_cast<int>(*rank), std::move(*decoded));
   }

@@ -40,8 +40,13 @@
 //   {"op":"remove","name":STR}                               -> {"ok":true}
 //   {"op":"join","rank":INT,"info":B64}                      -> {"ok":true}
 //        Makes this connection member `rank` (0..2^31-1) until it closes.
-//   {"op":"members"}          -> {"ok":true,"members":[{"rank":INT,"info":B64},...]}
-//        Every member, ascending rank.
+//   {"op":"members"}          -> {"ok":true,"version":INT,"members":[{"rank":INT,"info":B64},...]}
+//        Every member, ascending rank. version counts membership changes (joins, and members
+//        whose connection closed), starting at 1.
+//   {"op":"members","since":INT,"timeout_ms":INT}            -> the same reply
+//        A watch: answered at once when the membership's version differs from since, else held
+//        until it changes (answered then, with the new version) or timeout_ms passes (answered
+//        unchanged). A negative timeout_ms is invalid_argument.
 //   {"op":"barrier","name":STR,"count":INT,"timeout_ms":INT} -> {"ok":true}
 //        Held until `count` connections have arrived at barrier `name` in this round (every
 //        participant must give the same count), or timeout_ms passes.

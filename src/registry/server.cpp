@@ -52,7 +52,7 @@ constexpr std::size_t kRejectSlack = 64;  // rejected connections lingering beyo
 constexpr int kListenBacklog = 128;
 
 enum class Phase { open, closing, draining, dead };
-enum class Pending { none, wait, barrier };
+enum class Pending { none, wait, barrier, members };
 
 struct Connection {
   std::uint64_t id = 0;
@@ -69,7 +69,7 @@ struct Connection {
   std::optional<Clock::time_point> out_since;  // when `out` first could not be sent
   Clock::time_point linger_until;
 
-  Pending pending = Pending::none;  // a parked wait or barrier
+  Pending pending = Pending::none;  // a parked wait, barrier or members watch
   std::string pending_name;
   std::int64_t pending_timeout_ms = 0;
   Clock::time_point pending_deadline;
@@ -155,7 +155,11 @@ class Loop {
   void handle_wait(Connection& c, const Json& request, Clock::time_point now);
   void handle_remove(Connection& c, const Json& request);
   void handle_join(Connection& c, const Json& request);
-  void handle_members(Connection& c);
+  void handle_members(Connection& c, const Json& request, Clock::time_point now);
+  // The members reply: {"ok":true,"version":V,"members":[...]}.
+  Json members_reply() const;
+  // Counts a membership change and answers every parked members watch.
+  void members_changed();
   void handle_barrier(Connection& c, const Json& request, Clock::time_point now);
 
   void reply(Connection& c, const Json& message);
@@ -186,6 +190,7 @@ class Loop {
   std::uint64_t next_id_ = 1;
   std::map<std::string, std::string> records_;
   std::map<int, Member> members_;
+  std::uint64_t members_version_ = 1;  // counts membership changes
   std::map<std::string, BarrierRound> barriers_;
 };
 
@@ -442,6 +447,8 @@ void Loop::expire(Connection& c, Clock::time_point now) {
                                 std::to_string(round.count) + " arrived";
     withdraw_arrival(c);
     complete_pending(c, protocol::error_reply(Errc::timeout, message));
+  } else if (c.pending == Pending::members && now >= c.pending_deadline) {
+    complete_pending(c, members_reply());  // unchanged: the same version
   }
 }
 
@@ -486,11 +493,16 @@ void Loop::fail(Connection& c, const std::string& message) {
 void Loop::release_state(Connection& c) {
   if (c.pending == Pending::barrier) withdraw_arrival(c);
   c.pending = Pending::none;
+  bool left = false;
   for (int rank : c.ranks) {
     auto it = members_.find(rank);
-    if (it != members_.end() && it->second.connection == c.id) members_.erase(it);
+    if (it != members_.end() && it->second.connection == c.id) {
+      members_.erase(it);
+      left = true;
+    }
   }
   c.ranks.clear();
+  if (left) members_changed();
 }
 
 void Loop::begin_close(Connection& c) {
@@ -625,7 +637,7 @@ void Loop::handle(Connection& c, const Json& request, Clock::time_point now) {
   } else if (*op == "join") {
     handle_join(c, request);
   } else if (*op == "members") {
-    handle_members(c);
+    handle_members(c, request, now);
   } else if (*op == "barrier") {
     handle_barrier(c, request, now);
   } else if (*op == "hello") {
@@ -755,14 +767,42 @@ void Loop::handle_join(Connection& c, const Json& request) {
   members_.emplace(r, Member{c.id, std::move(info)});
   c.ranks.insert(r);
   reply(c, protocol::ok_reply());
+  members_changed();
 }
 
-void Loop::handle_members(Connection& c) {
+Json Loop::members_reply() const {
   Json list = Json::array();
   for (const auto& [rank, member] : members_) {
     list.push_back(Json{{"rank", rank}, {"info", protocol::base64_encode(member.info)}});
   }
-  reply(c, Json{{"ok", true}, {"members", std::move(list)}});
+  return Json{{"ok", true}, {"version", members_version_}, {"members", std::move(list)}};
+}
+
+void Loop::members_changed() {
+  ++members_version_;
+  Json changed;  // built once, shared by every watch
+  for (auto& [id, other] : connections_) {
+    if (other.phase != Phase::open || other.pending != Pending::members) continue;
+    if (changed.is_null()) changed = members_reply();
+    complete_pending(other, changed);
+  }
+}
+
+// {"op":"members"} answers at once. With "since" (a version from an earlier reply) and
+// "timeout_ms" it is a watch: held until the membership differs from that version or the
+// timeout passes (then answered unchanged).
+void Loop::handle_members(Connection& c, const Json& request, Clock::time_point now) {
+  if (!request.contains("since")) return reply(c, members_reply());
+  const std::int64_t since = need_int(request, "members", "since");
+  const std::int64_t timeout_ms = need_timeout(request, "members");
+  if (timeout_ms < 0) {
+    return reply_error(c, Errc::invalid_argument, "registry: members watch with negative timeout");
+  }
+  if (since != static_cast<std::int64_t>(members_version_) || timeout_ms == 0) return reply(c, members_reply());
+  c.pending = Pending::members;
+  c.pending_name.clear();
+  c.pending_timeout_ms = timeout_ms;
+  c.pending_deadline = now + std::chrono::milliseconds(timeout_ms);
 }
 
 void Loop::handle_barrier(Connection& c, const Json& request, Clock::time_point now) {

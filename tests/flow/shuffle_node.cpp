@@ -536,12 +536,25 @@ int kill_source(cluster::Node& node) {
       if (!source.push(Pair{i, i})) break;
       if (node.rank() == 2 && i == 5000) {
         (void)source.close();
+        node.registry().publish(spec.name + "/rank-2-done", "yes");
         return 0;
       }
     }
     return 0;
   }
   ShuffleTarget target(node, spec.name, 0);
+  // The healthy source (rank 2) must not find the target gone: the target learns of the kill
+  // within milliseconds, maybe before rank 2 finished. (Destroyed before the target.)
+  struct WaitForRank2 {
+    cluster::Node& node;
+    const std::string record;
+    ~WaitForRank2() {
+      try {
+        (void)node.wait_for(record, std::chrono::seconds(20));
+      } catch (const Error&) {
+      }
+    }
+  } wait_for_rank_2{node, spec.name + "/rank-2-done"};
   TupleBatch batch;
   Status s;
   while ((s = target.consume(batch, std::chrono::seconds(20))) && !batch.empty()) {

@@ -60,6 +60,26 @@ void expect_reply(const std::optional<std::string>& body, std::string_view expec
 // ---- well-formed requests ---------------------------------------------------------------------
 
 // Every request and reply of protocol.hpp, byte for byte as a third-party client would see them.
+// A held members watch is answered as soon as the membership changes: a member joining, and
+// the connection of a member closing.
+TEST(RegistryWire, MembersWatchIsAnsweredWhenTheMembershipChanges) {
+  Server server(ServerOptions{});
+  RawConnection watcher(server.port());
+  watcher.send_frame(kHello);
+  expect_reply(watcher.read_frame(), R"({"ok":true,"version":1})");
+  watcher.send_frame(R"({"op":"members","since":1,"timeout_ms":30000})");
+  {
+    RawConnection member(server.port());
+    member.send_frame(kHello);
+    expect_reply(member.read_frame(), R"({"ok":true,"version":1})");
+    member.send_frame(R"({"op":"join","rank":3,"info":""})");
+    expect_reply(member.read_frame(), R"({"ok":true})");
+    expect_reply(watcher.read_frame(5s), R"({"ok":true,"version":2,"members":[{"rank":3,"info":""}]})");
+    watcher.send_frame(R"({"op":"members","since":2,"timeout_ms":30000})");
+  }  // the member's connection closes
+  expect_reply(watcher.read_frame(5s), R"({"ok":true,"version":3,"members":[]})");
+}
+
 TEST(RegistryWire, WellFormedSessionGetsTheDocumentedReplies) {
   Server server(ServerOptions{});
   RawConnection raw(server.port());
@@ -93,7 +113,15 @@ TEST(RegistryWire, WellFormedSessionGetsTheDocumentedReplies) {
   raw.send_frame(R"({"op":"join","rank":-1,"info":""})");
   expect_error_frame(raw.read_frame(), Errc::invalid_argument, "registry: rank -1 is out of range");
   raw.send_frame(R"({"op":"members"})");
-  expect_reply(raw.read_frame(), R"({"ok":true,"members":[{"rank":5,"info":"aGk="}]})");
+  expect_reply(raw.read_frame(), R"({"ok":true,"version":2,"members":[{"rank":5,"info":"aGk="}]})");
+  // A watch of another version answers at once; one of the current version waits out its
+  // timeout and answers unchanged; a negative timeout is refused.
+  raw.send_frame(R"({"op":"members","since":1,"timeout_ms":10000})");
+  expect_reply(raw.read_frame(), R"({"ok":true,"version":2,"members":[{"rank":5,"info":"aGk="}]})");
+  raw.send_frame(R"({"op":"members","since":2,"timeout_ms":50})");
+  expect_reply(raw.read_frame(), R"({"ok":true,"version":2,"members":[{"rank":5,"info":"aGk="}]})");
+  raw.send_frame(R"({"op":"members","since":2,"timeout_ms":-1})");
+  expect_error_frame(raw.read_frame(), Errc::invalid_argument, "registry: members watch with negative timeout");
   raw.send_frame(R"({"op":"barrier","name":"b","count":1,"timeout_ms":1000})");
   expect_reply(raw.read_frame(), R"({"ok":true})");
   raw.send_frame(R"({"op":"barrier","name":"b","count":0,"timeout_ms":1000})");
@@ -339,7 +367,7 @@ TEST(RegistryWire, SilentPeersAreAnsweredAtTheirDeadline) {
     expect_reply(raw.read_frame(), R"({"ok":true,"version":1})");
     const auto start = Clock::now();
     raw.send_bytes(c.sent);
-    if (c.complete_first) expect_reply(raw.read_frame(), R"({"ok":true,"members":[]})");
+    if (c.complete_first) expect_reply(raw.read_frame(), R"({"ok":true,"version":1,"members":[]})");
     expect_error_frame(raw.read_frame(3s), Errc::protocol, c.message);
     EXPECT_GE(Clock::now() - start, kShort);
     EXPECT_TRUE(raw.closed_by_peer());

@@ -6,10 +6,12 @@
 // one-sided operations and active messages, served by a progress thread, publishes that
 // worker's address, and waits until every rank has done the same.
 //
-// Liveness: a rank's registry connection closes when its process dies. A watcher thread polls
-// the membership and declares vanished ranks failed in the fabric context, so every operation
-// towards them returns Errc::peer_failed naming the rank, on every transport, within about
-// `liveness_interval` (UCX's own detection still applies where the transport has it).
+// Liveness: a rank's registry connection closes when its process dies. A watcher thread watches
+// the membership (the registry pushes every change to it: a held "members" request, see
+// src/registry/protocol.hpp) and declares vanished ranks failed in the fabric context, so every
+// operation towards them returns Errc::peer_failed naming the rank, on every transport, within
+// milliseconds of the registry seeing the connection close (UCX's own detection still applies
+// where the transport has it).
 //
 //   dfi::cluster::Node node;                       // blocks until all ranks are up
 //   dfi::fabric::Worker worker(node.fabric(), "t0");
@@ -25,7 +27,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <condition_variable>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -53,7 +54,8 @@ struct NodeOptions {
   bool embed_registry = true;             // rank 0 runs the server (DFI_REGISTRY_EXTERNAL=1 turns off)
   std::chrono::milliseconds registry_timeout{0};  // 0: DFI_REGISTRY_TIMEOUT_MS
   fabric::ContextOptions fabric;          // defaults from the settings table
-  std::chrono::milliseconds liveness_interval{100};  // membership poll period
+  std::chrono::milliseconds liveness_interval{5000};  // longest hold of one membership watch
+                                                      // (changes are pushed at once)
   // Installs active-message handlers on the service worker before its progress thread starts.
   std::function<void(fabric::Worker&)> setup_service;
 };
@@ -119,7 +121,6 @@ class Node {
   std::unique_ptr<registry::Client> barrier_client_;
   std::thread watcher_;
   std::mutex watcher_mutex_;
-  std::condition_variable watcher_wake_;
   bool watcher_stop_ = false;  // guarded by watcher_mutex_
   std::mutex addresses_mutex_;
   std::unordered_map<int, std::string> addresses_;  // guarded by addresses_mutex_

@@ -5,8 +5,8 @@
 //   host rank:   words.host(node, "flow/x/sequencer", 2);
 //   every user:  words.attach(node, worker, "flow/x/sequencer", host_rank, timeout);
 //                words.fetch_add(0, 1, &old);  words.load(0, value);
-//   leaving:     users add 1 to a "departed" word; the host keeps the words until
-//                wait_for_departures() says everyone left (or died, or time ran out).
+//   leaving:     each user sets a departure word of its own; the host keeps the words until
+//                wait_for_departures() says every user left (or died, or time ran out).
 //
 // The host publishes the words' registered region under a registry record; users attach to it
 // through an endpoint of their own worker (the host may attach to its own words too). Reads are
@@ -64,9 +64,10 @@ class SharedWords {
   // Waits until everything added so far reached the host. Errors: peer_failed.
   Status flush();
 
-  // Host: waits until word `index` plus the number of `ranks` that died reaches `ranks.size()`
-  // (every user added 1 when it left, or is dead), or `deadline` passes.
-  void wait_for_departures(Node& node, std::size_t index, const std::vector<int>& ranks,
+  // Host: waits until every user i (0 <= i < ranks.size(), on rank ranks[i]) either set its
+  // departure word `first + i` to non-zero or died, or `deadline` passes. (One word per user, not
+  // one counter: a user that left and then exited must not count twice.)
+  void wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
                            const Deadline& deadline, const BackoffSettings& backoff);
 
  private:

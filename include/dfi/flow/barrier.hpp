@@ -61,6 +61,7 @@ class Barrier {
   std::string label_;
   std::vector<SourceRef> members_;
   bool owner_ = false;
+  std::size_t index_ = 0;  // this member's position in members_ (the owner is 0)
   cluster::SharedWords counter_;  // [arrived][departed], hosted by the owner, attached by all
   std::chrono::milliseconds timeout_;  // wait()'s default: flow_timeout_ms, read at join
   BackoffSettings backoff_ = BackoffSettings::from_config();

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -92,6 +93,13 @@ class Client {
 
   // The current members: rank -> info.
   std::map<int, std::string> members();
+  // Watches the membership: returns the members once they differ from `version` (0: at once),
+  // or unchanged after `timeout`; sets `version` to that of the answer. Holds the connection
+  // while waiting (use a Client of its own). Errors: as members(); peer_failed after interrupt().
+  std::map<int, std::string> members_after(std::uint64_t& version, std::chrono::milliseconds timeout);
+  // Ends a call blocked in another thread (it fails with peer_failed) and breaks the connection.
+  // Thread-safe; for stopping a watcher.
+  void interrupt() noexcept;
 
   // Returns once `count` clients (this one included) have called barrier(name, count) in the
   // current round; the next `count` arrivals form the next round. Holds the connection while
