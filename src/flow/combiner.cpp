@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/hash.hpp"
 
 namespace dfi::flow {
 namespace detail {
@@ -347,27 +348,16 @@ class AggregateTable {
     update_float(function, s, load<double>(p), first);
   }
 
-  static std::uint64_t mix(std::uint64_t h) noexcept {  // murmur3 finaliser
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
-  }
-
   // The hash of the key at `key` (key_bytes_ bytes).
   std::uint64_t hash(const std::byte* key) const noexcept {
     if (!wide_key_) [[likely]] {
       std::uint64_t k = 0;
       std::memcpy(&k, key, key_bytes_);
-      return mix(k);
+      return hash::mix64(k);
     }
-    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-    for (std::size_t i = 0; i < key_bytes_; ++i) {
-      h = (h ^ std::to_integer<std::uint64_t>(key[i])) * 0x100000001b3ull;
-    }
-    return mix(h);
+    return hash::mix64(hash::fold_bytes(key, key_bytes_));
   }
+
 
   // The row for the key at `key` (key_bytes_ bytes), created zeroed with the key if new. The index
   // is open addressing over the rows themselves (a row starts with its key, zero-padded to 8 B):

@@ -51,15 +51,6 @@ ShuffleSource::~ShuffleSource() {
   if (Status s = close(); !s) std::fprintf(stderr, "dfi: closing on destruction: %s\n", s.message().c_str());
 }
 
-std::uint64_t ShuffleSource::hash_bytes(const std::byte* data, std::size_t bytes) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (std::size_t i = 0; i < bytes; ++i) {
-    h ^= static_cast<std::uint64_t>(data[i]);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 Status ShuffleSource::width_error(std::size_t bytes) const {
   return {Errc::invalid_argument, rings_.label() + ": tuple of " + std::to_string(bytes) +
                                       " B does not match the schema's " + std::to_string(tuple_bytes_) +

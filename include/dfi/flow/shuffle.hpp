@@ -34,6 +34,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "dfi/common/hash.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/flow/spec.hpp"
 
@@ -145,19 +146,10 @@ class ShuffleSource {
     } else if (key_bytes_ < 8) {
       std::memcpy(&key, tuple + key_offset_, key_bytes_);
     } else {
-      key = hash_bytes(tuple + key_offset_, key_bytes_);
+      key = hash::fold_bytes(tuple + key_offset_, key_bytes_);
     }
-    key ^= key >> 33;  // murmur3 finaliser: spreads sequential keys
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    key *= 0xc4ceb9fe1a85ec53ull;
-    key ^= key >> 33;
-    // Multiply-shift maps the mixed key onto 0 .. targets-1 without a division (Lemire's
-    // reduction; fair because the finaliser spreads the key over all 64 bits).
-    __extension__ using Wide = unsigned __int128;  // GCC/Clang; __extension__: no -Wpedantic note
-    return static_cast<std::size_t>((static_cast<Wide>(key) * target_count_) >> 64);
+    return hash::route(key, target_count_);
   }
-  static std::uint64_t hash_bytes(const std::byte* data, std::size_t bytes) noexcept;
   Status route_slow(const std::byte* tuple, std::size_t& target);
   Status width_error(std::size_t bytes) const;
   Status push_error(std::size_t bytes) const;  // wrong width, or the flow failed earlier

@@ -1,0 +1,44 @@
+// dfi::hash — the key hash that routes tuples, in one place for flows, operators and the
+// benchmarks' hand-written baselines (which must route exactly as a key-hash flow does).
+//
+//   std::size_t target = dfi::hash::route(key, targets);   // 0 .. targets-1
+//
+// All functions are pure, inline and thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dfi::hash {
+
+// The murmur3 64-bit finaliser: spreads sequential keys over all 64 bits.
+constexpr std::uint64_t mix64(std::uint64_t key) noexcept {
+  key ^= key >> 33;
+  key *= 0xff51afd7ed558ccdull;
+  key ^= key >> 33;
+  key *= 0xc4ceb9fe1a85ec53ull;
+  key ^= key >> 33;
+  return key;
+}
+
+// Maps a well-spread 64-bit value onto 0 .. n-1 without a division (Lemire's multiply-shift
+// reduction; fair because the value is spread over all 64 bits).
+constexpr std::size_t reduce(std::uint64_t spread, std::size_t n) noexcept {
+  __extension__ using Wide = unsigned __int128;  // GCC/Clang; __extension__: no -Wpedantic note
+  return static_cast<std::size_t>((static_cast<Wide>(spread) * n) >> 64);
+}
+
+// The target of a tuple whose key is `key` among `n` targets (n >= 1).
+constexpr std::size_t route(std::uint64_t key, std::size_t n) noexcept { return reduce(mix64(key), n); }
+
+// FNV-1a over `bytes` bytes: folds a key wider than 8 bytes into one word before route().
+inline std::uint64_t fold_bytes(const std::byte* data, std::size_t bytes) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h ^= static_cast<std::uint64_t>(data[i]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace dfi::hash
