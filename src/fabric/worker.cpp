@@ -308,8 +308,8 @@ Status Worker::fence() {
   return {};
 }
 
-bool Worker::wait_for_event(std::chrono::microseconds timeout) {
-  if (ucp_worker_progress(impl_->worker) != 0) return true;
+bool Worker::wait_for_event(std::chrono::microseconds timeout, bool idle) {
+  if (!idle && ucp_worker_progress(impl_->worker) != 0) return true;
   ucs_status_t status = ucp_worker_arm(impl_->worker);
   if (status == UCS_ERR_BUSY) return true;  // events arrived meanwhile
   pollfd fd{impl_->event_fd, POLLIN, 0};

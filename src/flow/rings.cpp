@@ -250,6 +250,9 @@ Status TargetRings::try_next(memory::SegmentView& view, std::size_t& source) {
     held_.reset();
   }
   view = {};
+  // Segments the last progress() placed come first; the worker is progressed (over tcp a system
+  // call) only when the rings hold nothing, so a busy consumer pays one per burst of arrivals.
+  if (poll(view, source)) return {};
   progress();
   if (poll(view, source) || finished()) return {};
   if (Status s = check_sources_alive(); !s) return failure_.latch(std::move(s));
@@ -280,8 +283,9 @@ void TargetRings::pause(Backoff& backoff) {
   backoff.pause([this](std::chrono::microseconds pause) {
     if (!worker_) return std::this_thread::sleep_for(pause);
     worker_->claim();
-    worker_->wait_for_event(pause);  // wakes at once when a segment arrives
+    worker_->wait_for_event(pause, idle_);  // wakes at once when a segment arrives
     worker_->unclaim();
+    idle_ = false;
   });
 }
 

@@ -138,6 +138,14 @@ Status SegmentWriter<Access>::wait_for_credit() {
       return {Errc::timeout, access_.label() + ": no free segment within " + std::to_string(stall_timeout_.count()) +
                                  " ms (is the reader consuming?)"};
     }
+    if constexpr (Access::kRemote) {
+      if (access_.path() == RemoteRing::Path::active_message) {
+        // The credits come as an active message to this worker: sleep on its events (woken at
+        // once by the answer) instead of polling it, each poll being a system call.
+        backoff.pause([this](std::chrono::microseconds pause) { access_.worker().wait_for_event(pause); });
+        continue;
+      }
+    }
     backoff.pause();
   }
 }

@@ -1,4 +1,4 @@
-// `dfi bench shuffle-bw | shuffle-lat | memory --quick`, for real (DFI ranks plus ucx_perftest
+// `dfi bench shuffle-bw | shuffle-lat | shuffle-nm | memory --quick`, for real (DFI ranks plus ucx_perftest
 // and, for shuffle-bw, the TCP socket stream or the shared-memory ring), with sizes cut down
 // further so that each run stays well under 20 s on 2 cores. Checks the result's shape, that
 // every number is positive and that the scenario-specific invariants hold; never how fast
@@ -204,6 +204,36 @@ TEST(BenchMemory, QuickOverTcpCountsStaging) {
   // 1 target x 2 rings + 1 source x 2 targets x 4 staging segments of 8 KiB.
   const double expected = (2 * (32 * 8208 + 128) + 2 * 4 * 8208) / 1048576.0;
   EXPECT_NEAR((*dfi)["points"][0]["value"].get<double>(), expected, 1e-9);
+}
+
+// shuffle-nm: 4 ranks, a 4:4 flow and the socket all-to-all, both checked for counts and key
+// sums by the driver (a mismatch fails the run); here: both series measured at every size, the
+// tcp target declared, commands recorded.
+void check_shuffle_nm(const json& r, bool target) {
+  ASSERT_TRUE(r.is_object());
+  const json* panel = find_by_id(r["panels"], "aggregate");
+  ASSERT_NE(panel, nullptr);
+  check_positive(*panel);
+  for (const char* id : {"dfi", "sockets"}) {
+    const json* s = find_by_id((*panel)["series"], id);
+    ASSERT_NE(s, nullptr) << id;
+    EXPECT_EQ(xs_of(*s), (std::set<std::size_t>{16, 1024})) << id;
+    EXPECT_FALSE((*s)["commands"].empty()) << id;
+  }
+  ASSERT_EQ((*panel)["ratios"].size(), 2u);
+  EXPECT_EQ((*panel)["ratios"][0].contains("target"), target);
+}
+
+TEST(BenchShuffleNm, QuickOverShm) {
+  check_shuffle_nm(run_quick("shuffle-nm", "shm",
+                             {"--set", "tuple_sizes=[16,1024]", "--set", "bytes_per_source=4194304"}),
+                   false);
+}
+
+TEST(BenchShuffleNm, QuickOverTcp) {
+  check_shuffle_nm(run_quick("shuffle-nm", "tcp",
+                             {"--set", "tuple_sizes=[16,1024]", "--set", "bytes_per_source=4194304"}),
+                   true);
 }
 
 }  // namespace

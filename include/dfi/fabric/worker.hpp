@@ -96,8 +96,10 @@ class Worker {
   Status fence();
 
   // Sleeps until an event arrives or `timeout` passes; returns false on timeout. Progresses
-  // first, so no event is lost between the last progress() and the sleep.
-  bool wait_for_event(std::chrono::microseconds timeout);
+  // first, so no event is lost between the last progress() and the sleep; a caller whose own
+  // progress() returned 0 just before passes `idle` = true and saves that pass (over tcp, a
+  // system call): UCX's arm then reports whatever arrived since.
+  bool wait_for_event(std::chrono::microseconds timeout, bool idle = false);
 
   // Wakes a thread blocked in wait_for_event(). Any thread may call it.
   void signal();

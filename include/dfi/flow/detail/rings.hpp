@@ -156,6 +156,7 @@ class TargetRings {
     worker_->claim();  // the progress thread serves it while nobody consumes
     const unsigned events = receiver_->progress();
     worker_->unclaim();
+    idle_ = events == 0;
     return events;
   }
   // One round of `backoff` for a consumer that found nothing: where segments arrive as active
@@ -185,6 +186,7 @@ class TargetRings {
   // progressed by the consuming thread, and the receiver that places segments into the rings.
   std::unique_ptr<fabric::Worker> worker_;
   std::unique_ptr<memory::SegmentReceiver> receiver_;
+  bool idle_ = false;  // the last progress() found nothing: pause() need not progress again
   std::vector<RingReader> readers_;
   std::vector<bool> ended_;
   std::size_t open_sources_ = 0;
