@@ -9,7 +9,7 @@
 #include <string>
 
 #include "dfi/cluster/node.hpp"
-#include "dfi/common/hash.hpp"
+#include "dfi/kernels/hash.hpp"
 
 namespace dfi::flow {
 namespace detail {
@@ -353,9 +353,9 @@ class AggregateTable {
     if (!wide_key_) [[likely]] {
       std::uint64_t k = 0;
       std::memcpy(&k, key, key_bytes_);
-      return hash::mix64(k);
+      return kernels::mix64(k);
     }
-    return hash::mix64(hash::fold_bytes(key, key_bytes_));
+    return kernels::mix64(kernels::fold_bytes(key, key_bytes_));
   }
 
 

@@ -34,9 +34,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "dfi/common/hash.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/flow/spec.hpp"
+#include "dfi/kernels/hash.hpp"
 
 namespace dfi::fabric {
 class Worker;
@@ -146,9 +146,9 @@ class ShuffleSource {
     } else if (key_bytes_ < 8) {
       std::memcpy(&key, tuple + key_offset_, key_bytes_);
     } else {
-      key = hash::fold_bytes(tuple + key_offset_, key_bytes_);
+      key = kernels::fold_bytes(tuple + key_offset_, key_bytes_);
     }
-    return hash::route(key, target_count_);
+    return kernels::route(key, target_count_);
   }
   Status route_slow(const std::byte* tuple, std::size_t& target);
   Status width_error(std::size_t bytes) const;

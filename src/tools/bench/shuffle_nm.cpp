@@ -8,7 +8,7 @@
 //
 // Baseline, the same data movement by hand: every rank listens on a TCP socket and connects to
 // every rank (itself included: ranks x ranks connections, as the flow has ranks x ranks rings).
-// A writer thread routes each tuple with the flow's own key hash (dfi::hash::route), copies it
+// A writer thread routes each tuple with the flow's own key hash (dfi::kernels::route), copies it
 // into a 64 KiB buffer per destination and writes a buffer when it is full (one write system
 // call per 64 KiB); a reader thread polls its connections, reads 64 KiB at a time and sums the
 // key of every tuple (a tuple cut by a read boundary is carried over).
@@ -41,9 +41,9 @@
 #include "cluster_job.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/error.hpp"
-#include "dfi/common/hash.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "dfi/kernels/hash.hpp"
 #include "dfi/registry/client.hpp"
 #include "scenarios.hpp"
 #include "tuple_block.hpp"
@@ -150,7 +150,7 @@ std::uint64_t socket_writer(const std::vector<Socket>& out, const Point& point) 
   for (std::uint64_t i = 0; i < point.tuples_per_source; ++i) {
     std::uint64_t key;
     std::memcpy(&key, p, sizeof key);
-    const std::size_t d = n > 1 ? hash::route(key, n) : 0;
+    const std::size_t d = n > 1 ? kernels::route(key, n) : 0;
     std::memcpy(buffers[d].data() + fill[d], p, tb);
     if ((fill[d] += tb) == capacity) {
       write_all(out[d].get(), buffers[d].data(), capacity);

@@ -1,7 +1,8 @@
-// dfi::hash — the key hash that routes tuples, in one place for flows, operators and the
+// dfi::kernels — CPU-only building blocks shared by flows and operators (../shared/DESIGN.md §2).
+// hash.hpp: the key hash that routes tuples, in one place for flows, operators and the
 // benchmarks' hand-written baselines (which must route exactly as a key-hash flow does).
 //
-//   std::size_t target = dfi::hash::route(key, targets);   // 0 .. targets-1
+//   std::size_t target = dfi::kernels::route(key, targets);   // 0 .. targets-1
 //
 // All functions are pure, inline and thread-safe.
 #pragma once
@@ -9,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace dfi::hash {
+namespace dfi::kernels {
 
 // The murmur3 64-bit finaliser: spreads sequential keys over all 64 bits.
 constexpr std::uint64_t mix64(std::uint64_t key) noexcept {
@@ -41,4 +42,4 @@ inline std::uint64_t fold_bytes(const std::byte* data, std::size_t bytes) noexce
   return h;
 }
 
-}  // namespace dfi::hash
+}  // namespace dfi::kernels
