@@ -14,6 +14,17 @@ namespace {
 
 using Clock = RankThreads::Clock;
 
+// join() must throw a dfi::Error with this code and message.
+void expect_join_error(RankThreads& threads, Errc code, const std::string& message) {
+  try {
+    threads.join();
+    ADD_FAILURE() << "join() reported no error; expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code);
+    EXPECT_EQ(e.what(), message);
+  }
+}
+
 TEST(RankThreads, ReleasesEveryThreadAfterAllAreReadyAndBeforeRan) {
   constexpr int kThreads = 4;
   std::atomic<int> ready{0};
@@ -68,13 +79,8 @@ TEST(RankThreads, AThreadThatFailsBeforeTheGateDoesNotHoldItAndIsNamed) {
     other_ran = true;
   });
   threads.release();
-  try {
-    threads.join();
-    FAIL() << "the failure was not reported";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::timeout);
-    EXPECT_STREQ(e.what(), "bench test: rank 1: source 0: flow 'x': target 2 did not open in time");
-  }
+  expect_join_error(threads, Errc::timeout,
+                    "bench test: rank 1: source 0: flow 'x': target 2 did not open in time");
   EXPECT_TRUE(other_ran.load());
 }
 
@@ -82,13 +88,7 @@ TEST(RankThreads, AFailedStepBeforeTheReleaseIsReportedAfterTheThreads) {
   RankThreads threads("bench test");
   threads.start("target", [](RankThreads::Gate& gate) { gate.ready_and_wait(); });
   threads.release([] { throw std::runtime_error("barrier 'start': rank 0 is dead"); });
-  try {
-    threads.join();
-    FAIL() << "the failed barrier was not reported";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::io);
-    EXPECT_STREQ(e.what(), "bench test: barrier 'start': rank 0 is dead");
-  }
+  expect_join_error(threads, Errc::io, "bench test: barrier 'start': rank 0 is dead");
 }
 
 TEST(RankThreads, AnOwnerThatLeavesEarlyReleasesAndJoinsItsThreads) {
