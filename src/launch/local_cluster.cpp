@@ -1,12 +1,9 @@
 #include "dfi/launch/local_cluster.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,11 +12,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <optional>
-#include <iterator>
-#include <set>
 #include <string_view>
 
 #include "dfi/common/error.hpp"
+#include "dfi/launch/child_process.hpp"
 #include "dfi/launch/netns.hpp"
 #include "signal_watch.hpp"
 #include "subprocess.hpp"
@@ -89,47 +85,8 @@ std::string random_token() {
   return token;
 }
 
-// A TCP port that is free on loopback right now (the kernel's choice). Another process could take
-// it before rank 0 binds it; the registry reports that as an error naming the address.
-int pick_free_port() {
-  const detail::UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) {
-    throw Error(Errc::io, "dfi cluster: cannot create a socket to pick the registry port: " +
-                              detail::errno_message(errno));
-  }
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw Error(Errc::io, "dfi cluster: cannot pick a free port on 127.0.0.1 for the registry: " +
-                              detail::errno_message(errno));
-  }
-  return ntohs(address.sin_port);
-}
-
 // Variables every rank gets, in order; later entries override earlier ones with the same name.
 using Settings = std::vector<std::pair<std::string, std::string>>;
-
-// The caller's environment without the names in `settings`, then `settings`.
-std::vector<std::string> make_environment(const Settings& settings) {
-  std::set<std::string> overridden;
-  for (const auto& entry : settings) overridden.insert(entry.first);
-  std::vector<std::string> env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const std::string text = *entry;
-    if (overridden.count(text.substr(0, text.find('='))) == 0) env.push_back(text);
-  }
-  // Last setting of a name wins.
-  for (auto it = settings.begin(); it != settings.end(); ++it) {
-    const bool later = std::any_of(std::next(it), settings.end(),
-                                   [&](const auto& other) { return other.first == it->first; });
-    if (!later) env.push_back(it->first + "=" + it->second);
-  }
-  return env;
-}
 
 // "rank 3" or "ranks 0, 1, 2".
 std::string ranks_phrase(const std::vector<int>& ranks) {
@@ -236,7 +193,7 @@ class ClusterRun {
       detail::SpawnRequest request;
       request.path = program_;
       request.argv = options_.argv;
-      request.env = make_environment(settings);
+      request.env = detail::environment_with(settings);
       request.stdout_fd = out.write.get();
       request.stderr_fd = err.write.get();
       request.netns_fd = netns_fd.get();
@@ -502,7 +459,7 @@ int run_cluster(const ClusterOptions& options, std::ostream& out, std::ostream& 
   validate(options);
   detail::SignalWatch signals;
 
-  const std::optional<std::string> program = detail::find_program(options.argv[0]);
+  const std::optional<std::string> program = find_program(options.argv[0]);
   if (!program) {
     err << "dfi cluster: cannot execute '" << options.argv[0] << "': "
         << (options.argv[0].find('/') != std::string::npos ? "no such file"

@@ -18,6 +18,7 @@
 
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/launch/child_process.hpp"
 #include "subprocess.hpp"
 
 namespace dfi::launch {
@@ -119,7 +120,7 @@ std::vector<std::string> netns_owned_by_this_process() {
 }
 
 std::string netns_unavailable_reason() {
-  if (!detail::find_program("ip")) {
+  if (!find_program("ip")) {
     return "the `ip` program (iproute2) was not found in PATH";
   }
   const std::optional<std::uint64_t> caps = effective_capabilities();

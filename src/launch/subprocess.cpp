@@ -6,17 +6,18 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <set>
 #include <system_error>
 
 #include "dfi/common/error.hpp"
+#include "dfi/launch/child_process.hpp"
 
 namespace dfi::launch::detail {
 namespace {
@@ -146,12 +147,6 @@ std::vector<char*> c_array(std::vector<std::string>& strings) {
   return pointers;
 }
 
-bool is_executable_file(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
-}
-
 }  // namespace
 
 void UniqueFd::reset(int fd) noexcept {
@@ -176,27 +171,22 @@ Pipe make_pipe(bool nonblocking_read) {
 
 std::string errno_message(int error) { return std::system_category().message(error); }
 
-std::optional<std::string> find_program(const std::string& name) {
-  if (name.empty()) return std::nullopt;
-  if (name.find('/') != std::string::npos) {
-    struct stat info {};
-    if (::stat(name.c_str(), &info) == 0) return name;
-    return std::nullopt;
+std::vector<std::string> environment_with(
+    const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::set<std::string> overridden;
+  for (const auto& entry : settings) overridden.insert(entry.first);
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    if (overridden.count(text.substr(0, text.find('='))) == 0) env.push_back(text);
   }
-  const char* path_env = std::getenv("PATH");
-  const std::string path = path_env != nullptr ? path_env : "/bin:/usr/bin";
-  std::size_t begin = 0;
-  while (begin <= path.size()) {
-    std::size_t end = path.find(':', begin);
-    if (end == std::string::npos) end = path.size();
-    // POSIX: an empty PATH entry is the current directory.
-    std::string candidate = end > begin ? path.substr(begin, end - begin) : std::string(".");
-    candidate += '/';
-    candidate += name;
-    if (is_executable_file(candidate)) return candidate;
-    begin = end + 1;
+  // Last setting of a name wins.
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    const bool later = std::any_of(std::next(it), settings.end(),
+                                   [&](const auto& other) { return other.first == it->first; });
+    if (!later) env.push_back(it->first + "=" + it->second);
   }
-  return std::nullopt;
+  return env;
 }
 
 std::string signal_name(int signal_number) {

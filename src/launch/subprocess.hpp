@@ -1,4 +1,6 @@
-// Private to the launch layer: file descriptors, PATH lookup and fork/exec of child processes.
+// Private to the launch layer: file descriptors and fork/exec of child processes (the one
+// spawner: `dfi cluster run`'s ranks, launch::ChildProcess, run_command). PATH lookup is the
+// public launch::find_program (dfi/launch/child_process.hpp).
 //
 // Every child started here
 //   - runs in its own process group (pgid == pid), so that a signal to -pid reaches the program
@@ -15,6 +17,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dfi/common/deadline.hpp"
@@ -60,10 +63,10 @@ Pipe make_pipe(bool nonblocking_read);
 // The text for an errno value ("No such file or directory"). Thread-safe.
 std::string errno_message(int error);
 
-// Resolves a program name as execvp() would: a name containing '/' is returned unchanged if it
-// exists; otherwise the directories of $PATH (default "/bin:/usr/bin") are searched for an
-// executable regular file. std::nullopt if none is found. Reads the environment.
-std::optional<std::string> find_program(const std::string& name);
+// Our environment with `settings` ("NAME", "value") replacing or adding variables; where a
+// name is set twice, the last setting wins. For SpawnRequest::env. Reads the environment.
+std::vector<std::string> environment_with(
+    const std::vector<std::pair<std::string, std::string>>& settings);
 
 // "exited with status 3", "was killed by signal 9 (Killed)" for a waitpid() status.
 std::string describe_wait_status(int status);

@@ -56,7 +56,7 @@ inline nlohmann::json run_quick(const std::string& scenario, const std::string& 
                                    "--transport", transport, "--out",  out.path().string(),
                                    "--no-plot"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  ProcessResult r = run_process({argv, {}}, timeout);
+  launch::ChildResult r = launch::run_child({argv, {}}, timeout);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(r.timed_out) << r.output;
   const std::filesystem::path file = out.path() / (scenario + "-" + transport + "-quick.json");

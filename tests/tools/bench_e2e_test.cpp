@@ -22,10 +22,11 @@ using testing::find_by_id;
 using testing::TempDir;
 
 json run_quick(const std::string& transport, const fs::path& out) {
-  ProcessResult r = run_process({{DFI_BINARY, "bench", "fabric-bw", "--quick", "--transport",
-                                  transport, "--out", out.string(), "--no-plot"},
-                                 {}},
-                                100s);
+  launch::ChildResult r =
+      launch::run_child({{DFI_BINARY, "bench", "fabric-bw", "--quick", "--transport", transport,
+                          "--out", out.string(), "--no-plot"},
+                         {}},
+                        100s);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(r.timed_out) << r.output;
   const fs::path file = out / ("fabric-bw-" + transport + "-quick.json");
@@ -93,10 +94,11 @@ TEST(BenchFabricBw, QuickOverTcp) {
 }
 
 TEST(BenchFabricBw, ListAndUnknownScenario) {
-  ProcessResult list = run_process({{DFI_BINARY, "bench", "list"}, {}}, 30s);
+  launch::ChildResult list = launch::run_child({{DFI_BINARY, "bench", "list"}, {}}, 30s);
   EXPECT_EQ(list.exit_code, 0) << list.output;
   EXPECT_NE(list.output.find("fabric-bw"), std::string::npos) << list.output;
-  ProcessResult unknown = run_process({{DFI_BINARY, "bench", "no-such-scenario"}, {}}, 30s);
+  launch::ChildResult unknown =
+      launch::run_child({{DFI_BINARY, "bench", "no-such-scenario"}, {}}, 30s);
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("no scenario 'no-such-scenario'"), std::string::npos)
       << unknown.output;
@@ -106,7 +108,7 @@ TEST(BenchFabricBw, ListAndUnknownScenario) {
 // installs: without it the test says so and skips.
 TEST(BenchPlot, PlotsAQuickResult) {
   const std::string python = python_interpreter();
-  ProcessResult probe = run_process({{python, "-c", "import matplotlib"}, {}}, 30s);
+  launch::ChildResult probe = launch::run_child({{python, "-c", "import matplotlib"}, {}}, 30s);
   if (probe.exit_code != 0) {
     GTEST_SKIP() << python
                  << " has no matplotlib (install python3-matplotlib; scripts/dev bench does)";
@@ -116,11 +118,11 @@ TEST(BenchPlot, PlotsAQuickResult) {
   json r = run_quick("shm", out.path());
   ASSERT_TRUE(r.is_object());
   const fs::path png = out.path() / "plot.png";
-  ProcessResult plot =
-      run_process({{python, bench_source_dir() + "/plot.py",
-                    (out.path() / "fabric-bw-shm-quick.json").string(), png.string()},
-                   {}},
-                  60s);
+  launch::ChildResult plot =
+      launch::run_child({{python, bench_source_dir() + "/plot.py",
+                          (out.path() / "fabric-bw-shm-quick.json").string(), png.string()},
+                         {}},
+                        60s);
   EXPECT_EQ(plot.exit_code, 0) << plot.output;
   ASSERT_TRUE(fs::exists(png));
   std::ifstream in(png, std::ios::binary);

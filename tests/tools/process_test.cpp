@@ -1,4 +1,6 @@
-// Child processes of the baseline runners: output capture, exit codes, timeouts, ports.
+// What bench adds to launch::ChildProcess for its baselines: servers known to listen before their
+// client starts, and command lines and output quoted in results and messages. (The child process
+// itself is tested with the launch layer: tests/launch/child_process_test.cpp.)
 #include "bench/process.hpp"
 
 #include <arpa/inet.h>
@@ -7,45 +9,25 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dfi/common/error.hpp"
+
 namespace dfi::tools::bench {
 namespace {
 
 using namespace std::chrono_literals;
 
-TEST(Process, CapturesOutputExitCodeAndEnvironment) {
-  ProcessResult r =
-      run_process({{"sh", "-c", "echo out; echo err >&2; echo \"$DFI_BENCH_TEST_VAR\"; exit 3"},
-                   {{"DFI_BENCH_TEST_VAR", "seen"}}},
-                  10s);
-  EXPECT_EQ(r.exit_code, 3);
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_NE(r.output.find("out\n"), std::string::npos);
-  EXPECT_NE(r.output.find("err\n"), std::string::npos);
-  EXPECT_NE(r.output.find("seen\n"), std::string::npos);
+// A server that listens on the port it is given, for as long as the test lets it.
+launch::ChildSpec python_server(int port) {
+  return {{"python3", "-c",
+           "import socket, sys, time\n"
+           "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
+           "print('listening', flush=True); time.sleep(30)\n",
+           std::to_string(port)},
+          {}};
 }
 
-TEST(Process, KillsWhatOverstaysItsBound) {
-  const auto start = std::chrono::steady_clock::now();
-  ProcessResult r = run_process({{"sh", "-c", "sleep 30 & sleep 30"}, {}}, 300ms);
-  EXPECT_TRUE(r.timed_out);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
-}
-
-TEST(Process, MissingProgramExits127WithAReason) {
-  ProcessResult r = run_process({{"dfi-no-such-program-xyz"}, {}}, 10s);
-  EXPECT_EQ(r.exit_code, 127);
-  EXPECT_NE(r.output.find("cannot execute dfi-no-such-program-xyz"), std::string::npos) << r.output;
-}
-
-TEST(Process, FindInPath) {
-  EXPECT_TRUE(find_in_path("sh").has_value());
-  EXPECT_FALSE(find_in_path("dfi-no-such-program-xyz").has_value());
-  EXPECT_EQ(find_in_path("/bin/sh").value_or(""), "/bin/sh");
-}
-
-TEST(Process, FreePortAndListeningCheck) {
-  const int port = pick_free_port();
+TEST(Process, ListeningCheck) {
+  const int port = launch::pick_free_port();
   ASSERT_GT(port, 0);
   EXPECT_FALSE(is_listening(port));
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -58,6 +40,30 @@ TEST(Process, FreePortAndListeningCheck) {
   ASSERT_EQ(::listen(fd, 1), 0);
   EXPECT_TRUE(is_listening(port));
   ::close(fd);
+}
+
+TEST(Process, StartsAServerAndReturnsOnceItListens) {
+  if (!launch::find_program("python3")) GTEST_SKIP() << "python3 not found in PATH";
+  ListeningServer server = start_listening_server(python_server, "test server", 20s);
+  EXPECT_TRUE(is_listening(server.port));
+  EXPECT_TRUE(server.process.running());
+}
+
+TEST(Process, AServerThatExitsIsAnErrorQuotingItsOutput) {
+  try {
+    start_listening_server(
+        [](int port) {
+          return launch::ChildSpec{
+              {"sh", "-c", "echo cannot serve on $0; exit 4", std::to_string(port)}, {}};
+        },
+        "test server", 10s);
+    FAIL() << "a server that exited was reported as listening";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("test server"), std::string::npos) << what;
+    EXPECT_NE(what.find("exited with status 4"), std::string::npos) << what;
+    EXPECT_NE(what.find("cannot serve on"), std::string::npos) << what;
+  }
 }
 
 TEST(Text, ShellJoinAndTail) {

@@ -106,7 +106,12 @@ std::string plot(const fs::path& json_file, const fs::path& png_file) {
   const std::string script = bench_source_dir() + "/plot.py";
   std::vector<std::string> argv = {python_interpreter(), script, json_file.string(),
                                    png_file.string()};
-  ProcessResult r = run_process({argv, {}}, kPlotBound);
+  launch::ChildResult r;
+  try {
+    r = launch::run_child({argv, {}}, kPlotBound);
+  } catch (const Error& e) {
+    return e.what();  // the interpreter cannot be started: names the command and why
+  }
   if (r.exit_code == 0 && !r.timed_out) return {};
   std::string why =
       shell_join(argv) +

@@ -21,12 +21,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cluster_job.hpp"
@@ -34,6 +32,7 @@
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "rank_threads.hpp"
 #include "scenarios.hpp"
 
 namespace dfi::tools::bench {
@@ -169,86 +168,59 @@ int run_memory_rank(const json& params, std::ostream& out, std::ostream& err) {
     const Resident rss_before = resident();
     if (me == 0) flow::create_flow(node, spec);
 
-    std::mutex mutex;
-    std::string error;
-    auto record = [&](const std::exception& e) {
-      std::lock_guard lock(mutex);
-      if (error.empty()) error = e.what();
-    };
-    // Sources push, then wait until the main thread has sampled, then close.
-    std::atomic<int> opened{0}, pushed{0};
-    std::atomic<bool> sampled{false};
+    // Targets and sources say when they are open; sources push, then wait until this thread has
+    // sampled, then close.
     std::atomic<std::uint64_t> received{0};
-    bool direct = true;
-    std::vector<std::thread> threads;
+    std::atomic<bool> direct{true};
+    const std::string what = "bench memory: rank " + std::to_string(me);
+    RankThreads targets(what), sources(what);
     for (int t = 0; t < s.targets; ++t) {
-      threads.emplace_back([&, t] {
-        try {
-          flow::ShuffleTarget target(node, name, t);
-          ++opened;
-          flow::TupleBatch batch;
-          std::uint64_t count = 0;
-          for (;;) {
-            Status st = target.consume(batch, timeout);
-            if (!st) throw Error(st.code(), st.message());
-            if (batch.empty()) break;
-            count += batch.count;
-          }
-          received += count;
-        } catch (const std::exception& e) {
-          record(e);
-          ++opened;
+      targets.start("target " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
+        flow::ShuffleTarget target(node, name, t);
+        gate.ready();
+        flow::TupleBatch batch;
+        std::uint64_t count = 0;
+        for (;;) {
+          Status st = target.consume(batch, timeout);
+          if (!st) throw Error(st.code(), st.message());
+          if (batch.empty()) break;
+          count += batch.count;
         }
+        received += count;
       });
     }
     for (int t = 0; t < s.sources; ++t) {
-      threads.emplace_back([&, t] {
-        bool counted_open = false, counted_push = false;
-        try {
-          fabric::Worker worker(node.fabric(), "memory source " + std::to_string(t));
-          flow::ShuffleSource source(node, worker, name, t);
-          {
-            std::lock_guard lock(mutex);
-            direct = direct && source.direct();
-          }
-          ++opened;
-          counted_open = true;
-          std::byte tuple[kTupleBytes] = {};
-          for (std::uint64_t i = 0; i < tuples_per_source; ++i) {
-            std::memcpy(tuple, &i, sizeof i);
-            if (Status st = source.push(tuple, sizeof tuple); !st)
-              throw Error(st.code(), st.message());
-          }
-          ++pushed;
-          counted_push = true;
-          while (!sampled.load(std::memory_order_acquire))
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          if (Status st = source.close(); !st) throw Error(st.code(), st.message());
-        } catch (const std::exception& e) {
-          record(e);
-          if (!counted_open) ++opened;
-          if (!counted_push) ++pushed;
+      sources.start("source " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
+        fabric::Worker worker(node.fabric(), "memory source " + std::to_string(t));
+        flow::ShuffleSource source(node, worker, name, t);
+        if (!source.direct()) direct = false;
+        gate.ready();
+        std::byte tuple[kTupleBytes] = {};
+        for (std::uint64_t i = 0; i < tuples_per_source; ++i) {
+          std::memcpy(tuple, &i, sizeof i);
+          if (Status st = source.push(tuple, sizeof tuple); !st)
+            throw Error(st.code(), st.message());
         }
+        gate.ready_and_wait();
+        if (Status st = source.close(); !st) throw Error(st.code(), st.message());
       });
     }
-    const int local = s.sources + s.targets;
-    while (opened.load() < local) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    targets.release();
+    sources.release();
     const std::size_t at_open = flow::memory_bytes(name);
-    while (pushed.load() < s.sources) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    // Every source of the cluster has pushed and none has closed: all rings are in use.
-    bool barrier_ok = true;
-    try {
+    std::size_t at_peak = 0;
+    Resident rss_peak{};
+    sources.release([&] {
+      // Every source of the cluster has pushed and none has closed: all rings are in use.
       node.barrier(step + "pushed");
+      at_peak = flow::memory_bytes(name);
+      rss_peak = resident();
+    });
+    try {
+      sources.join();
+      targets.join();
     } catch (const std::exception& e) {
-      record(e);
-      barrier_ok = false;
-    }
-    const std::size_t at_peak = flow::memory_bytes(name);
-    const Resident rss_peak = resident();
-    sampled.store(true, std::memory_order_release);
-    for (auto& thread : threads) thread.join();
-    if (!error.empty() || !barrier_ok) {
-      err << "bench memory: rank " << me << ": " << error << '\n';
+      err << e.what() << '\n';
       return 1;
     }
     const std::size_t after = flow::memory_bytes(name);
@@ -257,7 +229,7 @@ int run_memory_rank(const json& params, std::ostream& out, std::ostream& err) {
                       {"flow_bytes_at_open", at_open},
                       {"flow_bytes_after_close", after},
                       {"rss_growth", growth(rss_before, rss_peak)},
-                      {"direct", direct},
+                      {"direct", direct.load()},
                       {"received_tuples", received.load()},
                       {"pushed_tuples", tuples_per_source * s.sources},
                       {"segment_bytes", spec.layout().segment_bytes},

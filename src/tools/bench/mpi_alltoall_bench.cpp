@@ -35,7 +35,6 @@
 //     until there is such a chunk), as MPI's wait inside a collective is not stretched; and the
 //     target thread's processing of every consumed batch (not its wait for the next batch).
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +52,7 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "mpi_baseline.hpp"
+#include "rank_threads.hpp"
 #include "scenarios.hpp"
 
 namespace dfi::tools::bench {
@@ -213,118 +213,87 @@ class AlltoallRank {
     }
     const bool slow = me == run.straggler;
 
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
     std::mutex mutex;
-    std::string error;
     std::uint64_t sent = 0, received = 0, received_key_sum = 0, misrouted = 0;
     double stretched = 0;
     Clock::time_point end{};
 
-    std::thread target_thread([&] {
-      bool counted = false;
-      try {
-        flow::ShuffleTarget target(node, spec.name, 0);
-        std::vector<std::byte> partition;  // what this rank received, as a consumer would hold it
-        partition.reserve(tuples * tb + tuples * tb / 4);
-        ++ready;
-        counted = true;
-        Straggle straggle(slow, run.slowdown);
-        flow::TupleBatch batch;
-        std::uint64_t count = 0, sum = 0, wrong = 0;
-        for (;;) {
-          if (Status s = target.consume(batch, timeout); !s) throw Error(s.code(), s.message());
-          if (batch.empty()) break;
-          straggle.begin();
-          const std::byte* p = batch.data;
-          for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
-            std::uint64_t key;
-            std::memcpy(&key, p, sizeof key);
-            sum += key;
-            if (target_of(key, kRanks) != static_cast<std::size_t>(me)) ++wrong;
-          }
-          partition.insert(partition.end(), batch.data, batch.data + batch.count * tb);
-          count += batch.count;
-          straggle.end();
+    RankThreads threads("bench mpi-alltoall: rank " + std::to_string(me));
+    threads.start("target", [&](RankThreads::Gate& gate) {
+      flow::ShuffleTarget target(node, spec.name, 0);
+      std::vector<std::byte> partition;  // what this rank received, as a consumer would hold it
+      partition.reserve(tuples * tb + tuples * tb / 4);
+      gate.ready();
+      Straggle straggle(slow, run.slowdown);
+      flow::TupleBatch batch;
+      std::uint64_t count = 0, sum = 0, wrong = 0;
+      for (;;) {
+        if (Status s = target.consume(batch, timeout); !s) throw Error(s.code(), s.message());
+        if (batch.empty()) break;
+        straggle.begin();
+        const std::byte* p = batch.data;
+        for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
+          std::uint64_t key;
+          std::memcpy(&key, p, sizeof key);
+          sum += key;
+          if (target_of(key, kRanks) != static_cast<std::size_t>(me)) ++wrong;
         }
-        const Clock::time_point done = Clock::now();
-        std::lock_guard lock(mutex);
-        end = done;
-        received = count;
-        received_key_sum = sum;
-        misrouted = wrong;
-        stretched += straggle.stretched_seconds();
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mutex);
-        if (error.empty()) error = std::string("target: ") + e.what();
-        if (!counted) ++ready;
+        partition.insert(partition.end(), batch.data, batch.data + batch.count * tb);
+        count += batch.count;
+        straggle.end();
       }
+      const Clock::time_point done = Clock::now();
+      std::lock_guard lock(mutex);
+      end = done;
+      received = count;
+      received_key_sum = sum;
+      misrouted = wrong;
+      stretched += straggle.stretched_seconds();
     });
-    std::thread source_thread([&] {
-      bool counted = false;
-      try {
-        fabric::Worker worker(node.fabric(), "mpi-alltoall source");
-        flow::ShuffleSource source(node, worker, spec.name, 0);
-        ++ready;
-        counted = true;
-        Straggle straggle(slow, run.slowdown);
-        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        const std::byte* p = table.data();
-        // Compute time of the chunks without a stall, to charge chunks that waited for space.
-        Clock::duration clean_time{};
-        std::size_t clean_tuples = 0;
-        for (std::size_t first = 0; first < tuples; first += kStraggleChunk) {
-          const std::size_t last = std::min(tuples, first + kStraggleChunk);
-          const std::uint64_t stalls = straggle.active() ? source.counters().stalls : 0;
-          const Clock::time_point begin = straggle.active() ? Clock::now() : Clock::time_point{};
-          for (std::size_t i = first; i < last; ++i, p += tb) {
-            std::uint64_t key;
-            std::memcpy(&key, p, sizeof key);
-            if (Status s = source.push_to(target_of(key, kRanks), p, tb); !s) [[unlikely]]
-              throw Error(s.code(), s.message());
-          }
-          if (straggle.active()) {
-            const Clock::duration spent = Clock::now() - begin;
-            if (source.counters().stalls == stalls || clean_tuples == 0) {
-              // No wait for ring space (or no estimate yet: stretch it all, against DFI).
-              if (source.counters().stalls == stalls) {
-                clean_time += spent;
-                clean_tuples += last - first;
-              }
-              straggle.stretch(spent);
-            } else {
-              const auto charged = std::chrono::duration_cast<Clock::duration>(
-                  clean_time * static_cast<double>(last - first) /
-                  static_cast<double>(clean_tuples));
-              straggle.stretch(std::min(spent, charged));
+    threads.start("source", [&](RankThreads::Gate& gate) {
+      fabric::Worker worker(node.fabric(), "mpi-alltoall source");
+      flow::ShuffleSource source(node, worker, spec.name, 0);
+      Straggle straggle(slow, run.slowdown);
+      gate.ready_and_wait();
+      const std::byte* p = table.data();
+      // Compute time of the chunks without a stall, to charge chunks that waited for space.
+      Clock::duration clean_time{};
+      std::size_t clean_tuples = 0;
+      for (std::size_t first = 0; first < tuples; first += kStraggleChunk) {
+        const std::size_t last = std::min(tuples, first + kStraggleChunk);
+        const std::uint64_t stalls = straggle.active() ? source.counters().stalls : 0;
+        const Clock::time_point begin = straggle.active() ? Clock::now() : Clock::time_point{};
+        for (std::size_t i = first; i < last; ++i, p += tb) {
+          std::uint64_t key;
+          std::memcpy(&key, p, sizeof key);
+          if (Status s = source.push_to(target_of(key, kRanks), p, tb); !s) [[unlikely]]
+            throw Error(s.code(), s.message());
+        }
+        if (straggle.active()) {
+          const Clock::duration spent = Clock::now() - begin;
+          if (source.counters().stalls == stalls || clean_tuples == 0) {
+            // No wait for ring space (or no estimate yet: stretch it all, against DFI).
+            if (source.counters().stalls == stalls) {
+              clean_time += spent;
+              clean_tuples += last - first;
             }
+            straggle.stretch(spent);
+          } else {
+            const auto charged = std::chrono::duration_cast<Clock::duration>(
+                clean_time * static_cast<double>(last - first) /
+                static_cast<double>(clean_tuples));
+            straggle.stretch(std::min(spent, charged));
           }
         }
-        if (Status s = source.close(); !s) throw Error(s.code(), s.message());
-        std::lock_guard lock(mutex);
-        sent = source.counters().tuples;
-        stretched += straggle.stretched_seconds();
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mutex);
-        if (error.empty()) error = std::string("source: ") + e.what();
-        if (!counted) ++ready;
       }
+      if (Status s = source.close(); !s) throw Error(s.code(), s.message());
+      std::lock_guard lock(mutex);
+      sent = source.counters().tuples;
+      stretched += straggle.stretched_seconds();
     });
-    while (ready.load() < 2) std::this_thread::yield();
-    Clock::time_point start = Clock::now();
-    std::string barrier_error;
-    try {
-      node.barrier("bench/mpi-alltoall/start/" + std::to_string(index));
-      start = Clock::now();
-    } catch (const std::exception& e) {
-      barrier_error = e.what();
-    }
-    go.store(true, std::memory_order_release);
-    source_thread.join();
-    target_thread.join();
-    if (!error.empty())
-      throw Error(Errc::io, "bench mpi-alltoall: rank " + std::to_string(me) + " " + error);
-    if (!barrier_error.empty()) throw Error(Errc::io, "bench mpi-alltoall: " + barrier_error);
+    const Clock::time_point start = threads.release(
+        [&] { node.barrier("bench/mpi-alltoall/start/" + std::to_string(index)); });
+    threads.join();
     const double seconds = std::chrono::duration<double>(end - start).count();
     err_ << "bench mpi-alltoall: DFI " << run.kind << " " << tb << " B";
     if (run.straggler >= 0)

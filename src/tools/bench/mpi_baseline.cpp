@@ -28,8 +28,10 @@ fs::file_time_type newest_source(const fs::path& dir, const std::string& program
 }  // namespace
 
 std::string mpi_unavailable() {
-  if (!find_in_path("mpirun")) return std::string("mpirun not found in PATH: ") + kInstallHint;
-  if (!find_in_path("mpicxx")) return std::string("mpicxx not found in PATH: ") + kInstallHint;
+  for (const char* program : {"mpirun", "mpicxx"}) {
+    if (!launch::find_program(program))
+      return std::string(program) + " not found in PATH: " + kInstallHint;
+  }
   return {};
 }
 
@@ -39,9 +41,10 @@ std::string mpi_baseline_unavailable() {
 }
 
 std::string mpi_version() {
-  std::optional<std::string> mpirun = find_in_path("mpirun");
+  std::optional<std::string> mpirun = launch::find_program("mpirun");
   if (!mpirun) return "unknown";
-  ProcessResult r = run_process({{*mpirun, "--version"}, {}}, std::chrono::seconds(10));
+  launch::ChildResult r =
+      launch::run_child({{*mpirun, "--version"}, {}}, std::chrono::seconds(10));
   std::istringstream lines(r.output);
   std::string first;
   std::getline(lines, first);
@@ -66,7 +69,7 @@ std::string build_mpi_program(const std::string& program) {
   fs::create_directories(out_dir, ec);
   if (ec) throw Error(Errc::io, "bench: cannot create " + out_dir.string() + ": " + ec.message());
   const fs::path partial = out_dir / (program + ".partial");
-  std::vector<std::string> argv = {*find_in_path("mpicxx"),
+  std::vector<std::string> argv = {*launch::find_program("mpicxx"),
                                    "-O2",
                                    "-std=c++20",
                                    "-DOMPI_SKIP_MPICXX",
@@ -76,7 +79,7 @@ std::string build_mpi_program(const std::string& program) {
                                    partial.string(),
                                    source.string(),
                                    "-lpthread"};
-  ProcessResult r = run_process({argv, {}}, kCompileBound);
+  launch::ChildResult r = launch::run_child({argv, {}}, kCompileBound);
   if (r.exit_code != 0 || r.timed_out) {
     throw Error(Errc::io, "bench: compiling the MPI baseline failed: " + shell_join(argv) + "\n" +
                               tail_lines(r.output, 20));
@@ -123,7 +126,7 @@ MpiResult run_mpi(const MpiRun& run) {
   MpiResult result;
   std::vector<std::string> argv = mpirun_argv(run, binary);
   result.command = shell_join(argv);
-  ProcessResult r = run_process({argv, {}}, run.timeout);
+  launch::ChildResult r = launch::run_child({argv, {}}, run.timeout);
   result.seconds = r.seconds;
   if (r.timed_out) {
     throw Error(Errc::timeout, "bench: " + result.command + " killed after " +

@@ -43,6 +43,7 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "mpi_baseline.hpp"
+#include "rank_threads.hpp"
 #include "scenarios.hpp"
 
 namespace dfi::tools::bench {
@@ -135,49 +136,26 @@ class P2pRank {
     const std::size_t tb = config.tuple_bytes;
     std::vector<std::byte> table(config.tuples * tb, std::byte{0});
     for (std::uint64_t i = 0; i < config.tuples; ++i) std::memcpy(&table[i * tb], &i, sizeof i);
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::mutex mutex;
-    std::string error;
-    std::uint64_t sent = 0;
-    std::vector<std::thread> threads;
+    std::atomic<std::uint64_t> sent{0};
+    RankThreads threads("bench mpi-p2p");
     for (int t = 0; t < config.threads; ++t) {
-      threads.emplace_back([&, t] {
-        bool counted = false;
-        try {
-          fabric::Worker worker(node.fabric(), "mpi-p2p source " + std::to_string(t));
-          flow::ShuffleSource source(node, worker, spec.name, t);
-          const auto [first, count] = share_of(config.tuples, config.threads, t);
-          ++ready;
-          counted = true;
-          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          const std::byte* p = table.data() + first * tb;
-          for (std::uint64_t i = 0; i < count; ++i, p += tb) {
-            if (Status s = source.push(p, tb); !s) [[unlikely]]
-              throw Error(s.code(), s.message());
-          }
-          if (Status s = source.close(); !s) throw Error(s.code(), s.message());
-          std::lock_guard lock(mutex);
-          sent += source.counters().tuples;
-        } catch (const std::exception& e) {
-          std::lock_guard lock(mutex);
-          if (error.empty()) error = e.what();
-          if (!counted) ++ready;
+      threads.start("source " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
+        fabric::Worker worker(node.fabric(), "mpi-p2p source " + std::to_string(t));
+        flow::ShuffleSource source(node, worker, spec.name, t);
+        const auto [first, count] = share_of(config.tuples, config.threads, t);
+        gate.ready_and_wait();
+        const std::byte* p = table.data() + first * tb;
+        for (std::uint64_t i = 0; i < count; ++i, p += tb) {
+          if (Status s = source.push(p, tb); !s) [[unlikely]]
+            throw Error(s.code(), s.message());
         }
+        if (Status s = source.close(); !s) throw Error(s.code(), s.message());
+        sent += source.counters().tuples;
       });
     }
-    while (ready.load() < config.threads) std::this_thread::yield();
-    std::string barrier_error;
-    try {
-      node.barrier(start_barrier);
-    } catch (const std::exception& e) {
-      barrier_error = e.what();
-    }
-    go.store(true, std::memory_order_release);
-    for (auto& thread : threads) thread.join();
-    if (!error.empty()) throw Error(Errc::io, std::string("bench mpi-p2p: source: ") + error);
-    if (!barrier_error.empty()) throw Error(Errc::io, "bench mpi-p2p: " + barrier_error);
-    return {{"sent_tuples", sent}};
+    threads.release([&] { node.barrier(start_barrier); });
+    threads.join();
+    return {{"sent_tuples", sent.load()}};
   }
 
   // Rank 1: K targets copy every tuple into its slot of the table; then the table is checked.
@@ -186,63 +164,43 @@ class P2pRank {
     const std::size_t tb = config.tuple_bytes;
     const auto timeout = std::chrono::milliseconds(params_.at("consume_timeout_ms").get<long>());
     std::vector<std::byte> table(config.tuples * tb, std::byte{0xff});
-    std::atomic<int> ready{0};
     std::mutex mutex;
-    std::string error;
     std::uint64_t received = 0, out_of_range = 0;
     Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
-    std::vector<std::thread> threads;
+    RankThreads threads("bench mpi-p2p");
     for (int t = 0; t < config.threads; ++t) {
-      threads.emplace_back([&, t] {
-        bool counted = false;
-        try {
-          flow::ShuffleTarget target(node, spec.name, t);
-          ++ready;
-          counted = true;
-          flow::TupleBatch batch;
-          std::uint64_t count = 0, bad = 0;
-          Clock::time_point arrived = Clock::time_point::max();
-          for (;;) {
-            if (Status s = target.consume(batch, timeout); !s) throw Error(s.code(), s.message());
-            if (batch.empty()) break;
-            if (count == 0) arrived = Clock::now();
-            const std::byte* p = batch.data;
-            for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
-              std::uint64_t index;
-              std::memcpy(&index, p, sizeof index);
-              if (index < config.tuples) [[likely]] {
-                std::memcpy(&table[index * tb], p, tb);
-              } else {
-                ++bad;
-              }
+      threads.start("target " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
+        flow::ShuffleTarget target(node, spec.name, t);
+        gate.ready();
+        flow::TupleBatch batch;
+        std::uint64_t count = 0, bad = 0;
+        Clock::time_point arrived = Clock::time_point::max();
+        for (;;) {
+          if (Status s = target.consume(batch, timeout); !s) throw Error(s.code(), s.message());
+          if (batch.empty()) break;
+          if (count == 0) arrived = Clock::now();
+          const std::byte* p = batch.data;
+          for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
+            std::uint64_t index;
+            std::memcpy(&index, p, sizeof index);
+            if (index < config.tuples) [[likely]] {
+              std::memcpy(&table[index * tb], p, tb);
+            } else {
+              ++bad;
             }
-            count += batch.count;
           }
-          const Clock::time_point end = Clock::now();
-          std::lock_guard lock(mutex);
-          received += count;
-          out_of_range += bad;
-          last = std::max(last, end);
-          first = std::min(first, arrived);
-        } catch (const std::exception& e) {
-          std::lock_guard lock(mutex);
-          if (error.empty()) error = e.what();
-          if (!counted) ++ready;
+          count += batch.count;
         }
+        const Clock::time_point end = Clock::now();
+        std::lock_guard lock(mutex);
+        received += count;
+        out_of_range += bad;
+        last = std::max(last, end);
+        first = std::min(first, arrived);
       });
     }
-    while (ready.load() < config.threads) std::this_thread::yield();
-    std::string barrier_error;
-    Clock::time_point start = Clock::now();
-    try {
-      node.barrier(start_barrier);
-      start = Clock::now();
-    } catch (const std::exception& e) {
-      barrier_error = e.what();
-    }
-    for (auto& thread : threads) thread.join();
-    if (!error.empty()) throw Error(Errc::io, std::string("bench mpi-p2p: target: ") + error);
-    if (!barrier_error.empty()) throw Error(Errc::io, "bench mpi-p2p: " + barrier_error);
+    const Clock::time_point start = threads.release([&] { node.barrier(start_barrier); });
+    threads.join();
     // Every slot must hold its own index: each tuple arrived, none twice in place of another.
     std::uint64_t wrong_slots = 0;
     for (std::uint64_t i = 0; i < config.tuples; ++i) {

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "process.hpp"
+#include "dfi/launch/child_process.hpp"
 
 #ifndef DFI_SOURCE_DIR
 #error "DFI_SOURCE_DIR must be defined by the build"
@@ -37,7 +37,7 @@ std::string python_interpreter() {
   const char* chosen = std::getenv("DFI_PYTHON");
   if (chosen != nullptr && *chosen != '\0') return chosen;
   if (::access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
-  return find_in_path("python3").value_or("python3");
+  return launch::find_program("python3").value_or("python3");
 }
 
 }  // namespace dfi::tools::bench

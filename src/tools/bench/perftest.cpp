@@ -99,7 +99,7 @@ std::vector<std::pair<std::string, std::string>> perftest_environment(std::strin
 }
 
 std::string find_perftest() {
-  std::optional<std::string> path = find_in_path("ucx_perftest");
+  std::optional<std::string> path = launch::find_program("ucx_perftest");
   if (!path) {
     throw Error(Errc::not_found,
                 "bench: ucx_perftest not found in PATH; it is the UCX baseline of every scenario. "
@@ -118,9 +118,9 @@ std::string perftest_unavailable() {
 }
 
 std::string ucx_version() {
-  std::optional<std::string> info = find_in_path("ucx_info");
+  std::optional<std::string> info = launch::find_program("ucx_info");
   if (!info) return "unknown";
-  ProcessResult r = run_process({{*info, "-v"}, {}}, std::chrono::seconds(10));
+  launch::ChildResult r = launch::run_child({{*info, "-v"}, {}}, std::chrono::seconds(10));
   const std::size_t at = r.output.find("# Version ");
   if (at == std::string::npos) return "unknown";
   const std::size_t start = at + 10;
@@ -131,7 +131,8 @@ bool perftest_supports(std::string_view test) {
   static std::once_flag once;
   static std::vector<std::string> tests;
   std::call_once(once, [] {
-    ProcessResult help = run_process({{find_perftest(), "-h"}, {}}, std::chrono::seconds(10));
+    launch::ChildResult help =
+        launch::run_child({{find_perftest(), "-h"}, {}}, std::chrono::seconds(10));
     tests = parse_perftest_tests(help.output);
   });
   for (const std::string& t : tests) {
@@ -160,7 +161,7 @@ PerftestResult run_perftest(const PerftestRun& run) {
   ListeningServer server = start_listening_server(
       [&](int port) {
         result.server_argv = {binary, "-p", std::to_string(port)};
-        return ProcessSpec{result.server_argv, result.env};
+        return launch::ChildSpec{result.server_argv, result.env};
       },
       "ucx_perftest " + test_text,
       std::clamp<std::chrono::milliseconds>(left(), std::chrono::milliseconds(0),
@@ -181,9 +182,9 @@ PerftestResult run_perftest(const PerftestRun& run) {
   result.command = environment_text(result.env) + shell_join(server_text) + " & " +
                    environment_text(result.env) + shell_join(client_text);
 
-  Process client = Process::start({result.client_argv, result.env});
-  ProcessResult c = client.wait(std::max(left(), std::chrono::milliseconds(1)));
-  ProcessResult s = server.process.wait(c.timed_out ? std::chrono::milliseconds(0)
+  launch::ChildProcess client = launch::ChildProcess::start({result.client_argv, result.env});
+  launch::ChildResult c = client.wait(std::max(left(), std::chrono::milliseconds(1)));
+  launch::ChildResult s = server.process.wait(c.timed_out ? std::chrono::milliseconds(0)
                                                     : std::chrono::milliseconds(kServerExitBound));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (c.timed_out) {

@@ -28,14 +28,12 @@
 // (direct_write = true, the default) or batch them in a local staging segment and put it
 // (direct_write = false, what every other transport does); both are measured.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <ostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cluster_job.hpp"
@@ -44,6 +42,7 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "perftest.hpp"
+#include "rank_threads.hpp"
 #include "scenarios.hpp"
 #include "stream_baseline.hpp"
 #include "tuple_block.hpp"
@@ -133,67 +132,58 @@ class ShuffleBwRank {
     const std::size_t block = block_tuples(tb);
     const std::size_t targets = spec.targets.size();
     const bool explicit_routing = spec.routing == flow::Routing::explicit_target;
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::mutex mutex;
-    std::string error;
-    std::uint64_t stalls = 0, segments = 0, sent = 0;
-    bool direct = true;
-    double slowest = 0;
-    std::vector<std::thread> threads;
+    struct Sent {
+      flow::FlowCounters counters;
+      bool direct = true;
+      double seconds = 0;
+    };
+    std::vector<Sent> sent(static_cast<std::size_t>(config.threads));
+    RankThreads threads("bench shuffle-bw");
     for (int t = 0; t < config.threads; ++t) {
-      threads.emplace_back([&, t] {
-        bool counted = false;
-        try {
-          fabric::Worker worker(node.fabric(), "shuffle-bw source " + std::to_string(t));
-          flow::ShuffleSource source(node, worker, spec.name, t);
-          std::vector<std::byte> tuples(block * tb);
-          fill_tuple_block(tuples, tb);
-          ++ready;
-          counted = true;
-          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          const Clock::time_point start = Clock::now();
-          const std::byte* p = tuples.data();
-          const std::byte* const end = tuples.data() + block * tb;
-          // Two loops, so that the timed loop holds nothing but the push and the pointer walk.
-          if (explicit_routing) {
-            std::size_t next_target = 0;
-            for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
-              if (Status s = source.push_to(next_target, p, tb); !s) [[unlikely]]
-                throw Error(s.code(), s.message());
-              if (++next_target == targets) next_target = 0;
-              p += tb;
-              if (p == end) p = tuples.data();
-            }
-          } else {
-            for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
-              if (Status s = source.push(p, tb); !s) [[unlikely]]
-                throw Error(s.code(), s.message());
-              p += tb;
-              if (p == end) p = tuples.data();
-            }
+      threads.start("source " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
+        fabric::Worker worker(node.fabric(), "shuffle-bw source " + std::to_string(t));
+        flow::ShuffleSource source(node, worker, spec.name, t);
+        std::vector<std::byte> tuples(block * tb);
+        fill_tuple_block(tuples, tb);
+        gate.ready_and_wait();
+        const Clock::time_point start = Clock::now();
+        const std::byte* p = tuples.data();
+        const std::byte* const end = tuples.data() + block * tb;
+        // Two loops, so that the timed loop holds nothing but the push and the pointer walk.
+        if (explicit_routing) {
+          std::size_t next_target = 0;
+          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
+            if (Status s = source.push_to(next_target, p, tb); !s) [[unlikely]]
+              throw Error(s.code(), s.message());
+            if (++next_target == targets) next_target = 0;
+            p += tb;
+            if (p == end) p = tuples.data();
           }
-          if (Status s = source.close(); !s) throw Error(s.code(), s.message());
-          const double seconds = seconds_between(start, Clock::now());
-          const flow::FlowCounters c = source.counters();
-          std::lock_guard lock(mutex);
-          stalls += c.stalls;
-          segments += c.segments;
-          sent += c.tuples;
-          direct = direct && source.direct();
-          slowest = std::max(slowest, seconds);
-        } catch (const std::exception& e) {
-          std::lock_guard lock(mutex);
-          if (error.empty()) error = e.what();
-          if (!counted) ++ready;
+        } else {
+          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
+            if (Status s = source.push(p, tb); !s) [[unlikely]]
+              throw Error(s.code(), s.message());
+            p += tb;
+            if (p == end) p = tuples.data();
+          }
         }
+        if (Status s = source.close(); !s) throw Error(s.code(), s.message());
+        sent[t] = {source.counters(), source.direct(), seconds_between(start, Clock::now())};
       });
     }
-    while (ready.load() < config.threads) std::this_thread::yield();
-    go.store(true, std::memory_order_release);
-    for (auto& thread : threads) thread.join();
-    if (!error.empty()) throw Error(Errc::io, "bench shuffle-bw: source: " + error);
-    return {{"sent_tuples", sent},
+    threads.release();
+    threads.join();
+    std::uint64_t stalls = 0, segments = 0, tuples = 0;
+    bool direct = true;
+    double slowest = 0;
+    for (const Sent& s : sent) {
+      stalls += s.counters.stalls;
+      segments += s.counters.segments;
+      tuples += s.counters.tuples;
+      direct = direct && s.direct;
+      slowest = std::max(slowest, s.seconds);
+    }
+    return {{"sent_tuples", tuples},
             {"sent_key_sum", config.threads * expected_key_sum(config.tuples_per_source, block)},
             {"stalls", stalls},
             {"segments", segments},
@@ -206,54 +196,47 @@ class ShuffleBwRank {
     const std::size_t tb = config.tuple_bytes;
     const auto timeout = std::chrono::milliseconds(params_.at("consume_timeout_ms").get<long>());
     std::mutex mutex;
-    std::string error;
     std::uint64_t tuples = 0, timed_tuples = 0, key_sum = 0;
     Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
-    std::vector<std::thread> threads;
+    RankThreads threads("bench shuffle-bw");
     for (std::size_t t = 0; t < spec.targets.size(); ++t) {
-      threads.emplace_back([&, t] {
-        try {
-          flow::ShuffleTarget target(node, spec.name, static_cast<int>(t));
-          flow::TupleBatch batch;
-          std::uint64_t count = 0, first_count = 0, sum = 0;
-          Clock::time_point start{}, end{};
-          bool started = false;
-          for (;;) {
-            Status s = target.consume(batch, timeout);
-            if (!s) throw Error(s.code(), s.message());
-            if (batch.empty()) {
-              end = Clock::now();
-              break;
-            }
-            if (!started) {
-              start = Clock::now();
-              first_count = batch.count;
-              started = true;
-            }
-            count += batch.count;
-            const std::byte* p = batch.data;
-            for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
-              std::uint64_t key;
-              std::memcpy(&key, p, sizeof key);
-              sum += key;
-            }
+      threads.start("target " + std::to_string(t), [&, t](RankThreads::Gate&) {
+        flow::ShuffleTarget target(node, spec.name, static_cast<int>(t));
+        flow::TupleBatch batch;
+        std::uint64_t count = 0, first_count = 0, sum = 0;
+        Clock::time_point start{}, end{};
+        bool started = false;
+        for (;;) {
+          Status s = target.consume(batch, timeout);
+          if (!s) throw Error(s.code(), s.message());
+          if (batch.empty()) {
+            end = Clock::now();
+            break;
           }
-          std::lock_guard lock(mutex);
-          tuples += count;
-          key_sum += sum;
-          if (started) {
-            timed_tuples += count - first_count;
-            first = std::min(first, start);
-            last = std::max(last, end);
+          if (!started) {
+            start = Clock::now();
+            first_count = batch.count;
+            started = true;
           }
-        } catch (const std::exception& e) {
-          std::lock_guard lock(mutex);
-          if (error.empty()) error = e.what();
+          count += batch.count;
+          const std::byte* p = batch.data;
+          for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
+            std::uint64_t key;
+            std::memcpy(&key, p, sizeof key);
+            sum += key;
+          }
+        }
+        std::lock_guard lock(mutex);
+        tuples += count;
+        key_sum += sum;
+        if (started) {
+          timed_tuples += count - first_count;
+          first = std::min(first, start);
+          last = std::max(last, end);
         }
       });
     }
-    for (auto& thread : threads) thread.join();
-    if (!error.empty()) throw Error(Errc::io, "bench shuffle-bw: target: " + error);
+    threads.join();
     const double seconds = timed_tuples > 0 ? seconds_between(first, last) : 0;
     const double gbps = seconds > 0 ? static_cast<double>(timed_tuples * tb) / seconds / 1e9 : 0;
     err_ << "bench shuffle-bw: " << tb << " B tuples, " << config.threads << " source thread(s), "

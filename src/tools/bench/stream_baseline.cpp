@@ -46,19 +46,20 @@ class RingName {
 
 // Waits for both sides, at most `timeout` each. A side that failed leaves its peer waiting for
 // nothing (a reader for a writer, a producer for ring space): the peer is stopped at once.
-std::pair<ProcessResult, ProcessResult> wait_both(Process& receiver, Process& sender,
-                                                  std::chrono::milliseconds timeout) {
+std::pair<launch::ChildResult, launch::ChildResult> wait_both(launch::ChildProcess& receiver,
+                                                              launch::ChildProcess& sender,
+                                                              std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (receiver.running() && sender.running() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const std::chrono::milliseconds now(0);
   if (!sender.running()) {
-    ProcessResult s = sender.wait(timeout);
-    ProcessResult r = receiver.wait(s.exit_code == 0 ? timeout : now);
+    launch::ChildResult s = sender.wait(timeout);
+    launch::ChildResult r = receiver.wait(s.exit_code == 0 ? timeout : now);
     return {std::move(r), std::move(s)};
   }
-  ProcessResult r = receiver.wait(timeout);
-  ProcessResult s = sender.wait(r.exit_code == 0 ? timeout : now);
+  launch::ChildResult r = receiver.wait(timeout);
+  launch::ChildResult s = sender.wait(r.exit_code == 0 ? timeout : now);
   return {std::move(r), std::move(s)};
 }
 
@@ -125,16 +126,17 @@ StreamResult run_stream_baseline(const StreamRun& run) {
   sender.tuples = run.tuples;
 
   // tcp: the reader listens before the writer connects; shm: the producer waits for the ring.
-  Process receiver_process =
+  launch::ChildProcess receiver_process =
       tcp ? start_listening_server(
                 [&](int port) {
                   receiver.port = sender.port = port;
-                  return ProcessSpec{stream_side_argv(run.dfi_binary, receiver), {}};
+                  return launch::ChildSpec{stream_side_argv(run.dfi_binary, receiver), {}};
                 },
                 what, kReceiverStartBound)
                 .process
-          : Process::start({stream_side_argv(run.dfi_binary, receiver), {}});
-  Process sender_process = Process::start({stream_side_argv(run.dfi_binary, sender), {}});
+          : launch::ChildProcess::start({stream_side_argv(run.dfi_binary, receiver), {}});
+  launch::ChildProcess sender_process =
+      launch::ChildProcess::start({stream_side_argv(run.dfi_binary, sender), {}});
   auto [r, s] = wait_both(receiver_process, sender_process, run.timeout);
 
   StreamResult result;

@@ -15,7 +15,7 @@
 //   bench::StreamResult r = bench::run_stream_baseline(run);   // r.gbps at the receiver
 //
 // Each side is `dfi bench-stream <side> ...` (hidden), started as a separate process with the
-// bench's spawner (process.hpp); the receiver is started first (tcp: it listens on a free port,
+// launch layer's ChildProcess; the receiver is started first (tcp: it listens on a free port,
 // shm: it creates the ring), the sender once the receiver is ready. Neither side allocates or
 // makes a system call per tuple: the socket side makes one write/read per 64 KiB, the ring
 // sides touch the shared counters once per batch and yield only while they wait for each other.
