@@ -221,8 +221,10 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
     if (Status s = endpoint.status(); !s) return labelled(std::move(s));
     // Sends that did not fit into the transport at once wait in UCX until the worker is
     // progressed; one pass sends them now, so a published segment does not depend on the
-    // caller's next fabric call (a thread that pushes and then waits elsewhere).
-    access_.worker().progress();
+    // caller's next fabric call (a thread that pushes and then waits elsewhere). done() makes
+    // that pass while the last send is pending, and none when it completed inside the call
+    // (over tcp each pass is a system call).
+    (void)staging.sends.back().done();
   }
   ++counters_.segments;
   counters_.bytes += fill;

@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -45,6 +44,7 @@
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/hash.hpp"
 #include "dfi/registry/client.hpp"
+#include "rank_threads.hpp"
 #include "scenarios.hpp"
 #include "tuple_block.hpp"
 
@@ -283,29 +283,26 @@ json run_sockets(cluster::Node& node, const Point& point, std::size_t index,
     in.push_back(std::move(s));
   }
 
-  node.barrier(prefix + "start");
-  const std::int64_t start = now_ns();
+  RankThreads threads(std::string("bench ") + kName + " sockets: rank " + std::to_string(node.rank()));
   Received received;
-  std::string reader_error;
-  std::thread reader([&] {
+  std::uint64_t sent_sum = 0;
+  threads.start("reader", [&](RankThreads::Gate& gate) {
+    gate.ready_and_wait();
+    received = socket_reader(in, point.tuple_bytes, timeout);
+  });
+  threads.start("writer", [&](RankThreads::Gate& gate) {
+    gate.ready_and_wait();
     try {
-      received = socket_reader(in, point.tuple_bytes, timeout);
-    } catch (const std::exception& e) {
-      reader_error = e.what();
+      sent_sum = socket_writer(out, point);
+    } catch (...) {
+      for (Socket& s : out) ::shutdown(s.get(), SHUT_RDWR);  // the readers see the streams end
+      throw;
     }
   });
-  std::uint64_t sent_sum = 0;
-  std::string writer_error;
-  try {
-    sent_sum = socket_writer(out, point);
-  } catch (const std::exception& e) {
-    writer_error = e.what();
-    out.clear();  // closes our connections, so that the readers see them end
-  }
-  reader.join();
-  if (!writer_error.empty()) throw Error(Errc::io, writer_error);
-  if (!reader_error.empty()) throw Error(Errc::io, reader_error);
-  return rank_point(point.tuples_per_source, sent_sum, received.tuples, received.key_sum, start,
+  const RankThreads::Clock::time_point start = threads.release([&] { node.barrier(prefix + "start"); });
+  threads.join();
+  return rank_point(point.tuples_per_source, sent_sum, received.tuples, received.key_sum,
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
                     received.end_ns);
 }
 
@@ -329,42 +326,12 @@ json run_flow(cluster::Node& node, const json& params, const Point& point, std::
   spec.options.segment_bytes = params.at("segment_bytes").get<std::uint32_t>();
   if (node.rank() == 0) flow::create_flow(node, spec);
 
-  flow::ShuffleTarget target(node, spec.name, 0);
-  std::atomic<int> state{0};  // 1: the source is open (or failed to open), 2: go
-  std::string source_error;
-  std::uint64_t sent = 0;
-  std::thread source_thread([&] {
-    try {
-      fabric::Worker worker(node.fabric(), std::string(kName) + " source");
-      flow::ShuffleSource source(node, worker, spec.name, 0);
-      std::vector<std::byte> tuples(block_tuples(tb) * tb);
-      fill_tuple_block(tuples, tb);
-      state.store(1, std::memory_order_release);
-      while (state.load(std::memory_order_acquire) != 2) std::this_thread::yield();
-      const std::byte* p = tuples.data();
-      const std::byte* const end = tuples.data() + tuples.size();
-      for (std::uint64_t i = 0; i < point.tuples_per_source; ++i) {
-        if (Status s = source.push(p, tb); !s) [[unlikely]]
-          throw Error(s.code(), s.message());
-        p += tb;
-        if (p == end) p = tuples.data();
-      }
-      if (Status s = source.close(); !s) throw Error(s.code(), s.message());
-      sent = source.counters().tuples;
-    } catch (const std::exception& e) {
-      source_error = e.what();
-      state.store(1, std::memory_order_release);
-    }
-  });
-  while (state.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+  RankThreads threads(std::string("bench ") + kName + ": rank " + std::to_string(node.rank()));
   Received received;
-  std::int64_t start = 0;
-  std::string target_error;
-  try {
-    if (!source_error.empty()) throw Error(Errc::io, "source: " + source_error);
-    node.barrier("bench/" + std::string(kName) + "/" + std::to_string(index) + "/start");
-    start = now_ns();
-    state.store(2, std::memory_order_release);
+  std::uint64_t sent = 0;
+  threads.start("target", [&](RankThreads::Gate& gate) {
+    flow::ShuffleTarget target(node, spec.name, 0);
+    gate.ready();  // open: the sources may connect; consuming starts at once
     flow::TupleBatch batch;
     for (;;) {
       if (Status s = target.consume(batch, timeout); !s) throw Error(s.code(), s.message());
@@ -380,15 +347,30 @@ json run_flow(cluster::Node& node, const json& params, const Point& point, std::
       received.tuples += batch.count;
     }
     received.end_ns = now_ns();
-  } catch (const std::exception& e) {
-    target_error = e.what();
-    state.store(2, std::memory_order_release);  // let the source run into the failure too
-  }
-  source_thread.join();
-  if (!source_error.empty()) throw Error(Errc::io, "source: " + source_error);
-  if (!target_error.empty()) throw Error(Errc::io, "target: " + target_error);
-  return rank_point(sent, expected_key_sum(sent, block_tuples(tb)), received.tuples,
-                    received.key_sum, start, received.end_ns);
+  });
+  threads.start("source", [&](RankThreads::Gate& gate) {
+    fabric::Worker worker(node.fabric(), std::string(kName) + " source");
+    flow::ShuffleSource source(node, worker, spec.name, 0);
+    std::vector<std::byte> tuples(block_tuples(tb) * tb);
+    fill_tuple_block(tuples, tb);
+    gate.ready_and_wait();
+    const std::byte* p = tuples.data();
+    const std::byte* const end = tuples.data() + tuples.size();
+    for (std::uint64_t i = 0; i < point.tuples_per_source; ++i) {
+      if (Status s = source.push(p, tb); !s) [[unlikely]]
+        throw Error(s.code(), s.message());
+      p += tb;
+      if (p == end) p = tuples.data();
+    }
+    if (Status s = source.close(); !s) throw Error(s.code(), s.message());
+    sent = source.counters().tuples;
+  });
+  const RankThreads::Clock::time_point start = threads.release(
+      [&] { node.barrier("bench/" + std::string(kName) + "/" + std::to_string(index) + "/start"); });
+  threads.join();
+  return rank_point(sent, expected_key_sum(sent, block_tuples(tb)), received.tuples, received.key_sum,
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
+                    received.end_ns);
 }
 
 int run_rank_program(const json& params, std::ostream& out, std::ostream& err) {
