@@ -16,7 +16,10 @@ namespace dfi::flow {
 namespace {
 
 constexpr std::array<std::pair<std::string_view, Aggregate>, 5> kAggregateNames{
-    {{"sum", Aggregate::sum}, {"count", Aggregate::count}, {"min", Aggregate::min}, {"max", Aggregate::max},
+    {{"sum", Aggregate::sum},
+     {"count", Aggregate::count},
+     {"min", Aggregate::min},
+     {"max", Aggregate::max},
      {"avg", Aggregate::avg}}};
 
 // "sum(a)", "count(*)"
@@ -50,7 +53,8 @@ std::vector<AggregateSpec> parse_aggregates(std::string_view text) {
     text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
     const std::size_t open = item.find('(');
     if (open == std::string_view::npos || item.size() < open + 2 || item.back() != ')') {
-      throw Error(Errc::invalid_argument, "aggregate '" + std::string(item) + "' is not function(column)");
+      throw Error(Errc::invalid_argument,
+                  "aggregate '" + std::string(item) + "' is not function(column)");
     }
     const std::string name(item.substr(0, open));
     std::string column(item.substr(open + 1, item.size() - open - 2));
@@ -62,7 +66,10 @@ std::vector<AggregateSpec> parse_aggregates(std::string_view text) {
         known = true;
       }
     }
-    if (!known) throw Error(Errc::invalid_argument, "aggregate '" + std::string(item) + "': unknown function '" + name + "'");
+    if (!known) {
+      throw Error(Errc::invalid_argument,
+                  "aggregate '" + std::string(item) + "': unknown function '" + name + "'");
+    }
     if (column == "*") column.clear();
     a.column = std::move(column);
     aggregates.push_back(std::move(a));
@@ -489,12 +496,17 @@ std::size_t combiner_row_bytes(const FlowSpec& spec) {
 namespace {
 
 void validate_combiner(const FlowSpec& spec) {
-  const std::vector<AggregateSpec>& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
+  const auto& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
   if (spec.targets.size() != 1) {
-    throw spec.invalid("a combiner flow has exactly one target (N:1), not " + std::to_string(spec.targets.size()));
+    throw spec.invalid("a combiner flow has exactly one target (N:1), not " +
+                       std::to_string(spec.targets.size()));
   }
-  if (spec.options.mode != Mode::bandwidth) throw spec.invalid("a combiner flow runs in bandwidth mode");
-  if (aggregates.empty()) throw spec.invalid("a combiner flow needs at least one aggregate (sum, count, min, max, avg)");
+  if (spec.options.mode != Mode::bandwidth) {
+    throw spec.invalid("a combiner flow runs in bandwidth mode");
+  }
+  if (aggregates.empty()) {
+    throw spec.invalid("a combiner flow needs at least one aggregate (sum, count, min, max, avg)");
+  }
   for (std::size_t i = 0; i < aggregates.size(); ++i) {
     const AggregateSpec& a = aggregates[i];
     const std::string what = describe(a);
@@ -505,9 +517,12 @@ void validate_combiner(const FlowSpec& spec) {
       try {
         column = spec.schema.index_of(a.column);
       } catch (const Error&) {
-        throw spec.invalid(what + ": the schema {" + spec.schema.describe() + "} has no column '" + a.column + "'");
+        throw spec.invalid(what + ": the schema {" + spec.schema.describe() + "} has no column '" +
+                           a.column + "'");
       }
-      if (spec.schema.column(column).type == Type::chars) throw spec.invalid(what + ": column '" + a.column + "' is not numeric");
+      if (spec.schema.column(column).type == Type::chars) {
+        throw spec.invalid(what + ": column '" + a.column + "' is not numeric");
+      }
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (aggregates[j] == a) throw spec.invalid(what + " is listed twice");
@@ -516,13 +531,13 @@ void validate_combiner(const FlowSpec& spec) {
   const std::size_t row = combiner_row_bytes(spec);
   const std::size_t capacity = spec.layout().payload_capacity();
   if (row > capacity) {
-    throw spec.invalid("a partial-aggregate row of " + std::to_string(row) + " B does not fit a segment payload of " +
-                       std::to_string(capacity) + " B");
+    throw spec.invalid("a partial-aggregate row of " + std::to_string(row) +
+                       " B does not fit a segment payload of " + std::to_string(capacity) + " B");
   }
 }
 
 void write_combiner(const FlowSpec& spec, SpecFields& record) {
-  const std::vector<AggregateSpec>& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
+  const auto& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
   if (!aggregates.empty()) record.set_string("aggregates", describe_aggregates(aggregates));
 }
 

@@ -14,16 +14,20 @@ namespace {
 // records whatever it linked.
 class Registry {
  public:
-  Registry() : types_{&FlowType::shuffle.traits(), &FlowType::replicate.traits(), &FlowType::combiner.traits()} {}
+  Registry()
+      : types_{&FlowType::shuffle.traits(), &FlowType::replicate.traits(),
+               &FlowType::combiner.traits()} {}
 
   void add(const FlowTypeTraits& traits) {
-    if (traits.name.empty()) throw Error(Errc::invalid_argument, "flow type: a flow type needs a name");
+    if (traits.name.empty()) {
+      throw Error(Errc::invalid_argument, "flow type: a flow type needs a name");
+    }
     std::lock_guard lock(mutex_);
     for (const FlowTypeTraits* known : types_) {
       if (known == &traits) return;
       if (known->name == traits.name) {
-        throw Error(Errc::already_exists,
-                    "flow type '" + std::string(traits.name) + "': another type of that name is registered");
+        throw Error(Errc::already_exists, "flow type '" + std::string(traits.name) +
+                                              "': another type of that name is registered");
       }
     }
     types_.push_back(&traits);

@@ -12,7 +12,9 @@ namespace {
 void validate_replicate(const FlowSpec& spec) {
   const ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
   if (options.fanout == 0) throw spec.invalid("the relay fan-out must be at least 1");
-  if (options.ordered && options.gap_timeout.count() <= 0) throw spec.invalid("an ordered flow needs a positive gap timeout");
+  if (options.ordered && options.gap_timeout.count() <= 0) {
+    throw spec.invalid("an ordered flow needs a positive gap timeout");
+  }
 }
 
 void write_replicate(const FlowSpec& spec, SpecFields& record) {
@@ -28,7 +30,8 @@ void read_replicate(const SpecFields& record, FlowSpec& spec) {
   if (!record.has("replication")) return;  // the defaults
   const std::string replication = record.get_string("replication");
   if (replication != "naive" && replication != "relay") {
-    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: unknown replication '" + replication + "'");
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: unknown replication '" +
+                                    replication + "'");
   }
   options.replication = replication == "naive" ? Replication::naive : Replication::relay;
   options.fanout = static_cast<std::uint32_t>(record.get_int("fanout"));

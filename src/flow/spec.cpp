@@ -1,9 +1,12 @@
 #include "dfi/flow/spec.hpp"
 
+#include <cxxabi.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -94,7 +97,8 @@ void FlowSpec::validate(int cluster_size) const {
     if (t.id < 0) bad("target id " + std::to_string(t.id) + " is negative");
     if (!seen.insert({t.rank, t.id}).second) bad("target (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ") listed twice");
   }
-  if (type_options.has_value() && (traits.options == nullptr || type_options.type() != *traits.options)) {
+  if (type_options.has_value() &&
+      (traits.options == nullptr || type_options.type() != *traits.options)) {
     bad("its type options are not those of a " + std::string(traits.name) + " flow");
   }
   if (traits.key_column == KeyColumn::required ||
@@ -124,9 +128,19 @@ void FlowSpec::validate(int cluster_size) const {
 // ---------------------------------------------------------------------------------------------
 // The record
 
+namespace {
+// "dfi::flow::ReplicateOptions" rather than the mangled name.
+std::string readable_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(type.name());
+}
+}  // namespace
+
 void TypeOptions::throw_mismatch(const std::type_info& wanted) const {
-  throw Error(Errc::invalid_argument, std::string("flow type options: asked for ") + wanted.name() + ", holding " +
-                                          value_.type().name());
+  throw Error(Errc::invalid_argument, "flow type options: asked for " + readable_name(wanted) +
+                                          " but holding " + readable_name(value_.type()));
 }
 
 struct SpecFields::Record {
@@ -136,13 +150,14 @@ struct SpecFields::Record {
   json& fresh(std::string_view field, const std::string& flow) {
     json& slot = object[std::string(field)];
     if (!slot.is_null()) {
-      throw Error(Errc::invalid_argument, "flow '" + flow + "': spec record: field '" + std::string(field) + "' written twice");
+      throw Error(Errc::invalid_argument, "flow '" + flow + "': spec record: field '" +
+                                              std::string(field) + "' written twice");
     }
     return slot;
   }
   // An existing field holding a `kind` value (`is` tells).
-  const json& existing(std::string_view field, bool (json::*is)() const noexcept, std::string_view kind,
-                       const std::string& flow) const {
+  const json& existing(std::string_view field, bool (json::*is)() const noexcept,
+                       std::string_view kind, const std::string& flow) const {
     const auto it = object.find(field);
     if (it == object.end() || !((*it).*is)()) {
       throw Error(Errc::protocol, "flow '" + flow + "': spec record: field '" + std::string(field) +
@@ -152,9 +167,15 @@ struct SpecFields::Record {
   }
 };
 
-void SpecFields::set_string(std::string_view field, std::string_view value) { record_.fresh(field, flow_) = value; }
-void SpecFields::set_int(std::string_view field, std::int64_t value) { record_.fresh(field, flow_) = value; }
-void SpecFields::set_bool(std::string_view field, bool value) { record_.fresh(field, flow_) = value; }
+void SpecFields::set_string(std::string_view field, std::string_view value) {
+  record_.fresh(field, flow_) = value;
+}
+void SpecFields::set_int(std::string_view field, std::int64_t value) {
+  record_.fresh(field, flow_) = value;
+}
+void SpecFields::set_bool(std::string_view field, bool value) {
+  record_.fresh(field, flow_) = value;
+}
 
 bool SpecFields::has(std::string_view field) const { return record_.object.contains(field); }
 

@@ -394,7 +394,7 @@ std::size_t check_results(const Config& c, const std::vector<std::byte>& results
       fail(c.name + ": a group of the reference is missing {" + c.spec.to_json() + "}");
       continue;
     }
-    const std::vector<AggregateSpec>& aggregates = c.spec.type_options.get<CombinerOptions>().aggregates;
+    const auto& aggregates = c.spec.type_options.get<CombinerOptions>().aggregates;
     for (std::size_t a = 0; a < aggregates.size(); ++a) {
       const AggregateSpec& spec = aggregates[a];
       const std::byte* p = it->second + out.offset(a + 1);
@@ -484,7 +484,7 @@ void run_target(cluster::Node& node, const Config& c, std::size_t& rows,
   std::uint64_t total = 0, seen = 0;
   for (std::uint64_t n : c.tuples) total += n;
   const std::size_t count_at = [&] {
-    const std::vector<AggregateSpec>& aggregates = c.spec.type_options.get<CombinerOptions>().aggregates;
+    const auto& aggregates = c.spec.type_options.get<CombinerOptions>().aggregates;
     for (std::size_t a = 0; a < aggregates.size(); ++a) {
       if (aggregates[a].function == Aggregate::count) return a + 1;
     }
@@ -598,7 +598,8 @@ FlowSpec overflow_spec(int ranks) {
   spec.targets = {{0, 0}};
   spec.schema = Schema({{"key", Type::int64}, {"v", Type::int64}, {"u", Type::uint64}});
   spec.key_column = "key";
-  spec.type_options.get<CombinerOptions>().aggregates = parse_aggregates("sum(v),avg(v),min(v),max(v),sum(u),avg(u),count(*)");
+  spec.type_options = CombinerOptions{
+      .aggregates = parse_aggregates("sum(v),avg(v),min(v),max(v),sum(u),avg(u),count(*)")};
   return spec;
 }
 
@@ -695,7 +696,7 @@ int partial(cluster::Node& node) {
   spec.targets = {{0, 0}};
   spec.schema = Schema({{"key", Type::int64}, {"v", Type::int64}, {"u", Type::uint64}});
   spec.key_column = "key";
-  spec.type_options.get<CombinerOptions>().aggregates = parse_aggregates("sum(v),count(*)");
+  spec.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(v),count(*)")};
   constexpr int kPhases = 4;
   constexpr std::int64_t kPerPhase = 1000;
   if (node.rank() == 0) {
@@ -793,14 +794,16 @@ int errors(cluster::Node& node) {
     return Status();
   };
   expect_error("no aggregates", Errc::invalid_argument, "needs at least one aggregate",
-               [&] { return bad_spec("c1", [](FlowSpec& s) { s.type_options.get<CombinerOptions>().aggregates.clear(); }); });
+               [&] { return bad_spec("c1", [](FlowSpec& s) { s.type_options = CombinerOptions{}; }); });
   expect_error("unknown column", Errc::invalid_argument, "has no column 'price'", [&] {
-    return bad_spec("c2", [](FlowSpec& s) { s.type_options.get<CombinerOptions>().aggregates = parse_aggregates("sum(price)"); });
+    return bad_spec("c2", [](FlowSpec& s) {
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(price)")};
+    });
   });
   expect_error("non-numeric column", Errc::invalid_argument, "is not numeric", [&] {
     return bad_spec("c3", [](FlowSpec& s) {
       s.schema = Schema({{"key", Type::int64}, {"name", Type::chars, 8}});
-      s.type_options.get<CombinerOptions>().aggregates = parse_aggregates("max(name)");
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("max(name)")};
     });
   });
   expect_error("two targets", Errc::invalid_argument, "exactly one target (N:1), not 2", [&] {
@@ -809,7 +812,9 @@ int errors(cluster::Node& node) {
   expect_error("latency mode", Errc::invalid_argument, "runs in bandwidth mode",
                [&] { return bad_spec("c5", [](FlowSpec& s) { s.options.mode = Mode::latency; }); });
   expect_error("duplicate aggregate", Errc::invalid_argument, "sum(v) is listed twice", [&] {
-    return bad_spec("c6", [](FlowSpec& s) { s.type_options.get<CombinerOptions>().aggregates = parse_aggregates("sum(v),sum(v)"); });
+    return bad_spec("c6", [](FlowSpec& s) {
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(v),sum(v)")};
+    });
   });
   expect_error("no key column", Errc::invalid_argument, "needs a key column",
                [&] { return bad_spec("c7", [](FlowSpec& s) { s.key_column.clear(); }); });
@@ -817,7 +822,7 @@ int errors(cluster::Node& node) {
     return bad_spec("c8", [](FlowSpec& s) {
       s.schema = Schema({{"count", Type::int64}, {"v", Type::int64}});
       s.key_column = "count";
-      s.type_options.get<CombinerOptions>().aggregates = parse_aggregates("count(*)");
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("count(*)")};
     });
   });
   expect_error("unknown aggregate function", Errc::invalid_argument, "unknown function 'median'",
@@ -826,7 +831,9 @@ int errors(cluster::Node& node) {
                  return Status();
                });
   expect_error("sum without a column", Errc::invalid_argument, "sum(*) needs a value column", [&] {
-    return bad_spec("c9", [](FlowSpec& s) { s.type_options.get<CombinerOptions>().aggregates = parse_aggregates("sum(*)"); });
+    return bad_spec("c9", [](FlowSpec& s) {
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(*)")};
+    });
   });
   expect_error("wrong flow type", Errc::invalid_argument,
                "is a replicate flow, not a combiner flow", [&] {
@@ -919,7 +926,7 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
       spec.targets = {{0, 0}};
       spec.schema = schema;
       spec.key_column = "key";
-      if (combiner) spec.type_options.get<CombinerOptions>().aggregates = parse_aggregates("sum(value)");
+      if (combiner) spec.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(value)")};
       if (node.rank() == 0) create_flow(node, spec);
       std::thread target_thread;
       std::atomic<bool> started{node.rank() != 0};

@@ -168,7 +168,14 @@ TEST(FlowType, RegistrationAndFieldNamesDoNotClash) {
 TEST(FlowType, OptionsOfAnotherTypeAreRefused) {
   FlowSpec spec;
   spec.type_options = CombinerOptions{};
-  EXPECT_THROW(spec.type_options.get<ReplicateOptions>(), Error);
+  try {
+    (void)spec.type_options.get<ReplicateOptions>();
+    FAIL() << "combiner options read as replicate options";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_EQ(std::string(e.what()),
+              "flow type options: asked for dfi::flow::ReplicateOptions but holding dfi::flow::CombinerOptions");
+  }
   const FlowSpec& view = spec;
   EXPECT_THROW((void)view.type_options.get<ReplicateOptions>(), Error);
   spec.type_options.reset();

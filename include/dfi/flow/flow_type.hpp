@@ -6,21 +6,27 @@
 // shuffle.cpp, replicate.cpp and combiner.cpp here; an upper layer (driven/, ops/) defines its
 // own in its own files:
 //
-//   // ops/join_flow.cpp:
-//   constexpr FlowTypeTraits kJoinTraits{.name = "join", .key_column = KeyColumn::required,
-//                                        .options = &typeid(JoinOptions),
-//                                        .validate = validate_join,  // throws spec.invalid(...)
-//                                        .write = write_join, .read = read_join};
-//   // ops/join_flow.hpp:
-//   inline constexpr FlowType kJoin{kJoinTraits};   // (kJoinTraits declared extern there)
+//   // include/dfi/ops/join_flow.hpp:
+//   struct JoinOptions { std::string build_side; ... };
+//   extern const flow::FlowTypeTraits kJoinTraits;
+//   inline constexpr flow::FlowType kJoin{kJoinTraits};
+//   // src/ops/join_flow.cpp (validate_join throws spec.invalid(...); write_join/read_join use
+//   // SpecFields):
+//   constinit const flow::FlowTypeTraits kJoinTraits{
+//       .name = "join", .key_column = flow::KeyColumn::required, .options = &typeid(JoinOptions),
+//       .validate = validate_join, .write = write_join, .read = read_join};
+//   // users:
+//   spec.type = ops::kJoin;
+//   spec.type_options.get<ops::JoinOptions>().build_side = "left";
 //
 // A FlowType value points at its descriptor, so a spec built in code carries everything the
 // generic spec needs (validate, layout, the record) without a lookup. A record names its type;
 // FlowSpec::from_json finds the descriptor by that name among the types registered in this
 // process. The built-in types are registered from the start; any other type is registered by
-// create_flow (for the spec's type) and by every open (for the type it expects) — or, in a
-// process that only reads records, by an explicit register_flow_type. Nothing registers itself
-// from a static initializer (the linker drops unreferenced objects of a static library).
+// create_flow (for the spec's type) and by every open (detail::open_spec registers the type it
+// expects) — or, in a process that only reads records, by an explicit register_flow_type.
+// Nothing registers itself from a static initializer (the linker drops unreferenced objects of
+// a static library).
 #pragma once
 
 #include <cstddef>

@@ -145,11 +145,13 @@ struct FlowSpec {
   std::vector<TargetRef> targets;
   Schema schema;
   Routing routing = Routing::key_hash;
-  std::string key_column;  // key_hash routing (and the combiner's group-by key)
-  FlowOptions options;     // what every flow type has
+  std::string key_column;    // where the type needs one (FlowTypeTraits::key_column): a shuffle's
+                             // key_hash routing, the combiner's group-by key
+  FlowOptions options;       // what every flow type has
   TypeOptions type_options;  // what only this type has: its FlowTypeTraits::options, or none
 
-  // The ring every (source, target) pair uses, derived from options and schema.
+  // The ring every (source, target) pair uses, derived from options, schema and the type's
+  // segment header. Throws dfi::Error(invalid_argument) for a bad ring shape.
   memory::RingLayout layout() const;
   // This spec with segments and segment_bytes of 0 replaced by the defaults for a cluster whose
   // one-sided operations are native (`native_rma`) or emulated (see FlowOptions).

@@ -169,7 +169,9 @@ class CombinerRank {
     spec.targets = {{0, 0}};
     spec.schema = flow::Schema({{"key", flow::Type::int64, 1}, {"value", flow::Type::int64, 1}});
     spec.key_column = "key";
-    if (combiner) spec.type_options.get<flow::CombinerOptions>().aggregates = flow::parse_aggregates("sum(value)");
+    if (combiner) {
+      spec.type_options = flow::CombinerOptions{.aggregates = flow::parse_aggregates("sum(value)")};
+    }
     spec.options.mode = flow::Mode::bandwidth;
     spec.options.segments = params_.at("segments").get<std::uint32_t>();
     spec.options.segment_bytes = params_.at("segment_bytes").get<std::uint32_t>();
