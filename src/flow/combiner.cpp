@@ -1,8 +1,10 @@
-// Combiner flows: the aggregate table (local state, combine, finalize), the source that fills and
-// ships it, and the target that merges and finalizes.
+// Combiner flows: their descriptor (aggregates, validation, record field), the aggregate table
+// (local state, combine, finalize), the source that fills and ships it, and the target that
+// merges and finalizes.
 #include "dfi/flow/combiner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -12,6 +14,70 @@
 #include "dfi/kernels/hash.hpp"
 
 namespace dfi::flow {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, Aggregate>, 5> kAggregateNames{
+    {{"sum", Aggregate::sum},
+     {"count", Aggregate::count},
+     {"min", Aggregate::min},
+     {"max", Aggregate::max},
+     {"avg", Aggregate::avg}}};
+
+// "sum(a)", "count(*)"
+std::string describe(const AggregateSpec& a) {
+  return std::string(aggregate_name(a.function)) + "(" + (a.column.empty() ? "*" : a.column) + ")";
+}
+
+}  // namespace
+
+std::string_view aggregate_name(Aggregate aggregate) {
+  for (const auto& [name, value] : kAggregateNames) {
+    if (value == aggregate) return name;
+  }
+  return "?";
+}
+
+std::string describe_aggregates(const std::vector<AggregateSpec>& aggregates) {
+  std::string text;
+  for (const AggregateSpec& a : aggregates) {
+    if (!text.empty()) text += ',';
+    text += describe(a);
+  }
+  return text;
+}
+
+std::vector<AggregateSpec> parse_aggregates(std::string_view text) {
+  std::vector<AggregateSpec> aggregates;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    const std::size_t open = item.find('(');
+    if (open == std::string_view::npos || item.size() < open + 2 || item.back() != ')') {
+      throw Error(Errc::invalid_argument,
+                  "aggregate '" + std::string(item) + "' is not function(column)");
+    }
+    const std::string name(item.substr(0, open));
+    std::string column(item.substr(open + 1, item.size() - open - 2));
+    AggregateSpec a;
+    bool known = false;
+    for (const auto& [n, value] : kAggregateNames) {
+      if (n == name) {
+        a.function = value;
+        known = true;
+      }
+    }
+    if (!known) {
+      throw Error(Errc::invalid_argument,
+                  "aggregate '" + std::string(item) + "': unknown function '" + name + "'");
+    }
+    if (column == "*") column.clear();
+    a.column = std::move(column);
+    aggregates.push_back(std::move(a));
+  }
+  return aggregates;
+}
+
 namespace detail {
 namespace {
 
@@ -125,16 +191,14 @@ class AggregateTable {
     key_slot_ = (key_bytes_ + 7) / 8 * 8;
     std::size_t state = key_slot_ + 8;  // after the count
     std::vector<Column> out{key_type_};
-    for (const AggregateSpec& a : spec.aggregates) {
+    for (const AggregateSpec& a : spec.type_options.get<CombinerOptions>().aggregates) {
       Op op;
       op.function = a.function;
       if (a.function != Aggregate::count) {
         const std::size_t column = schema.index_of(a.column);
         op.type = schema.column(column).type;
         if (op.type == Type::chars) {
-          throw Error(Errc::invalid_argument,
-                      "flow '" + spec.name + "': " + std::string(aggregate_name(a.function)) + "(" +
-                          a.column + "): column '" + a.column + "' is not numeric");
+          throw spec.invalid(describe(a) + ": column '" + a.column + "' is not numeric");
         }
         op.kind = kind_of(op.type);
         op.in_offset = schema.offset(column);
@@ -166,8 +230,7 @@ class AggregateTable {
     try {
       result_ = Schema(out);
     } catch (const Error& e) {
-      throw Error(Errc::invalid_argument,
-                  "flow '" + spec.name + "': result columns clash: " + e.what());
+      throw spec.invalid(std::string("result columns clash: ") + e.what());
     }
     for (std::size_t i = 0; i < ops_.size(); ++i) ops_[i].out_offset = result_.offset(i + 1);
     wide_key_ = key_bytes_ > 8;
@@ -416,6 +479,79 @@ Schema combiner_result_schema(const FlowSpec& spec) {
 std::size_t combiner_row_bytes(const FlowSpec& spec) {
   return detail::AggregateTable(spec).row_bytes();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The combiner's descriptor
+
+namespace {
+
+void validate_combiner(const FlowSpec& spec) {
+  const auto& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
+  if (spec.targets.size() != 1) {
+    throw spec.invalid("a combiner flow has exactly one target (N:1), not " +
+                       std::to_string(spec.targets.size()));
+  }
+  if (spec.options.mode != Mode::bandwidth) {
+    throw spec.invalid("a combiner flow runs in bandwidth mode");
+  }
+  if (aggregates.empty()) {
+    throw spec.invalid("a combiner flow needs at least one aggregate (sum, count, min, max, avg)");
+  }
+  for (std::size_t i = 0; i < aggregates.size(); ++i) {
+    const AggregateSpec& a = aggregates[i];
+    const std::string what = describe(a);
+    if (a.column.empty()) {
+      if (a.function != Aggregate::count) throw spec.invalid(what + " needs a value column");
+    } else {
+      std::size_t column = 0;
+      try {
+        column = spec.schema.index_of(a.column);
+      } catch (const Error&) {
+        throw spec.invalid(what + ": the schema {" + spec.schema.describe() + "} has no column '" +
+                           a.column + "'");
+      }
+      if (spec.schema.column(column).type == Type::chars) {
+        throw spec.invalid(what + ": column '" + a.column + "' is not numeric");
+      }
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (aggregates[j] == a) throw spec.invalid(what + " is listed twice");
+    }
+  }
+  const std::size_t row = combiner_row_bytes(spec);
+  const std::size_t capacity = spec.layout().payload_capacity();
+  if (row > capacity) {
+    throw spec.invalid("a partial-aggregate row of " + std::to_string(row) +
+                       " B does not fit a segment payload of " + std::to_string(capacity) + " B");
+  }
+}
+
+void write_combiner(const FlowSpec& spec, SpecFields& record) {
+  const auto& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
+  if (!aggregates.empty()) record.set_string("aggregates", describe_aggregates(aggregates));
+}
+
+void read_combiner(const SpecFields& record, FlowSpec& spec) {
+  CombinerOptions& options = spec.type_options.get<CombinerOptions>();
+  if (!record.has("aggregates")) return;
+  try {
+    options.aggregates = parse_aggregates(record.get_string("aggregates"));
+  } catch (const Error& e) {
+    if (e.code() == Errc::protocol) throw;
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: " + e.what());
+  }
+}
+
+}  // namespace
+
+// Segments carry partial-aggregate rows (checked by validate_combiner), grouped by the key column.
+constinit const FlowTypeTraits detail::kCombinerTraits{.name = "combiner",
+                                                       .key_column = KeyColumn::required,
+                                                       .carries_tuples = false,
+                                                       .options = &typeid(CombinerOptions),
+                                                       .validate = validate_combiner,
+                                                       .write = write_combiner,
+                                                       .read = read_combiner};
 
 // ---------------------------------------------------------------------------------------------
 

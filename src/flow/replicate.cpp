@@ -1,5 +1,5 @@
-// Relay trees of replicate flows; the source and target live in replicate_source.cpp and
-// replicate_target.cpp.
+// Replicate flows' descriptor (options, validation, record fields) and relay trees; the source
+// and target live in replicate_source.cpp and replicate_target.cpp.
 #include "dfi/flow/replicate.hpp"
 
 #include <algorithm>
@@ -9,9 +9,40 @@
 namespace dfi::flow {
 namespace {
 
+void validate_replicate(const FlowSpec& spec) {
+  const ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
+  if (options.fanout == 0) throw spec.invalid("the relay fan-out must be at least 1");
+  if (options.ordered && options.gap_timeout.count() <= 0) {
+    throw spec.invalid("an ordered flow needs a positive gap timeout");
+  }
+}
+
+void write_replicate(const FlowSpec& spec, SpecFields& record) {
+  const ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
+  record.set_string("replication", replication_name(options.replication));
+  record.set_int("fanout", options.fanout);
+  record.set_bool("ordered", options.ordered);
+  record.set_int("gap_timeout_ms", options.gap_timeout.count());
+}
+
+void read_replicate(const SpecFields& record, FlowSpec& spec) {
+  ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
+  if (!record.has("replication")) return;  // the defaults
+  const std::string replication = record.get_string("replication");
+  if (replication != "naive" && replication != "relay") {
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: unknown replication '" +
+                                    replication + "'");
+  }
+  options.replication = replication == "naive" ? Replication::naive : Replication::relay;
+  options.fanout = static_cast<std::uint32_t>(record.get_int("fanout"));
+  options.ordered = record.get_bool("ordered");
+  options.gap_timeout = std::chrono::milliseconds(record.get_int("gap_timeout_ms"));
+}
+
 // Children per tree node: naive flows are the tree where the source's children are all targets.
 std::size_t fanout(const FlowSpec& spec) {
-  return spec.options.replication == Replication::naive ? spec.targets.size() : spec.options.fanout;
+  const ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
+  return options.replication == Replication::naive ? spec.targets.size() : options.fanout;
 }
 
 // Node k (1..M) of source s's tree holds target (k - 1 + s) mod M.
@@ -23,6 +54,18 @@ std::size_t node_of(std::size_t target, std::size_t source, std::size_t targets)
 }
 
 }  // namespace
+
+// Every segment starts with the sequence word; no key column.
+constinit const FlowTypeTraits detail::kReplicateTraits{.name = "replicate",
+                                                        .header_bytes = kReplicateHeaderBytes,
+                                                        .options = &typeid(ReplicateOptions),
+                                                        .validate = validate_replicate,
+                                                        .write = write_replicate,
+                                                        .read = read_replicate};
+
+std::string_view replication_name(Replication replication) {
+  return replication == Replication::naive ? "naive" : "relay";
+}
 
 std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source,
                                         std::optional<std::size_t> from) {

@@ -39,7 +39,7 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
                          thread, deadline)),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       latency_(rings_.spec().options.mode == Mode::latency),
-      ordered_(rings_.spec().options.ordered),
+      ordered_(rings_.spec().type_options.get<ReplicateOptions>().ordered),
       worker_(worker),
       on_sequence_(std::move(options.on_sequence)) {
   const FlowSpec& spec = rings_.spec();

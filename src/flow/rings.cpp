@@ -24,6 +24,7 @@ std::chrono::milliseconds time_left(const Deadline& deadline) {
 
 FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected,
                    const std::optional<Schema>& expected_schema, const Deadline& deadline) {
+  register_flow_type(expected);  // so that its record parses in this process
   const std::string flow(name);
   const auto waited = time_left(deadline);
   std::string record;
@@ -38,8 +39,8 @@ FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected
   }
   FlowSpec spec = FlowSpec::from_json(record);
   if (spec.type != expected) {
-    throw Error(Errc::invalid_argument, "flow '" + flow + "' is a " + std::string(flow_type_name(spec.type)) +
-                                            " flow, not a " + std::string(flow_type_name(expected)) + " flow");
+    throw Error(Errc::invalid_argument, "flow '" + flow + "' is a " + std::string(spec.type.name()) +
+                                            " flow, not a " + std::string(expected.name()) + " flow");
   }
   if (expected_schema && !(*expected_schema == spec.schema)) {
     throw Error(Errc::invalid_argument, "flow '" + flow + "' has schema {" + spec.schema.describe() +

@@ -6,6 +6,10 @@
 
 namespace dfi::flow {
 
+// Shuffle flows have no options of their own; they need a key column when they route by key hash.
+constinit const FlowTypeTraits detail::kShuffleTraits{.name = "shuffle",
+                                                      .key_column = KeyColumn::for_key_hash};
+
 void TupleBatch::throw_width_mismatch(std::size_t width) const {
   throw Error(Errc::invalid_argument, "tuple batch: type of " + std::to_string(width) +
                                           " B does not match tuples of " + std::to_string(tuple_bytes) + " B");

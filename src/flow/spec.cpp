@@ -1,18 +1,20 @@
 #include "dfi/flow/spec.hpp"
 
+#include <cxxabi.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <functional>
+#include <array>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
-#include "dfi/flow/combiner.hpp"
-#include "dfi/flow/replicate.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
 
@@ -44,105 +46,7 @@ Enum parse_enum(const std::string& text, const std::array<std::pair<std::string_
   throw Error(Errc::protocol, "flow spec: unknown " + std::string(what) + " '" + text + "'");
 }
 
-constexpr std::array<std::pair<std::string_view, Aggregate>, 5> kAggregateNames{
-    {{"sum", Aggregate::sum}, {"count", Aggregate::count}, {"min", Aggregate::min}, {"max", Aggregate::max},
-     {"avg", Aggregate::avg}}};
-
-// Bytes in front of the tuples of every segment: replicate flows carry a sequence word there.
-std::size_t header_bytes(const FlowSpec& spec) {
-  return spec.type == FlowType::replicate ? kReplicateHeaderBytes : 0;
-}
-
-void validate_combiner(const FlowSpec& spec, const std::function<void(const std::string&)>& bad) {
-  if (spec.targets.size() != 1) {
-    bad("a combiner flow has exactly one target (N:1), not " + std::to_string(spec.targets.size()));
-  }
-  if (spec.options.mode != Mode::bandwidth) bad("a combiner flow runs in bandwidth mode");
-  if (spec.aggregates.empty()) bad("a combiner flow needs at least one aggregate (sum, count, min, max, avg)");
-  for (std::size_t i = 0; i < spec.aggregates.size(); ++i) {
-    const AggregateSpec& a = spec.aggregates[i];
-    const std::string what = std::string(aggregate_name(a.function)) + "(" + (a.column.empty() ? "*" : a.column) + ")";
-    if (a.column.empty()) {
-      if (a.function != Aggregate::count) bad(what + " needs a value column");
-    } else {
-      std::size_t column = 0;
-      try {
-        column = spec.schema.index_of(a.column);
-      } catch (const Error&) {
-        bad(what + ": the schema {" + spec.schema.describe() + "} has no column '" + a.column + "'");
-      }
-      if (spec.schema.column(column).type == Type::chars) bad(what + ": column '" + a.column + "' is not numeric");
-    }
-    for (std::size_t j = 0; j < i; ++j) {
-      if (spec.aggregates[j].function == a.function && spec.aggregates[j].column == a.column) bad(what + " is listed twice");
-    }
-  }
-  const std::size_t row = combiner_row_bytes(spec);
-  const std::size_t capacity = spec.layout().payload_capacity();
-  if (row > capacity) {
-    bad("a partial-aggregate row of " + std::to_string(row) + " B does not fit a segment payload of " +
-        std::to_string(capacity) + " B");
-  }
-}
-
 }  // namespace
-
-std::string_view replication_name(Replication replication) {
-  return replication == Replication::naive ? "naive" : "relay";
-}
-
-std::string_view aggregate_name(Aggregate aggregate) {
-  for (const auto& [name, value] : kAggregateNames) {
-    if (value == aggregate) return name;
-  }
-  return "?";
-}
-
-std::string describe_aggregates(const std::vector<AggregateSpec>& aggregates) {
-  std::string text;
-  for (const AggregateSpec& a : aggregates) {
-    if (!text.empty()) text += ',';
-    text += std::string(aggregate_name(a.function)) + "(" + (a.column.empty() ? "*" : a.column) + ")";
-  }
-  return text;
-}
-
-std::vector<AggregateSpec> parse_aggregates(std::string_view text) {
-  std::vector<AggregateSpec> aggregates;
-  while (!text.empty()) {
-    const std::size_t comma = text.find(',');
-    const std::string_view item = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    const std::size_t open = item.find('(');
-    if (open == std::string_view::npos || item.size() < open + 2 || item.back() != ')') {
-      throw Error(Errc::invalid_argument, "aggregate '" + std::string(item) + "' is not function(column)");
-    }
-    const std::string name(item.substr(0, open));
-    std::string column(item.substr(open + 1, item.size() - open - 2));
-    AggregateSpec a;
-    bool known = false;
-    for (const auto& [n, value] : kAggregateNames) {
-      if (n == name) {
-        a.function = value;
-        known = true;
-      }
-    }
-    if (!known) throw Error(Errc::invalid_argument, "aggregate '" + std::string(item) + "': unknown function '" + name + "'");
-    if (column == "*") column.clear();
-    a.column = std::move(column);
-    aggregates.push_back(std::move(a));
-  }
-  return aggregates;
-}
-
-std::string_view flow_type_name(FlowType type) {
-  switch (type) {
-    case FlowType::shuffle: return "shuffle";
-    case FlowType::replicate: return "replicate";
-    case FlowType::combiner: return "combiner";
-  }
-  return "?";
-}
 
 FlowSpec FlowSpec::resolved(bool native_rma) const {
   FlowSpec spec = *this;
@@ -164,15 +68,19 @@ memory::RingLayout FlowSpec::layout() const {
   if (bytes == 0) {
     bytes = options.mode == Mode::bandwidth
                 ? kDefaultBandwidthSegment
-                : static_cast<std::uint32_t>((schema.tuple_bytes() + 7) / 8 * 8 + header_bytes(*this) +
+                : static_cast<std::uint32_t>((schema.tuple_bytes() + 7) / 8 * 8 + type.traits().header_bytes +
                                              memory::kFooterBytes);
   }
   return memory::RingLayout::make(options.segments == 0 ? kDefaultSegments : options.segments, bytes);
 }
 
+Error FlowSpec::invalid(const std::string& what) const {
+  return Error(Errc::invalid_argument, "flow '" + name + "': " + what);
+}
+
 void FlowSpec::validate(int cluster_size) const {
-  const std::string flow = "flow '" + name + "'";
-  auto bad = [&](const std::string& what) { throw Error(Errc::invalid_argument, flow + ": " + what); };
+  const FlowTypeTraits& traits = type.traits();
+  auto bad = [&](const std::string& what) { throw invalid(what); };
   if (name.empty() || name.find('/') != std::string::npos) bad("the name must be non-empty and contain no '/'");
   if (sources.empty()) bad("needs at least one source");
   if (targets.empty()) bad("needs at least one target");
@@ -189,7 +97,12 @@ void FlowSpec::validate(int cluster_size) const {
     if (t.id < 0) bad("target id " + std::to_string(t.id) + " is negative");
     if (!seen.insert({t.rank, t.id}).second) bad("target (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ") listed twice");
   }
-  if ((type == FlowType::shuffle && routing == Routing::key_hash) || type == FlowType::combiner) {
+  if (type_options.has_value() &&
+      (traits.options == nullptr || type_options.type() != *traits.options)) {
+    bad("its type options are not those of a " + std::string(traits.name) + " flow");
+  }
+  if (traits.key_column == KeyColumn::required ||
+      (traits.key_column == KeyColumn::for_key_hash && routing == Routing::key_hash)) {
     if (key_column.empty()) bad("needs a key column");
     try {
       (void)schema.index_of(key_column);
@@ -203,24 +116,83 @@ void FlowSpec::validate(int cluster_size) const {
   } catch (const Error& e) {
     bad(e.what());
   }
-  const std::size_t header = header_bytes(*this);
-  // (Combiner segments carry partial-aggregate rows, checked below, not tuples.)
-  if (type != FlowType::combiner && schema.tuple_bytes() + header > ring.payload_capacity()) {
+  const std::size_t header = traits.header_bytes;
+  if (traits.carries_tuples && schema.tuple_bytes() + header > ring.payload_capacity()) {
     bad("a tuple of " + std::to_string(schema.tuple_bytes()) + " B does not fit a segment payload of " +
         std::to_string(ring.payload_capacity() - std::min(header, ring.payload_capacity())) + " B" +
         (header > 0 ? " (after the " + std::to_string(header) + " B segment header)" : ""));
   }
-  if (type == FlowType::replicate) {
-    if (options.fanout == 0) bad("the relay fan-out must be at least 1");
-    if (options.ordered && options.gap_timeout.count() <= 0) bad("an ordered flow needs a positive gap timeout");
+  if (traits.validate != nullptr) traits.validate(*this);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The record
+
+namespace {
+// "dfi::flow::ReplicateOptions" rather than the mangled name.
+std::string readable_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(type.name());
+}
+}  // namespace
+
+void TypeOptions::throw_mismatch(const std::type_info& wanted) const {
+  throw Error(Errc::invalid_argument, "flow type options: asked for " + readable_name(wanted) +
+                                          " but holding " + readable_name(value_.type()));
+}
+
+struct SpecFields::Record {
+  json& object;
+
+  // A new field's slot; a field of that name must not exist yet.
+  json& fresh(std::string_view field, const std::string& flow) {
+    json& slot = object[std::string(field)];
+    if (!slot.is_null()) {
+      throw Error(Errc::invalid_argument, "flow '" + flow + "': spec record: field '" +
+                                              std::string(field) + "' written twice");
+    }
+    return slot;
   }
-  if (type == FlowType::combiner) validate_combiner(*this, bad);
+  // An existing field holding a `kind` value (`is` tells).
+  const json& existing(std::string_view field, bool (json::*is)() const noexcept,
+                       std::string_view kind, const std::string& flow) const {
+    const auto it = object.find(field);
+    if (it == object.end() || !((*it).*is)()) {
+      throw Error(Errc::protocol, "flow '" + flow + "': spec record: field '" + std::string(field) +
+                                      (it == object.end() ? "' is missing" : "' is not " + std::string(kind)));
+    }
+    return *it;
+  }
+};
+
+void SpecFields::set_string(std::string_view field, std::string_view value) {
+  record_.fresh(field, flow_) = value;
+}
+void SpecFields::set_int(std::string_view field, std::int64_t value) {
+  record_.fresh(field, flow_) = value;
+}
+void SpecFields::set_bool(std::string_view field, bool value) {
+  record_.fresh(field, flow_) = value;
+}
+
+bool SpecFields::has(std::string_view field) const { return record_.object.contains(field); }
+
+std::string SpecFields::get_string(std::string_view field) const {
+  return record_.existing(field, &json::is_string, "a string", flow_).get<std::string>();
+}
+std::int64_t SpecFields::get_int(std::string_view field) const {
+  return record_.existing(field, &json::is_number_integer, "an integer", flow_).get<std::int64_t>();
+}
+bool SpecFields::get_bool(std::string_view field) const {
+  return record_.existing(field, &json::is_boolean, "a boolean", flow_).get<bool>();
 }
 
 std::string FlowSpec::to_json() const {
   json j;
   j["name"] = name;
-  j["type"] = flow_type_name(type);
+  j["type"] = type.name();
   j["schema"] = schema.describe();
   j["routing"] = routing_name(routing);
   j["key"] = key_column;
@@ -229,15 +201,15 @@ std::string FlowSpec::to_json() const {
   j["segment_bytes"] = options.segment_bytes;
   j["direct_write"] = options.direct_write;
   j["stall_timeout_ms"] = options.stall_timeout.count();
-  if (type == FlowType::replicate) {
-    j["replication"] = replication_name(options.replication);
-    j["fanout"] = options.fanout;
-    j["ordered"] = options.ordered;
-    j["gap_timeout_ms"] = options.gap_timeout.count();
-  }
-  if (!aggregates.empty()) j["aggregates"] = describe_aggregates(aggregates);
+  j["sources"] = json::array();
+  j["targets"] = json::array();
   for (const SourceRef& s : sources) j["sources"].push_back({s.rank, s.thread});
   for (const TargetRef& t : targets) j["targets"].push_back({t.rank, t.id});
+  if (type.traits().write != nullptr) {
+    SpecFields::Record record{j};
+    SpecFields fields(record, name);
+    type.traits().write(*this, fields);
+  }
   return j.dump();
 }
 
@@ -246,10 +218,13 @@ FlowSpec FlowSpec::from_json(std::string_view text) {
     json j = json::parse(text);
     FlowSpec spec;
     spec.name = j.at("name").get<std::string>();
-    spec.type = parse_enum(j.at("type").get<std::string>(),
-                           std::array<std::pair<std::string_view, FlowType>, 3>{
-                               {{"shuffle", FlowType::shuffle}, {"replicate", FlowType::replicate}, {"combiner", FlowType::combiner}}},
-                           "flow type");
+    const std::string type = j.at("type").get<std::string>();
+    const std::optional<FlowType> found = find_flow_type(type);
+    if (!found) {
+      throw Error(Errc::protocol, "flow '" + spec.name + "': its type '" + type +
+                                      "' is not registered in this process (flow::register_flow_type)");
+    }
+    spec.type = *found;
     spec.schema = Schema::parse(j.at("schema").get<std::string>());
     spec.routing = parse_enum(j.at("routing").get<std::string>(),
                               std::array<std::pair<std::string_view, Routing>, 3>{{{"key_hash", Routing::key_hash},
@@ -262,24 +237,13 @@ FlowSpec FlowSpec::from_json(std::string_view text) {
     spec.options.segment_bytes = j.at("segment_bytes").get<std::uint32_t>();
     spec.options.direct_write = j.at("direct_write").get<bool>();
     spec.options.stall_timeout = std::chrono::milliseconds(j.at("stall_timeout_ms").get<long long>());
-    if (j.contains("replication")) {
-      spec.options.replication = parse_enum(j.at("replication").get<std::string>(),
-                                            std::array<std::pair<std::string_view, Replication>, 2>{
-                                                {{"naive", Replication::naive}, {"relay", Replication::relay}}},
-                                            "replication");
-      spec.options.fanout = j.at("fanout").get<std::uint32_t>();
-      spec.options.ordered = j.at("ordered").get<bool>();
-      spec.options.gap_timeout = std::chrono::milliseconds(j.at("gap_timeout_ms").get<long long>());
-    }
-    if (j.contains("aggregates")) {
-      try {
-        spec.aggregates = parse_aggregates(j.at("aggregates").get<std::string>());
-      } catch (const Error& e) {
-        throw Error(Errc::protocol, std::string("flow spec: ") + e.what());
-      }
-    }
     for (const auto& s : j.at("sources")) spec.sources.push_back({s.at(0).get<int>(), s.at(1).get<int>()});
     for (const auto& t : j.at("targets")) spec.targets.push_back({t.at(0).get<int>(), t.at(1).get<int>()});
+    if (spec.type.traits().read != nullptr) {
+      SpecFields::Record record{j};
+      const SpecFields fields(record, spec.name);
+      spec.type.traits().read(fields, spec);
+    }
     return spec;
   } catch (const json::exception& e) {
     throw Error(Errc::protocol, std::string("flow spec: malformed record: ") + e.what());
@@ -287,6 +251,7 @@ FlowSpec FlowSpec::from_json(std::string_view text) {
 }
 
 void create_flow(cluster::Node& node, const FlowSpec& requested) {
+  register_flow_type(requested.type);
   const FlowSpec spec = requested.resolved(node.fabric().capabilities().native_one_sided);
   spec.validate(node.size());
   try {

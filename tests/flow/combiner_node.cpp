@@ -116,16 +116,17 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   spec.schema = Schema(columns);
   spec.key_column =
       std::string("k");  // (a temporary: GCC 12 warns falsely on assigning "k", -Wrestrict)
+  std::vector<AggregateSpec>& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
   const Aggregate all[] = {Aggregate::sum, Aggregate::count, Aggregate::min, Aggregate::max,
                            Aggregate::avg};
   for (int v = 0; v < values; ++v) {
     for (Aggregate a : all) {
       if (a == Aggregate::count || pick(0, 2) == 0) continue;
-      spec.aggregates.push_back({a, value_name(v)});
+      aggregates.push_back({a, value_name(v)});
     }
   }
-  if (spec.aggregates.empty() || pick(0, 1) == 0) spec.aggregates.push_back({Aggregate::count, ""});
-  std::shuffle(spec.aggregates.begin(), spec.aggregates.end(), rng);
+  if (aggregates.empty() || pick(0, 1) == 0) aggregates.push_back({Aggregate::count, ""});
+  std::shuffle(aggregates.begin(), aggregates.end(), rng);
   spec.options.segments = static_cast<std::uint32_t>(pick(2, 16));
   const std::size_t row = combiner_row_bytes(spec);
   spec.options.segment_bytes = static_cast<std::uint32_t>(
@@ -393,8 +394,9 @@ std::size_t check_results(const Config& c, const std::vector<std::byte>& results
       fail(c.name + ": a group of the reference is missing {" + c.spec.to_json() + "}");
       continue;
     }
-    for (std::size_t a = 0; a < c.spec.aggregates.size(); ++a) {
-      const AggregateSpec& spec = c.spec.aggregates[a];
+    const auto& aggregates = c.spec.type_options.get<CombinerOptions>().aggregates;
+    for (std::size_t a = 0; a < aggregates.size(); ++a) {
+      const AggregateSpec& spec = aggregates[a];
       const std::byte* p = it->second + out.offset(a + 1);
       const std::string what =
           c.name + ": " + std::string(aggregate_name(spec.function)) + "(" + spec.column + ")";
@@ -482,8 +484,9 @@ void run_target(cluster::Node& node, const Config& c, std::size_t& rows,
   std::uint64_t total = 0, seen = 0;
   for (std::uint64_t n : c.tuples) total += n;
   const std::size_t count_at = [&] {
-    for (std::size_t a = 0; a < c.spec.aggregates.size(); ++a) {
-      if (c.spec.aggregates[a].function == Aggregate::count) return a + 1;
+    const auto& aggregates = c.spec.type_options.get<CombinerOptions>().aggregates;
+    for (std::size_t a = 0; a < aggregates.size(); ++a) {
+      if (aggregates[a].function == Aggregate::count) return a + 1;
     }
     return std::size_t{0};
   }();
@@ -595,7 +598,8 @@ FlowSpec overflow_spec(int ranks) {
   spec.targets = {{0, 0}};
   spec.schema = Schema({{"key", Type::int64}, {"v", Type::int64}, {"u", Type::uint64}});
   spec.key_column = "key";
-  spec.aggregates = parse_aggregates("sum(v),avg(v),min(v),max(v),sum(u),avg(u),count(*)");
+  spec.type_options = CombinerOptions{
+      .aggregates = parse_aggregates("sum(v),avg(v),min(v),max(v),sum(u),avg(u),count(*)")};
   return spec;
 }
 
@@ -692,7 +696,7 @@ int partial(cluster::Node& node) {
   spec.targets = {{0, 0}};
   spec.schema = Schema({{"key", Type::int64}, {"v", Type::int64}, {"u", Type::uint64}});
   spec.key_column = "key";
-  spec.aggregates = parse_aggregates("sum(v),count(*)");
+  spec.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(v),count(*)")};
   constexpr int kPhases = 4;
   constexpr std::int64_t kPerPhase = 1000;
   if (node.rank() == 0) {
@@ -780,7 +784,7 @@ int errors(cluster::Node& node) {
   FlowSpec replicate = good;
   replicate.name = "comb-a-replicate";
   replicate.type = FlowType::replicate;
-  replicate.aggregates.clear();
+  replicate.type_options.reset();
   create_flow(node, replicate);
   auto bad_spec = [&](const std::string& name, auto change) {
     FlowSpec spec = good;
@@ -790,14 +794,16 @@ int errors(cluster::Node& node) {
     return Status();
   };
   expect_error("no aggregates", Errc::invalid_argument, "needs at least one aggregate",
-               [&] { return bad_spec("c1", [](FlowSpec& s) { s.aggregates.clear(); }); });
+               [&] { return bad_spec("c1", [](FlowSpec& s) { s.type_options = CombinerOptions{}; }); });
   expect_error("unknown column", Errc::invalid_argument, "has no column 'price'", [&] {
-    return bad_spec("c2", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(price)"); });
+    return bad_spec("c2", [](FlowSpec& s) {
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(price)")};
+    });
   });
   expect_error("non-numeric column", Errc::invalid_argument, "is not numeric", [&] {
     return bad_spec("c3", [](FlowSpec& s) {
       s.schema = Schema({{"key", Type::int64}, {"name", Type::chars, 8}});
-      s.aggregates = parse_aggregates("max(name)");
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("max(name)")};
     });
   });
   expect_error("two targets", Errc::invalid_argument, "exactly one target (N:1), not 2", [&] {
@@ -806,7 +812,9 @@ int errors(cluster::Node& node) {
   expect_error("latency mode", Errc::invalid_argument, "runs in bandwidth mode",
                [&] { return bad_spec("c5", [](FlowSpec& s) { s.options.mode = Mode::latency; }); });
   expect_error("duplicate aggregate", Errc::invalid_argument, "sum(v) is listed twice", [&] {
-    return bad_spec("c6", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(v),sum(v)"); });
+    return bad_spec("c6", [](FlowSpec& s) {
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(v),sum(v)")};
+    });
   });
   expect_error("no key column", Errc::invalid_argument, "needs a key column",
                [&] { return bad_spec("c7", [](FlowSpec& s) { s.key_column.clear(); }); });
@@ -814,7 +822,7 @@ int errors(cluster::Node& node) {
     return bad_spec("c8", [](FlowSpec& s) {
       s.schema = Schema({{"count", Type::int64}, {"v", Type::int64}});
       s.key_column = "count";
-      s.aggregates = parse_aggregates("count(*)");
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("count(*)")};
     });
   });
   expect_error("unknown aggregate function", Errc::invalid_argument, "unknown function 'median'",
@@ -823,7 +831,9 @@ int errors(cluster::Node& node) {
                  return Status();
                });
   expect_error("sum without a column", Errc::invalid_argument, "sum(*) needs a value column", [&] {
-    return bad_spec("c9", [](FlowSpec& s) { s.aggregates = parse_aggregates("sum(*)"); });
+    return bad_spec("c9", [](FlowSpec& s) {
+      s.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(*)")};
+    });
   });
   expect_error("wrong flow type", Errc::invalid_argument,
                "is a replicate flow, not a combiner flow", [&] {
@@ -916,7 +926,7 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
       spec.targets = {{0, 0}};
       spec.schema = schema;
       spec.key_column = "key";
-      if (combiner) spec.aggregates = parse_aggregates("sum(value)");
+      if (combiner) spec.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(value)")};
       if (node.rank() == 0) create_flow(node, spec);
       std::thread target_thread;
       std::atomic<bool> started{node.rank() != 0};

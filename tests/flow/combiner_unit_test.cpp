@@ -16,7 +16,7 @@ FlowSpec combiner(const std::string& aggregates) {
   spec.schema =
       Schema({{"key", Type::int32}, {"a", Type::int16}, {"b", Type::uint64}, {"c", Type::float32}});
   spec.key_column = "key";
-  spec.aggregates = parse_aggregates(aggregates);
+  spec.type_options = CombinerOptions{.aggregates = parse_aggregates(aggregates)};
   return spec;
 }
 
@@ -49,7 +49,8 @@ TEST(CombinerSpec, PartialRowsCarryKeyCountAndStates) {
 TEST(CombinerSpec, RecordRoundTrip) {
   const FlowSpec spec = combiner("max(b),count(*)");
   const FlowSpec back = FlowSpec::from_json(spec.to_json());
-  EXPECT_EQ(back.aggregates, spec.aggregates);
+  EXPECT_EQ(back.type_options.get<CombinerOptions>().aggregates,
+            spec.type_options.get<CombinerOptions>().aggregates);
 }
 
 TEST(CombinerSpec, ValidationNamesTheProblem) {

@@ -284,7 +284,7 @@ void create_flows(cluster::Node& node) {
   create_flow(node, spec);
   spec.name = "alloc-combiner";
   spec.type = FlowType::combiner;
-  spec.aggregates = parse_aggregates("sum(value),count(*)");
+  spec.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(value),count(*)")};
   create_flow(node, spec);
   create_barrier(node, "alloc-gate", {{0, 0}, {1, 0}});
 }

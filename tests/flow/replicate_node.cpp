@@ -164,11 +164,11 @@ Config make_config(const std::string& mode, std::uint64_t seed, int index, int r
   }
   spec.options.direct_write = pick(0, 3) != 0;
   spec.options.stall_timeout = std::chrono::seconds(60);
-  spec.options.replication = m.replication;
-  spec.options.fanout = static_cast<std::uint32_t>(pick(1, 3));
-  spec.options.ordered = m.ordered;
-  spec.options.gap_timeout =
-      std::chrono::seconds(20);  // no gaps here: only a real loss may make one
+  spec.type_options = ReplicateOptions{
+      .replication = m.replication,
+      .fanout = static_cast<std::uint32_t>(pick(1, 3)),
+      .ordered = m.ordered,
+      .gap_timeout = std::chrono::seconds(20)};  // no gaps here: only a real loss may make one
   return c;
 }
 
@@ -229,7 +229,7 @@ void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetR
       continue;
     }
     if (batch.empty()) return fail(c.name + ": an empty batch that is neither a gap nor the end");
-    if (c.spec.options.ordered) {
+    if (c.spec.type_options.get<ReplicateOptions>().ordered) {
       if (batch.sequence != expected_sequence) {
         return fail(c.name + ": segment " + std::to_string(batch.sequence) + " handed out when " +
                     std::to_string(expected_sequence) + " was due");
@@ -339,7 +339,7 @@ int property(cluster::Node& node, const std::string& mode, std::uint64_t seed, i
       }
     }
     if (digests.size() != c.spec.targets.size()) fail(c.name + ": not every target reported");
-    if (c.spec.options.ordered) {
+    if (c.spec.type_options.get<ReplicateOptions>().ordered) {
       for (const auto& [t, digest] : digests) {
         if (digest != digests.begin()->second) {
           fail(c.name + ": target " + std::to_string(t) +
@@ -454,12 +454,10 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
   const std::string name =
       std::string(kill ? "gap-kill-" : "gap-delay-") + std::string(replication_name(replication));
   FlowSpec spec = pair_spec(name, {{1, 0}, {2, 0}}, {{0, 0}, {0, 1}, {2, 1}});
-  spec.options.ordered = true;
-  spec.options.replication = replication;
-  spec.options.fanout = 1;
+  spec.type_options = ReplicateOptions{
+      .replication = replication, .fanout = 1, .ordered = true, .gap_timeout = std::chrono::milliseconds(300)};
   spec.options.segments = 8;
   spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + kPerSegment * sizeof(Pair));
-  spec.options.gap_timeout = std::chrono::milliseconds(300);
   spec.options.stall_timeout = std::chrono::seconds(20);
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
@@ -550,10 +548,9 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
 int slow_target(cluster::Node& node) {
   constexpr std::uint64_t kPerSegment = 4, kSegments = 40;
   FlowSpec spec = pair_spec("rep-slow-target", {{1, 0}, {2, 0}}, {{0, 0}, {1, 1}, {2, 1}});
-  spec.options.ordered = true;
+  spec.type_options = ReplicateOptions{.ordered = true, .gap_timeout = std::chrono::milliseconds(400)};
   spec.options.segments = 2;
   spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + kPerSegment * sizeof(Pair));
-  spec.options.gap_timeout = std::chrono::milliseconds(400);
   spec.options.stall_timeout = std::chrono::seconds(20);
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
@@ -655,8 +652,7 @@ int kill_source(cluster::Node& node) {
 // Chain: source (rank 0) -> target 0 (rank 1, dies) -> target 1 (rank 2) -> target 2 (rank 0).
 int kill_relay(cluster::Node& node) {
   FlowSpec spec = pair_spec("rep-victim-relay", {{0, 0}}, {{1, 0}, {2, 0}, {0, 1}});
-  spec.options.replication = Replication::relay;
-  spec.options.fanout = 1;
+  spec.type_options = ReplicateOptions{.replication = Replication::relay, .fanout = 1};
   spec.options.segments = 4;
   spec.options.segment_bytes = 16 + 8 + 16 * 8;
   if (node.rank() == 0) create_flow(node, spec);
@@ -793,16 +789,16 @@ int errors(cluster::Node& node) {
   expect_error("fan-out 0", Errc::invalid_argument, "fan-out must be at least 1", [&] {
     FlowSpec bad = good;
     bad.name = "rep-fanout";
-    bad.options.replication = Replication::relay;
-    bad.options.fanout = 0;
+    bad.type_options.get<ReplicateOptions>().replication = Replication::relay;
+    bad.type_options.get<ReplicateOptions>().fanout = 0;
     create_flow(node, bad);
     return Status();
   });
   expect_error("ordered without gap timeout", Errc::invalid_argument, "positive gap timeout", [&] {
     FlowSpec bad = good;
     bad.name = "rep-gap";
-    bad.options.ordered = true;
-    bad.options.gap_timeout = std::chrono::milliseconds(0);
+    bad.type_options.get<ReplicateOptions>().ordered = true;
+    bad.type_options.get<ReplicateOptions>().gap_timeout = std::chrono::milliseconds(0);
     create_flow(node, bad);
     return Status();
   });
@@ -837,9 +833,8 @@ int bench_bw(cluster::Node& node, const std::string& mode, std::uint64_t mib) {
   spec.sources = {{0, 0}};
   for (int r = 1; r < node.size(); ++r) spec.targets.push_back({r, 0});
   spec.schema = Schema({{"key", Type::uint64}, {"payload", Type::chars, 56}});
-  spec.options.replication = m.replication;
-  spec.options.ordered = m.ordered;
-  spec.options.fanout = 1;  // relay: a chain, the source writes once
+  // relay: a chain, the source writes once
+  spec.type_options = ReplicateOptions{.replication = m.replication, .fanout = 1, .ordered = m.ordered};
   if (node.rank() == 0) create_flow(node, spec);
   constexpr std::size_t kWidth = 64;
   const std::uint64_t tuples = mib * 1024 * 1024 / kWidth;
@@ -908,9 +903,7 @@ int bench_lat(cluster::Node& node, const std::string& mode, int rounds) {
   for (int r = 1; r < node.size(); ++r) spec.targets.push_back({r, 0});
   spec.schema = Schema({{"key", Type::uint64}, {"payload", Type::chars, 56}});
   spec.options.mode = Mode::latency;
-  spec.options.replication = m.replication;
-  spec.options.ordered = m.ordered;
-  spec.options.fanout = 1;
+  spec.type_options = ReplicateOptions{.replication = m.replication, .fanout = 1, .ordered = m.ordered};
   FlowSpec acks;
   acks.name = "bench-acks";
   for (int r = 1; r < node.size(); ++r) acks.sources.push_back({r, 0});

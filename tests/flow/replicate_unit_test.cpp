@@ -20,8 +20,7 @@ FlowSpec spec_with(std::size_t sources, std::size_t targets, Replication replica
   for (std::size_t t = 0; t < targets; ++t)
     spec.targets.push_back({static_cast<int>(t % 3), static_cast<int>(t)});
   spec.schema = Schema({{"key", Type::uint64}});
-  spec.options.replication = replication;
-  spec.options.fanout = fanout;
+  spec.type_options = ReplicateOptions{.replication = replication, .fanout = fanout};
   return spec;
 }
 
@@ -29,7 +28,8 @@ FlowSpec spec_with(std::size_t sources, std::size_t targets, Replication replica
 // parents; no node has more than `fanout` children.
 void check_tree(const FlowSpec& spec, std::size_t source) {
   const std::size_t m = spec.targets.size();
-  const std::size_t f = spec.options.replication == Replication::naive ? m : spec.options.fanout;
+  const ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
+  const std::size_t f = options.replication == Replication::naive ? m : options.fanout;
   std::vector<int> reached(m, 0);
   std::vector<std::optional<std::size_t>> frontier{std::nullopt};
   std::size_t depth = 0;
@@ -98,14 +98,15 @@ TEST(ReplicateTopology, SourcesGetRotatedTreesSoRootsDiffer) {
 
 TEST(ReplicateSpec, OptionsSurviveTheRegistryRecord) {
   FlowSpec spec = spec_with(2, 3, Replication::relay, 3);
-  spec.options.ordered = true;
-  spec.options.gap_timeout = std::chrono::milliseconds(250);
+  spec.type_options.get<ReplicateOptions>().ordered = true;
+  spec.type_options.get<ReplicateOptions>().gap_timeout = std::chrono::milliseconds(250);
   spec.validate(3);
   const FlowSpec back = FlowSpec::from_json(spec.to_json());
-  EXPECT_EQ(back.options.replication, Replication::relay);
-  EXPECT_EQ(back.options.fanout, 3u);
-  EXPECT_TRUE(back.options.ordered);
-  EXPECT_EQ(back.options.gap_timeout.count(), 250);
+  const ReplicateOptions& options = back.type_options.get<ReplicateOptions>();
+  EXPECT_EQ(options.replication, Replication::relay);
+  EXPECT_EQ(options.fanout, 3u);
+  EXPECT_TRUE(options.ordered);
+  EXPECT_EQ(options.gap_timeout.count(), 250);
 }
 
 TEST(ReplicateSpec, LatencySegmentsMakeRoomForTheHeader) {
@@ -129,8 +130,7 @@ TEST(ReplicateSpec, ShuffleRecordsWithoutReplicateFieldsStillParse) {
   const std::string json = spec.to_json();
   EXPECT_EQ(json.find("replication"), std::string::npos);
   const FlowSpec back = FlowSpec::from_json(json);
-  EXPECT_EQ(back.options.replication, Replication::naive);
-  EXPECT_FALSE(back.options.ordered);
+  EXPECT_FALSE(back.type_options.has_value());  // a shuffle flow has no options of its own
 }
 
 }  // namespace

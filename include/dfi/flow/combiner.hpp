@@ -5,7 +5,8 @@
 //                       .sources = {{0, 0}, {1, 0}, {2, 0}}, .targets = {{0, 0}},
 //                       .schema = Schema({{"region", Type::int32}, {"amount", Type::int64}}),
 //                       .key_column = "region",
-//                       .aggregates = flow::parse_aggregates("sum(amount),count(*),avg(amount)")};
+//                       .type_options = flow::CombinerOptions{
+//                           .aggregates = flow::parse_aggregates("sum(amount),count(*),avg(amount)")}};
 //   flow::create_flow(node, spec);
 //   // in each source thread:
 //   flow::CombinerSource src(node, worker, "revenue", 0);
@@ -45,6 +46,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -58,6 +60,25 @@ class Worker;
 }
 
 namespace dfi::flow {
+
+// One aggregate over a value column (COUNT counts rows and takes no column).
+enum class Aggregate { sum, count, min, max, avg };
+std::string_view aggregate_name(Aggregate aggregate);
+struct AggregateSpec {
+  Aggregate function = Aggregate::sum;
+  std::string column;  // empty for count
+  bool operator==(const AggregateSpec&) const = default;
+};
+// "sum(value),count(*),avg(price)" and back; parse throws dfi::Error(invalid_argument) naming the
+// item. Thread-safe.
+std::string describe_aggregates(const std::vector<AggregateSpec>& aggregates);
+std::vector<AggregateSpec> parse_aggregates(std::string_view text);
+
+// A combiner flow's own options, kept in FlowSpec::type_options (FlowType::combiner's descriptor,
+// in combiner.cpp, validates them and carries them in the record as the field aggregates).
+struct CombinerOptions {
+  std::vector<AggregateSpec> aggregates;  // what to compute per key; at least one
+};
 
 // The schema of a combiner flow's results; throws dfi::Error(invalid_argument) when the spec's
 // aggregates do not fit its schema (unknown or non-numeric column, clashing result names).

@@ -4,7 +4,7 @@
 //   flow::FlowSpec spec{.name = "log", .type = flow::FlowType::replicate,
 //                       .sources = {{0, 0}}, .targets = {{1, 0}, {2, 0}, {3, 0}},
 //                       .schema = Schema({{"key", Type::int64}, {"value", Type::int64}})};
-//   spec.options.ordered = true;                  // optional: one global order
+//   spec.type_options.get<flow::ReplicateOptions>().ordered = true;   // optional: one global order
 //   flow::create_flow(node, spec);
 //   // in a source thread:                        // in a target thread:
 //   flow::ReplicateSource src(node, worker, "log", 0);   flow::ReplicateTarget dst(node, "log", 0);
@@ -13,7 +13,7 @@
 //                                                   if (batch.gap()) { ...batch.sequence... }
 //                                                   for (auto& t : batch.as<Tuple>()) ... }
 //
-// How segments travel (FlowOptions::replication):
+// How segments travel (ReplicateOptions::replication):
 //  - naive: a source writes each segment into its ring at every target (one write per target).
 //  - relay: a tree per source carries the segments, so a source's outgoing link carries each
 //    segment `fanout` times instead of M times. Node 0 of source s's tree is the source; nodes
@@ -26,7 +26,7 @@
 //    a relaying target must keep calling consume() until end, or its subtree stalls. Forwarding
 //    never waits for ring space (it checks the free slots of the child's ring first), so no relay blocks
 //    another one, whatever the trees look like.
-//  - ordered (FlowOptions::ordered, with either of the above): before a segment goes out, its
+//  - ordered (ReplicateOptions::ordered, with either of the above): before a segment goes out, its
 //    source takes the next global sequence number with a remote fetch-add on a 64-bit counter
 //    (the sequencer) that the process of target 0 hosts. Every target hands out segments in
 //    sequence order, without copying: out-of-order segments wait in their ring slots (each
@@ -82,6 +82,24 @@ namespace dfi::flow {
 // word is the failed rank). The tuples follow, 8-byte aligned.
 inline constexpr std::size_t kReplicateHeaderBytes = 8;
 inline constexpr std::uint64_t kReplicateAbortHeader = ~std::uint64_t{0};
+
+// How a replicate flow reaches its targets (003 §4.2.2, §5.4).
+enum class Replication {
+  naive,  // each source writes every segment to every target
+  relay,  // each source writes to `fanout` targets, which forward along a tree (see above)
+};
+std::string_view replication_name(Replication replication);
+
+// A replicate flow's own options, kept in FlowSpec::type_options (FlowType::replicate's
+// descriptor, in replicate.cpp, validates them and carries them in the record as the fields
+// replication, fanout, ordered and gap_timeout_ms).
+struct ReplicateOptions {
+  Replication replication = Replication::naive;
+  std::uint32_t fanout = 2;       // relay: children per node of the tree; the source is its root
+  bool ordered = false;           // one global order at every target, from a sequencer
+  std::chrono::milliseconds gap_timeout{1000};  // ordered: how long a sequence number may be
+                                                // missing before a gap event reports it
+};
 
 // The targets (indices into spec.targets) that receive source `source`'s segments directly from
 // `from`: the source itself when `from` is nullopt, else target index *from. Naive flows: all

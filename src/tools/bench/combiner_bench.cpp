@@ -8,7 +8,7 @@
 // `groups` consecutive tuples hold every key once) and a pseudo-random value in -1000..1000.
 // Per number of groups, two flows run one after the other, each timed at the target from a
 // barrier that every rank passes once its side is open until the final aggregates are in hand:
-//   combiner: spec.aggregates = sum(value); the sources push tuple at a time
+//   combiner: aggregates sum(value); the sources push tuple at a time
 //             (CombinerSource::push: local table, shipped as partial rows), the target
 //             consume()s the final rows.
 //   shuffle:  the same tuples through a bandwidth-mode shuffle flow (ShuffleSource::push, one
@@ -169,7 +169,9 @@ class CombinerRank {
     spec.targets = {{0, 0}};
     spec.schema = flow::Schema({{"key", flow::Type::int64, 1}, {"value", flow::Type::int64, 1}});
     spec.key_column = "key";
-    if (combiner) spec.aggregates = flow::parse_aggregates("sum(value)");
+    if (combiner) {
+      spec.type_options = flow::CombinerOptions{.aggregates = flow::parse_aggregates("sum(value)")};
+    }
     spec.options.mode = flow::Mode::bandwidth;
     spec.options.segments = params_.at("segments").get<std::uint32_t>();
     spec.options.segment_bytes = params_.at("segment_bytes").get<std::uint32_t>();

@@ -188,11 +188,12 @@ class ReplicateRank {
     spec.sources = {{0, 0}};
     for (int t = 0; t < targets; ++t) spec.targets.push_back({t + 1, 0});
     spec.schema = tuple_schema(tuple_bytes);
-    spec.options.replication = m.replication;
-    spec.options.ordered = m.ordered;
-    spec.options.fanout = params_.at("fanout").get<std::uint32_t>();
     spec.options.stall_timeout = stall_;
-    spec.options.gap_timeout = stall_;  // nothing is lost here: a gap is a failure, not a wait
+    spec.type_options = flow::ReplicateOptions{
+        .replication = m.replication,
+        .fanout = params_.at("fanout").get<std::uint32_t>(),
+        .ordered = m.ordered,
+        .gap_timeout = stall_};  // nothing is lost here: a gap is a failure, not a wait
     return spec;
   }
 
@@ -271,7 +272,7 @@ class ReplicateRank {
         first_count = batch.count;
         started = true;
       }
-      if (spec.options.ordered) {
+      if (spec.type_options.get<flow::ReplicateOptions>().ordered) {
         if (batch.sequence != next_sequence)
           error("sequence number " + std::to_string(batch.sequence) + " when " +
                 std::to_string(next_sequence) + " was due");

@@ -34,8 +34,9 @@ Deadline open_deadline(std::chrono::milliseconds timeout);
 std::chrono::milliseconds time_left(const Deadline& deadline);
 
 // Looks up flow `name` (waiting until `deadline` for its creation) and checks that it has type
-// `expected` and, if given, schema `expected_schema`. Throws dfi::Error: not_found (not created
-// in time), invalid_argument (wrong type, schema mismatch).
+// `expected` (registered in this process first, so its record parses) and, if given, schema
+// `expected_schema`. Throws dfi::Error: not_found (not created in time), invalid_argument (wrong
+// type, schema mismatch), protocol (a record of a type this process does not know).
 FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected,
                    const std::optional<Schema>& expected_schema, const Deadline& deadline);
 
