@@ -43,8 +43,12 @@ void SegmentReceiver::on_segment(const fabric::AmMessage& message) {
   std::memcpy(base + layout_.slot_offset(sequence), message.data.data(), message.data.size());
   const std::uint64_t fill = message.data.size();
   std::memcpy(base + layout_.fill_offset(sequence), &fill, sizeof fill);
+  // The head follows the state, except after end-of-stream (the reader may free the ring once
+  // it sees that state; ring.hpp).
+  const bool last = (state_flags(state) & kEndOfStream) != 0;
+  if (last) store_release(base + layout_.head_offset(), sequence);
   store_release(base + layout_.state_offset(sequence), state);
-  store_release(base + layout_.head_offset(), sequence);
+  if (!last) store_release(base + layout_.head_offset(), sequence);
 }
 
 void SegmentReceiver::on_credit_request(const fabric::AmMessage& message, fabric::AmReplier& replier) {

@@ -188,8 +188,12 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
     std::byte* slot = ring + layout.slot_offset(sequence);
     const std::uint64_t fill_word = fill;
     std::memcpy(slot + capacity, &fill_word, sizeof fill_word);
+    // The head follows the state word, except after end-of-stream: the reader may free the ring
+    // once it sees that state, so nothing of the writer may land after it (ring.hpp).
+    const bool last = (flags & kEndOfStream) != 0;
+    if (last) store_release(ring + layout.head_offset(), sequence);
     store_release(slot + capacity + 8, state);
-    store_release(ring + layout.head_offset(), sequence);
+    if (!last) store_release(ring + layout.head_offset(), sequence);
   } else if constexpr (Access::kRemote) {
     Staging& staging = stagings_[sequence % stagings_.size()];
     fabric::Endpoint& endpoint = access_.endpoint();
@@ -211,12 +215,17 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
         if (fill > 0) staging.sends.push_back(endpoint.put_async(staging.base, fill, remote, slot));
         staging.sends.push_back(endpoint.put_async(footer, 8, remote, slot + capacity));
       }
+      // The head is a hint for third parties (the state word stays the truth): after the state,
+      // except for end-of-stream, where it goes before the fence, since the reader may free the
+      // ring as soon as it sees that state (ring.hpp).
+      staging.header[0] = sequence;
+      const std::size_t head = access_.offset() + layout.head_offset();
+      const bool last = (flags & kEndOfStream) != 0;
+      if (last) staging.sends.push_back(endpoint.put_async(&staging.header[0], 8, remote, head));
       // Payload before state: the reader may read the payload as soon as it sees the state word.
       if (Status f = access_.worker().fence(); !f) return labelled(std::move(f));
       staging.sends.push_back(endpoint.put_async(footer + 8, 8, remote, slot + capacity + 8));
-      // The head after the state (a hint for third parties; the state word stays the truth).
-      staging.header[0] = sequence;
-      staging.sends.push_back(endpoint.put_async(&staging.header[0], 8, remote, access_.offset() + layout.head_offset()));
+      if (!last) staging.sends.push_back(endpoint.put_async(&staging.header[0], 8, remote, head));
     }
     if (Status s = endpoint.status(); !s) return labelled(std::move(s));
     // Sends that did not fit into the transport at once wait in UCX until the worker is

@@ -29,20 +29,15 @@
 #include "dfi/flow/barrier.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/registry/client.hpp"
+#include "node_checks.hpp"
 
 namespace {
 
 using namespace dfi;
 using namespace dfi::flow;
 
-int failures = 0;
-std::mutex print_mutex;
-
-void fail(const std::string& what) {
-  std::lock_guard lock(print_mutex);
-  std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-  ++failures;
-}
+using testing::fail;
+using testing::failures;
 
 bool tcp() { return config::get_string("transport") == "tcp"; }
 

@@ -140,15 +140,7 @@ class ShuffleSource {
 
  private:
   std::size_t hash_route(const std::byte* tuple) const noexcept {
-    std::uint64_t key = 0;
-    if (key_bytes_ == 8) [[likely]] {
-      std::memcpy(&key, tuple + key_offset_, 8);  // one load, not a copy of a run-time length
-    } else if (key_bytes_ < 8) {
-      std::memcpy(&key, tuple + key_offset_, key_bytes_);
-    } else {
-      key = kernels::fold_bytes(tuple + key_offset_, key_bytes_);
-    }
-    return kernels::route(key, target_count_);
+    return kernels::route(kernels::load_key(tuple + key_offset_, key_bytes_), target_count_);
   }
   Status route_slow(const std::byte* tuple, std::size_t& target);
   Status width_error(std::size_t bytes) const;

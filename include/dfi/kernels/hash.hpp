@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace dfi::kernels {
 
@@ -40,6 +41,20 @@ inline std::uint64_t fold_bytes(const std::byte* data, std::size_t bytes) noexce
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+// The routing word of a key column of `bytes` bytes at `key`: the key itself when it is at most
+// 8 bytes (an 8-byte key is one load, not a copy of a run-time length), else its FNV-1a fold.
+inline std::uint64_t load_key(const std::byte* key, std::size_t bytes) noexcept {
+  std::uint64_t word = 0;
+  if (bytes == 8) [[likely]] {
+    std::memcpy(&word, key, 8);
+  } else if (bytes < 8) {
+    std::memcpy(&word, key, bytes);
+  } else {
+    word = fold_bytes(key, bytes);
+  }
+  return word;
 }
 
 }  // namespace dfi::kernels

@@ -13,17 +13,17 @@
 // After the segments, each ring has two words that say where it stands (each on a cache line of
 // its own), so a third party (the data mover of network-driven flows) learns its state with one
 // read each:
-//   published head  the sequence of the last segment published (written after its state word;
-//                   the state word stays the truth: over a transport that reorders puts, the
-//                   head may be seen before the state it follows);
+//   published head  the sequence of the last segment published (written after its state word,
+//                   but before it for the end-of-stream segment, see Lifetime; the state word
+//                   stays the truth: a reader may see the head before the state it names);
 //   released tail   the number of segments the reader released (credits, 003 §5.3). A reader
 //                   releases segment n by raising the tail to n; the writer may write sequence m
 //                   into its slot exactly when tail >= m - segments. Free slots are counted in
 //                   one place: RingLayout::free_slots(head, tail).
 //
-// Lifetime: the writer touches the ring not at all after it published the end-of-stream segment
-// (everything it issued before is ordered ahead of that segment by the fence), so a reader may
-// free its ring once it has seen end-of-stream from every writer.
+// Lifetime: the writer touches the ring not at all after it published the end-of-stream
+// segment's state word (everything it issued before, the head included, is ordered ahead of it
+// by the fence), so a reader may free its ring once it has seen end-of-stream from every writer.
 //
 // Where the transport has no native RMA (tcp), a writer sends each segment as one active message
 // to a SegmentReceiver on the ring's owner (segment_receiver.hpp), whose handler places the

@@ -1,0 +1,67 @@
+// driven::Consumer — a processing unit's receiving side of a driven flow (flow.hpp).
+//
+// The consumer owns one segment ring, in a region registered with the fabric and published for
+// the mover, which fills it from every producer of the flow (round robin). consume() hands out
+// the next segment's tuples in place and gives the previous segment back by raising the ring's
+// released tail: local loads and stores only, no fabric call, no worker, no system call while
+// data is there.
+//
+// Owned by one thread. Not movable (the mover holds the ring's address).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "dfi/common/backoff.hpp"
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/flow/spec.hpp"
+#include "dfi/memory/segment_reader.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::driven {
+
+class Consumer {
+ public:
+  // Opens consumer `id` of this rank in driven flow `name`: waits (up to `open_timeout`, 0: the
+  // registry_timeout_ms setting) until the flow exists, allocates its ring and publishes it.
+  // Throws dfi::Error: not_found, invalid_argument (not a driven flow, no such consumer),
+  // already_exists (opened twice), timeout.
+  Consumer(cluster::Node& node, std::string_view name, int id,
+           std::chrono::milliseconds open_timeout = std::chrono::milliseconds(0));
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // Gives back the previous batch's segment, then waits for the next one. Returns ok with a
+  // non-empty batch, or ok with an empty batch once every producer has closed and everything
+  // was moved (then end() is true). batch.source is 0: the ring mixes producers. Errors:
+  // timeout (nothing within `timeout`, 0: the flow's stall timeout; is the mover running?).
+  Status consume(flow::TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Like consume() but never waits: Errc::retry (a bare code) when nothing is there yet.
+  Status try_consume(flow::TupleBatch& batch);
+  bool end() const noexcept { return ended_; }
+  const flow::FlowCounters& counters() const noexcept { return counters_; }
+
+ private:
+  bool take(flow::TupleBatch& batch);
+
+  flow::FlowSpec spec_;
+  std::string label_;
+  fabric::MemoryRegion region_;
+  memory::SegmentReader<memory::LocalRing> reader_;
+  BackoffSettings backoff_;
+  std::chrono::milliseconds stall_timeout_{0};
+  std::size_t tuple_bytes_ = 0;
+  bool held_ = false;   // the caller holds the segment last handed out
+  bool ended_ = false;
+  flow::FlowCounters counters_;
+};
+
+}  // namespace dfi::driven

@@ -1,0 +1,51 @@
+// Network-driven ("zero-sided") flows (paper 000): processing units (PUs) only push into and pop
+// from buffers in their own memory; a data mover — a process that could equally run on a DPU or
+// a switch's CPU — moves the data with the fabric's one-sided operations.
+//
+//   // once, anywhere: a key-hash shuffle from two producers to two consumers
+//   flow::FlowSpec spec{.name = "orders", .type = driven::kDriven,
+//                       .sources = {{0, 0}, {1, 0}},     // producers: (rank, thread)
+//                       .targets = {{0, 0}, {1, 0}},     // consumers: (rank, id)
+//                       .schema = ..., .key_column = "key"};
+//   flow::create_flow(node, spec);
+//   // a producer thread (no worker, no fabric call: local loads and stores only)
+//   driven::Producer out(node, "orders", 0);
+//   out.push(&tuple, sizeof tuple).throw_if_error();
+//   out.close().throw_if_error();             // returns once the mover took everything
+//   // a consumer thread (local loads and stores only)
+//   driven::Consumer in(node, "orders", 0);
+//   flow::TupleBatch batch;
+//   for (;;) { in.consume(batch).throw_if_error(); if (batch.empty()) break; ... }
+//   // the mover (any rank, or `dfi mover`): driven::Mover (mover.hpp)
+//
+// Buffers are the segment rings of memory/ring.hpp: a producer holds one ring per consumer
+// (N x M producer rings), a consumer one ring that the mover fills from every producer (M
+// consumer rings); their published-head and released-tail words are what the mover reads.
+// Each producer ring keeps its order; a consumer sees the segments of one producer in the order
+// they were pushed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "dfi/flow/flow_type.hpp"
+#include "dfi/flow/spec.hpp"
+
+namespace dfi::driven {
+
+// The options of a driven flow (FlowSpec::type_options).
+struct DrivenOptions {
+  // How long the mover waits between looks at a flow's buffers when the last look found nothing
+  // to move (0: it backs off on its own, from spinning to short sleeps).
+  std::chrono::microseconds poll_interval{0};
+  // The most payload bytes the mover moves for one consumer before it looks at the next
+  // (adaptive batching: everything available that fits, up to this).
+  std::uint64_t batch_bytes = 4u << 20;
+};
+
+extern const flow::FlowTypeTraits kDrivenTraits;
+// The flow type of driven flows: sources are the producers, targets the consumers. Routing:
+// key_hash (key column, default) or explicit_target (Producer::push_to). Bandwidth mode only.
+inline constexpr flow::FlowType kDriven{kDrivenTraits};
+
+}  // namespace dfi::driven

@@ -1,0 +1,83 @@
+// driven::Mover — the data mover of driven flows (flow.hpp): the only party that calls the
+// fabric. It holds the memory keys of every buffer of its flows (from the registry), learns
+// their state by reading their published-head and released-tail words, moves segments from
+// producer rings into consumer rings, and advances the consumers' heads and the producers' tails.
+//
+//   driven::Mover mover(node);
+//   mover.add_flow("orders");                      // waits for every producer's and consumer's buffers
+//   mover.run(std::chrono::minutes(1)).throw_if_error();   // until every flow has ended
+//
+// One loop, eRPC style: poll (a producer ring's head), schedule (round robin over a consumer's
+// producers, as much as the consumer has room for, up to batch_bytes), transfer (a get of the
+// segment into the mover's buffer, or a copy through the mapping on shm; a put into the
+// consumer's ring), advance (the consumer's state and head words, the producer's tail). Nothing
+// is allocated per transfer.
+//
+// How the bytes travel depends on the transport: on shm, where UCX maps the PUs' buffers into
+// the mover, a transfer is one memcpy and the PUs' CPUs do nothing; where RMA is native (verbs)
+// it is a get and a put by the NIC; over tcp UCX emulates both with active messages that the
+// PUs' progress threads serve — the PUs' CPUs pay for every transfer there (measured in
+// `dfi bench driven-*`).
+//
+// Owned by one thread (it owns a fabric worker).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/worker.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::driven {
+
+struct MoverCounters {
+  std::uint64_t segments = 0;  // segments moved (end-of-stream markers not counted)
+  std::uint64_t bytes = 0;     // payload bytes moved
+  std::uint64_t idle_steps = 0;  // steps that found nothing to move
+};
+
+class Mover {
+ public:
+  explicit Mover(cluster::Node& node);
+  ~Mover();
+  Mover(const Mover&) = delete;
+  Mover& operator=(const Mover&) = delete;
+
+  // Takes over driven flow `name`: waits (up to `timeout`, 0: the registry_timeout_ms setting)
+  // until it exists and every producer and consumer has published its buffers, then connects to
+  // their ranks. Throws dfi::Error: not_found, invalid_argument (not a driven flow, added
+  // twice), timeout (naming who did not appear), peer_failed.
+  void add_flow(std::string_view name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+  // One pass over every flow: moves what is published and fits. `moved` gets the payload bytes
+  // moved. Errors: peer_failed (naming the flow and the rank), timeout (a remote operation did
+  // not complete within op_timeout_ms).
+  Status step(std::uint64_t& moved);
+  // Calls step() until every flow has ended (all producers closed, everything moved into the
+  // consumers and their end-of-stream published), waiting between empty steps as the flows'
+  // poll_interval says. Errors: as step(); timeout when the flows have not ended by `timeout`
+  // (naming what is still open).
+  Status run(std::chrono::milliseconds timeout);
+  // True when every flow added has ended.
+  bool done() const noexcept;
+
+  const MoverCounters& counters() const noexcept { return counters_; }
+
+ private:
+  struct Flow;
+
+  cluster::Node& node_;
+  fabric::Worker worker_;
+  std::vector<std::unique_ptr<Flow>> flows_;
+  MoverCounters counters_;
+};
+
+}  // namespace dfi::driven

@@ -1,0 +1,98 @@
+// driven::Producer — a processing unit's sending side of a driven flow (flow.hpp).
+//
+// The producer owns one segment ring per consumer, in a region registered with the fabric and
+// published for the mover. push() routes a tuple (key hash, or the caller's choice with
+// push_to) and appends it to that ring's current segment; a full segment is published with
+// three local stores (fill, state, head). Nothing on this path calls the fabric, progresses a
+// worker, allocates or makes a system call: the mover reads the rings' head words and segments,
+// and raises their released tails when it has moved them.
+//
+// Owned by one thread. Not movable (the mover holds the rings' address).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dfi/common/error.hpp"
+#include "dfi/fabric/memory.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/flow/spec.hpp"
+#include "dfi/kernels/hash.hpp"
+#include "dfi/memory/tuple_writer.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::driven {
+
+class Producer {
+ public:
+  // Opens producer `thread` of this rank in driven flow `name`: waits (up to `open_timeout`, 0:
+  // the registry_timeout_ms setting) until the flow exists, allocates its rings and publishes
+  // them. Does not wait for the mover or the consumers. Throws dfi::Error: not_found (no such
+  // flow), invalid_argument (not a driven flow, no such producer), already_exists (opened
+  // twice), timeout.
+  Producer(cluster::Node& node, std::string_view name, int thread,
+           std::chrono::milliseconds open_timeout = std::chrono::milliseconds(0));
+  // Closes if close() was not called (errors are printed to stderr).
+  ~Producer();
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  // Routes one tuple of exactly the schema's width by its key's hash and appends it. Waits while
+  // that consumer's ring is full (the mover has not taken its segments yet), with local loads
+  // only. Errors: invalid_argument (wrong width; an explicit_target flow), timeout (the ring
+  // stayed full for the flow's stall timeout: is the mover running?), flow_failed (after close).
+  Status push(const void* tuple, std::size_t bytes) {
+    if (bytes != push_width_) [[unlikely]] return push_error(bytes);
+    std::size_t target = 0;
+    if (rings_.size() > 1) {
+      const std::byte* key = static_cast<const std::byte*>(tuple) + key_offset_;
+      target = kernels::route(kernels::load_key(key, key_bytes_), rings_.size());
+    }
+    return rings_[target]->append(tuple, bytes);
+  }
+  // Appends one tuple to consumer `target` (index into the spec's targets); any routing.
+  // Errors: as push(), invalid_argument for a target out of range.
+  Status push_to(std::size_t target, const void* tuple, std::size_t bytes);
+  // Publishes every partly filled segment, so the mover sees it without more pushes.
+  Status flush();
+  // Publishes what is batched and end-of-stream in every ring, then waits until the mover has
+  // taken everything (the rings may be freed after that). Errors: timeout (the mover did not
+  // take it within the stall timeout). Idempotent.
+  Status close();
+
+  std::size_t consumer_count() const noexcept { return rings_.size(); }
+  // Segments and payload bytes published, and how often a ring was full when a segment had to
+  // go out.
+  flow::FlowCounters counters() const;
+
+ private:
+  using Ring = memory::TupleWriter<memory::LocalRing>;
+
+  Status push_error(std::size_t bytes) const;
+
+  cluster::Node& node_;
+  flow::FlowSpec spec_;
+  std::string label_;
+  fabric::MemoryRegion region_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  std::size_t tuple_bytes_ = 0;
+  // The width push() accepts: the schema's in a key-hash flow while open, none (SIZE_MAX)
+  // otherwise, so that the hot path makes one comparison for all three.
+  std::size_t push_width_ = std::numeric_limits<std::size_t>::max();
+  std::size_t key_offset_ = 0;
+  std::size_t key_bytes_ = 0;
+  bool closed_ = false;
+  std::chrono::milliseconds stall_timeout_{0};
+};
+
+}  // namespace dfi::driven

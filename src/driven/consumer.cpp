@@ -1,0 +1,85 @@
+#include "dfi/driven/consumer.hpp"
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/driven/flow.hpp"
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/registry/client.hpp"
+#include "names.hpp"
+
+namespace dfi::driven {
+
+Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chrono::milliseconds open_timeout) {
+  const Deadline deadline = flow::detail::open_deadline(open_timeout);
+  spec_ = flow::detail::open_spec(node, name, kDriven, std::nullopt, deadline);
+  const std::size_t index = flow::detail::target_index(spec_, node.rank(), id);
+  label_ = "driven flow '" + spec_.name + "' consumer (rank " + std::to_string(node.rank()) + ", id " +
+           std::to_string(id) + ")";
+  const memory::RingLayout layout = spec_.layout();
+  region_ = fabric::MemoryRegion(node.fabric(), layout.bytes());
+  reader_ = memory::SegmentReader<memory::LocalRing>(static_cast<std::byte*>(region_.data()), layout);
+  backoff_ = BackoffSettings::from_config();
+  stall_timeout_ = flow::detail::stall_timeout(spec_);
+  tuple_bytes_ = spec_.schema.tuple_bytes();
+  try {
+    node.registry().publish(detail::consumer_record(spec_.name, index), region_.descriptor().serialize());
+  } catch (const Error& e) {
+    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label_ + " is already open");
+    throw;
+  }
+}
+
+bool Consumer::take(flow::TupleBatch& batch) {
+  if (held_) {
+    reader_.release();
+    held_ = false;
+  }
+  for (;;) {
+    std::optional<memory::SegmentView> segment = reader_.peek();
+    if (!segment) return false;
+    if (segment->end_of_stream) {
+      reader_.release();
+      ended_ = true;
+      return true;
+    }
+    if (segment->bytes == 0) {  // nothing in it (the mover never sends one, but harmless)
+      reader_.release();
+      continue;
+    }
+    batch.data = segment->data;
+    batch.count = segment->bytes / tuple_bytes_;
+    batch.tuple_bytes = tuple_bytes_;
+    batch.source = 0;
+    held_ = true;
+    ++counters_.segments;
+    counters_.bytes += segment->bytes;
+    counters_.tuples += batch.count;
+    return true;
+  }
+}
+
+Status Consumer::try_consume(flow::TupleBatch& batch) {
+  batch = {};
+  batch.tuple_bytes = tuple_bytes_;
+  if (ended_ || take(batch)) return {};
+  return Status(Errc::retry);
+}
+
+Status Consumer::consume(flow::TupleBatch& batch, std::chrono::milliseconds timeout) {
+  batch = {};
+  batch.tuple_bytes = tuple_bytes_;
+  if (ended_ || take(batch)) return {};
+  const std::chrono::milliseconds limit = timeout.count() > 0 ? timeout : stall_timeout_;
+  Deadline deadline(limit);
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this));
+  for (std::uint64_t round = 1;; ++round) {
+    backoff.pause();
+    if (take(batch)) return {};
+    if ((round & 63) == 0 && deadline.expired()) {
+      return {Errc::timeout, label_ + ": no data within " + std::to_string(limit.count()) +
+                                 " ms (is the mover running?)"};
+    }
+  }
+}
+
+}  // namespace dfi::driven

@@ -1,0 +1,18 @@
+// Registry record names of driven flows: where each processing unit publishes its buffers.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace dfi::driven::detail {
+
+// A producer's rings (one per consumer, ring j at j * layout.bytes()): its region's descriptor.
+inline std::string producer_record(const std::string& flow, std::size_t producer) {
+  return "driven/" + flow + "/producer/" + std::to_string(producer);
+}
+// A consumer's ring (at offset 0): its region's descriptor.
+inline std::string consumer_record(const std::string& flow, std::size_t consumer) {
+  return "driven/" + flow + "/consumer/" + std::to_string(consumer);
+}
+
+}  // namespace dfi::driven::detail

@@ -1,0 +1,122 @@
+#include "dfi/driven/producer.hpp"
+
+#include <cstdio>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/backoff.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/driven/flow.hpp"
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/registry/client.hpp"
+#include "names.hpp"
+
+namespace dfi::driven {
+
+Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::chrono::milliseconds open_timeout)
+    : node_(node) {
+  const Deadline deadline = flow::detail::open_deadline(open_timeout);
+  spec_ = flow::detail::open_spec(node, name, kDriven, std::nullopt, deadline);
+  const std::size_t index = flow::detail::source_index(spec_, node.rank(), thread);
+  label_ = "driven flow '" + spec_.name + "' producer (rank " + std::to_string(node.rank()) + ", thread " +
+           std::to_string(thread) + ")";
+  const memory::RingLayout layout = spec_.layout();
+  stall_timeout_ = flow::detail::stall_timeout(spec_);
+  region_ = fabric::MemoryRegion(node.fabric(), spec_.targets.size() * layout.bytes());
+  memory::SegmentWriterOptions options;
+  options.stall_timeout = stall_timeout_;
+  auto* base = static_cast<std::byte*>(region_.data());
+  for (std::size_t t = 0; t < spec_.targets.size(); ++t) {
+    const flow::TargetRef target = spec_.targets[t];
+    rings_.push_back(std::make_unique<Ring>(
+        memory::RingMode::bandwidth, options, base + t * layout.bytes(), layout,
+        label_ + " -> consumer (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")"));
+  }
+  tuple_bytes_ = spec_.schema.tuple_bytes();
+  if (spec_.routing == flow::Routing::key_hash) {
+    const std::size_t key = spec_.schema.index_of(spec_.key_column);
+    key_offset_ = spec_.schema.offset(key);
+    key_bytes_ = spec_.schema.column_bytes(key);
+    push_width_ = tuple_bytes_;
+  }
+  try {
+    node.registry().publish(detail::producer_record(spec_.name, index), region_.descriptor().serialize());
+  } catch (const Error& e) {
+    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label_ + " is already open");
+    throw;
+  }
+}
+
+Producer::~Producer() {
+  if (closed_) return;
+  if (Status s = close(); !s) std::fprintf(stderr, "dfi: %s\n", s.message().c_str());
+}
+
+Status Producer::push_error(std::size_t bytes) const {
+  if (closed_) return {Errc::flow_failed, label_ + ": push after close"};
+  if (spec_.routing != flow::Routing::key_hash) {
+    return {Errc::invalid_argument, label_ + ": the flow routes explicitly; use push_to(target, ...)"};
+  }
+  return {Errc::invalid_argument, label_ + ": tuple of " + std::to_string(bytes) + " B does not match the schema's " +
+                                      std::to_string(tuple_bytes_) + " B {" + spec_.schema.describe() + "}"};
+}
+
+Status Producer::push_to(std::size_t target, const void* tuple, std::size_t bytes) {
+  if (closed_) return {Errc::flow_failed, label_ + ": push after close"};
+  if (bytes != tuple_bytes_) [[unlikely]] {
+    return {Errc::invalid_argument, label_ + ": tuple of " + std::to_string(bytes) +
+                                        " B does not match the schema's " + std::to_string(tuple_bytes_) + " B"};
+  }
+  if (target >= rings_.size()) [[unlikely]] {
+    return {Errc::invalid_argument, label_ + ": consumer " + std::to_string(target) + " out of range (the flow has " +
+                                        std::to_string(rings_.size()) + ")"};
+  }
+  return rings_[target]->append(tuple, bytes);
+}
+
+Status Producer::flush() {
+  if (closed_) return {Errc::flow_failed, label_ + ": flush after close"};
+  for (auto& ring : rings_) {
+    if (Status s = ring->flush(); !s) return s;
+  }
+  return {};
+}
+
+Status Producer::close() {
+  if (closed_) return {};
+  closed_ = true;
+  push_width_ = std::numeric_limits<std::size_t>::max();
+  for (auto& ring : rings_) {
+    if (Status s = ring->close(); !s) return s;
+  }
+  // The rings live in this process: they must outlive the mover's last read of them, which is
+  // its release of the end-of-stream segment (the tail reaches the last sequence).
+  Deadline deadline(stall_timeout_);
+  Backoff backoff(BackoffSettings::from_config(), reinterpret_cast<std::uintptr_t>(this));
+  for (std::size_t t = 0; t < rings_.size();) {
+    const memory::SegmentWriter<memory::LocalRing>& writer = rings_[t]->segments();
+    const std::uint64_t last = writer.next_sequence() - 1;
+    if (memory::load_acquire(writer.access().base() + writer.layout().tail_offset()) >= last) {
+      ++t;
+      continue;
+    }
+    if (deadline.expired()) {
+      return {Errc::timeout, rings_[t]->segments().label() + ": the mover did not take the last segments within " +
+                                 std::to_string(stall_timeout_.count()) + " ms (is it running?)"};
+    }
+    backoff.pause();
+  }
+  return {};
+}
+
+flow::FlowCounters Producer::counters() const {
+  flow::FlowCounters c;
+  for (const auto& ring : rings_) {
+    c.segments += ring->counters().segments;
+    c.bytes += ring->counters().bytes;
+    c.stalls += ring->counters().stalls;
+  }
+  c.tuples = tuple_bytes_ > 0 ? c.bytes / tuple_bytes_ : 0;
+  return c;
+}
+
+}  // namespace dfi::driven

@@ -1,0 +1,295 @@
+// Rank program for the multi-process driven-flow tests, started by launch::run_cluster on 3
+// ranks: ranks 0 and 1 are processing units, rank 2 runs the mover.
+//
+//   driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES   a 3:2 key-hash flow (rank 0: producers 0
+//       and 1, consumer 0; rank 1: producer 0, consumer 0); every tuple arrives exactly once, at
+//       the consumer its key routes to, and each producer's tuples in the order pushed
+//   driven_node explicit TUPLES                         a 1:1 flow with explicit routing
+//   driven_node errors                                  user errors give clear errors
+//
+// Exit status 0 means the scenario held; every failure prints why.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/driven/consumer.hpp"
+#include "dfi/driven/flow.hpp"
+#include "dfi/driven/mover.hpp"
+#include "dfi/driven/producer.hpp"
+#include "dfi/kernels/hash.hpp"
+#include "dfi/registry/client.hpp"
+#include "node_checks.hpp"
+
+namespace {
+
+using namespace dfi;
+using namespace std::chrono_literals;
+
+using testing::fail;
+using testing::failures;
+
+struct Tuple {
+  std::uint64_t key;
+  std::uint64_t producer;  // index in the spec's sources
+  std::uint64_t seq;       // 0, 1, 2, ... per producer
+};
+
+std::uint64_t key_of(std::uint64_t producer, std::uint64_t seq) {
+  return kernels::mix64(producer * 1000003 + seq);
+}
+
+// What one consumer saw, published for rank 0 to check.
+struct Seen {
+  std::uint64_t count = 0;
+  std::uint64_t key_sum = 0;
+  std::uint64_t misrouted = 0;
+  std::uint64_t out_of_order = 0;
+};
+
+Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size_t consumer_index,
+                 std::size_t consumers, std::size_t producers, bool key_routed) {
+  Seen seen;
+  driven::Consumer in(node, name, id);
+  std::vector<std::uint64_t> next(producers, 0);
+  flow::TupleBatch batch;
+  for (;;) {
+    if (Status s = in.consume(batch, 30s); !s) {
+      fail("consumer " + std::to_string(consumer_index) + ": " + s.message());
+      break;
+    }
+    if (batch.empty()) break;
+    for (const Tuple& t : batch.as<Tuple>()) {
+      ++seen.count;
+      seen.key_sum += t.key;
+      if (key_routed && kernels::route(t.key, consumers) != consumer_index) ++seen.misrouted;
+      if (t.producer >= producers || t.seq < next[t.producer]) {
+        ++seen.out_of_order;
+      } else {
+        next[t.producer] = t.seq + 1;
+      }
+    }
+  }
+  if (!in.end()) fail("consumer " + std::to_string(consumer_index) + " ended without end of stream");
+  return seen;
+}
+
+void produce_all(cluster::Node& node, const std::string& name, int thread, std::uint64_t producer,
+                 std::uint64_t tuples, bool explicit_routing) {
+  driven::Producer out(node, name, thread);
+  for (std::uint64_t i = 0; i < tuples; ++i) {
+    const Tuple t{key_of(producer, i), producer, i};
+    Status s = explicit_routing ? out.push_to(0, &t, sizeof t) : out.push(&t, sizeof t);
+    if (!s) {
+      fail("producer " + std::to_string(producer) + ": " + s.message());
+      return;
+    }
+    if (i % 997 == 0) {
+      if (Status f = out.flush(); !f) fail("producer flush: " + f.message());  // partial segments too
+    }
+  }
+  if (Status s = out.close(); !s) fail("producer " + std::to_string(producer) + " close: " + s.message());
+}
+
+flow::Schema tuple_schema() {
+  return flow::Schema({{"key", flow::Type::uint64}, {"producer", flow::Type::uint64}, {"seq", flow::Type::uint64}});
+}
+
+int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples) {
+  const std::string name = "driven-shuffle";
+  flow::FlowSpec spec;
+  spec.name = name;
+  spec.type = driven::kDriven;
+  spec.sources = {{0, 0}, {0, 1}, {1, 0}};
+  spec.targets = {{0, 0}, {1, 0}};
+  spec.schema = tuple_schema();
+  spec.key_column = "key";
+  spec.options.segments = segments;
+  spec.options.segment_bytes = segment_bytes;
+  if (node.rank() == 0) flow::create_flow(node, spec);
+
+  if (node.rank() == 2) {
+    driven::Mover mover(node);
+    mover.add_flow(name, 30s);
+    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+    std::printf("mover: %llu segments, %llu bytes moved\n",
+                static_cast<unsigned long long>(mover.counters().segments),
+                static_cast<unsigned long long>(mover.counters().bytes));
+  } else {
+    const std::size_t consumer = static_cast<std::size_t>(node.rank());
+    Seen seen;
+    std::thread consumer_thread([&] { seen = consume_all(node, name, 0, consumer, 2, 3, true); });
+    std::vector<std::thread> producers;
+    if (node.rank() == 0) {
+      producers.emplace_back([&] { produce_all(node, name, 0, 0, tuples, false); });
+      producers.emplace_back([&] { produce_all(node, name, 1, 1, tuples, false); });
+    } else {
+      producers.emplace_back([&] { produce_all(node, name, 0, 2, tuples, false); });
+    }
+    for (auto& t : producers) t.join();
+    consumer_thread.join();
+    std::ostringstream text;
+    text << seen.count << ' ' << seen.key_sum << ' ' << seen.misrouted << ' ' << seen.out_of_order;
+    node.registry().publish("test/" + name + "/seen/" + std::to_string(consumer), text.str());
+  }
+  if (node.rank() == 0) {
+    std::uint64_t count = 0, key_sum = 0, misrouted = 0, out_of_order = 0;
+    for (int c = 0; c < 2; ++c) {
+      std::istringstream text(node.wait_for("test/" + name + "/seen/" + std::to_string(c), 60s));
+      Seen s;
+      text >> s.count >> s.key_sum >> s.misrouted >> s.out_of_order;
+      count += s.count;
+      key_sum += s.key_sum;
+      misrouted += s.misrouted;
+      out_of_order += s.out_of_order;
+    }
+    std::uint64_t expected_sum = 0;
+    for (std::uint64_t p = 0; p < 3; ++p) {
+      for (std::uint64_t i = 0; i < tuples; ++i) expected_sum += key_of(p, i);
+    }
+    if (count != 3 * tuples || key_sum != expected_sum) {
+      fail("received " + std::to_string(count) + " tuples (key sum " + std::to_string(key_sum) + "), expected " +
+           std::to_string(3 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
+    }
+    if (misrouted != 0) fail(std::to_string(misrouted) + " tuples at the wrong consumer");
+    if (out_of_order != 0) fail(std::to_string(out_of_order) + " tuples out of their producer's order");
+    if (failures == 0) {
+      std::printf("driven shuffle: %llu of %llu tuples, all exactly once, routed by key, in producer order\n",
+                  static_cast<unsigned long long>(count), static_cast<unsigned long long>(3 * tuples));
+    }
+  }
+  return 0;
+}
+
+int run_explicit(cluster::Node& node, std::uint64_t tuples) {
+  const std::string name = "driven-explicit";
+  flow::FlowSpec spec;
+  spec.name = name;
+  spec.type = driven::kDriven;
+  spec.sources = {{0, 0}};
+  spec.targets = {{1, 0}};
+  spec.schema = tuple_schema();
+  spec.routing = flow::Routing::explicit_target;
+  spec.type_options = driven::DrivenOptions{.poll_interval = 50us, .batch_bytes = 64 * 1024};
+  if (node.rank() == 0) flow::create_flow(node, spec);
+  if (node.rank() == 0) {
+    produce_all(node, name, 0, 0, tuples, true);
+  } else if (node.rank() == 1) {
+    const Seen seen = consume_all(node, name, 0, 0, 1, 1, false);
+    if (seen.count != tuples || seen.out_of_order != 0) {
+      fail("explicit: received " + std::to_string(seen.count) + " of " + std::to_string(tuples) + ", " +
+           std::to_string(seen.out_of_order) + " out of order");
+    } else {
+      std::printf("driven explicit: %llu tuples in order\n", static_cast<unsigned long long>(seen.count));
+    }
+  } else {
+    driven::Mover mover(node);
+    mover.add_flow(name, 30s);
+    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+  }
+  return 0;
+}
+
+template <class F>
+void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
+  try {
+    f();
+    fail(what + ": no error");
+  } catch (const Error& e) {
+    if (e.code() != code || std::string(e.what()).find(part) == std::string::npos) {
+      fail(what + ": got '" + e.what() + "'");
+    }
+  }
+}
+
+int run_errors(cluster::Node& node) {
+  if (node.rank() != 0) return 0;
+  flow::FlowSpec spec;
+  spec.name = "driven-bad";
+  spec.type = driven::kDriven;
+  spec.sources = {{0, 0}};
+  spec.targets = {{1, 0}};
+  spec.schema = tuple_schema();
+  spec.routing = flow::Routing::function;
+  expect_error("function routing", Errc::invalid_argument, "routes by key hash or explicitly",
+               [&] { flow::create_flow(node, spec); });
+  spec.routing = flow::Routing::key_hash;
+  spec.key_column = "nope";
+  expect_error("missing key column", Errc::invalid_argument, "nope", [&] { flow::create_flow(node, spec); });
+  spec.key_column = "key";
+  spec.type_options = driven::DrivenOptions{.poll_interval = -1us};
+  expect_error("negative poll interval", Errc::invalid_argument, "poll interval", [&] { flow::create_flow(node, spec); });
+
+  flow::FlowSpec shuffle;
+  shuffle.name = "not-driven";
+  shuffle.sources = {{0, 0}};
+  shuffle.targets = {{0, 0}};
+  shuffle.schema = tuple_schema();
+  shuffle.key_column = "key";
+  flow::create_flow(node, shuffle);
+  expect_error("a shuffle flow opened as driven", Errc::invalid_argument, "not a driven flow",
+               [&] { driven::Producer p(node, "not-driven", 0, 2s); });
+  expect_error("no such flow", Errc::not_found, "does not exist",
+               [&] { driven::Consumer c(node, "no-such-flow", 0, 500ms); });
+
+  flow::FlowSpec ok;
+  ok.name = "driven-ok";
+  ok.type = driven::kDriven;
+  ok.sources = {{0, 0}};
+  ok.targets = {{0, 0}};
+  ok.schema = tuple_schema();
+  ok.key_column = "key";
+  ok.options.stall_timeout = 300ms;  // the producer's close waits this long for a mover (none here)
+  flow::create_flow(node, ok);
+  expect_error("no such producer", Errc::invalid_argument, "no source", [&] { driven::Producer p(node, "driven-ok", 7, 2s); });
+  driven::Producer producer(node, "driven-ok", 0, 2s);
+  const Tuple t{1, 0, 0};
+  Status wrong = producer.push(&t, 8);
+  if (wrong.code() != Errc::invalid_argument || wrong.message().find("does not match") == std::string::npos) {
+    fail("wrong width: got '" + wrong.message() + "'");
+  }
+  expect_error("producer opened twice", Errc::already_exists, "already open",
+               [&] { driven::Producer p(node, "driven-ok", 0, 2s); });
+  driven::Consumer consumer(node, "driven-ok", 0, 2s);
+  flow::TupleBatch batch;
+  Status nothing = consumer.try_consume(batch);
+  if (nothing.code() != Errc::retry) fail("try_consume on an empty ring: got '" + nothing.message() + "'");
+  Status timeout = consumer.consume(batch, 100ms);
+  if (timeout.code() != Errc::timeout || timeout.message().find("is the mover running") == std::string::npos) {
+    fail("consume without a mover: got '" + timeout.message() + "'");
+  }
+  if (failures == 0) std::printf("driven errors: all clear\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cluster::Node node;
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "shuffle" && argc == 5) {
+      run_shuffle(node, static_cast<std::uint32_t>(std::stoul(argv[2])), static_cast<std::uint32_t>(std::stoul(argv[3])),
+                  std::stoull(argv[4]));
+    } else if (mode == "explicit" && argc == 3) {
+      run_explicit(node, std::stoull(argv[2]));
+    } else if (mode == "errors") {
+      run_errors(node);
+    } else {
+      std::fprintf(stderr, "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES | explicit TUPLES | errors\n");
+      return 2;
+    }
+    node.finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAILED: %s\n", e.what());
+    return 1;
+  }
+  return failures == 0 ? 0 : 1;
+}
