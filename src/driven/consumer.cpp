@@ -6,6 +6,7 @@
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
+#include "peers.hpp"
 
 namespace dfi::driven {
 
@@ -21,6 +22,7 @@ Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chro
   backoff_ = BackoffSettings::from_config();
   stall_timeout_ = flow::detail::stall_timeout(spec_);
   tuple_bytes_ = spec_.schema.tuple_bytes();
+  peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producers=*/true);
   try {
     node.registry().publish(detail::consumer_record(spec_.name, index), region_.descriptor().serialize());
   } catch (const Error& e) {
@@ -28,6 +30,8 @@ Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chro
     throw;
   }
 }
+
+Consumer::~Consumer() = default;
 
 bool Consumer::take(flow::TupleBatch& batch) {
   if (held_) {
@@ -59,13 +63,16 @@ bool Consumer::take(flow::TupleBatch& batch) {
 }
 
 Status Consumer::try_consume(flow::TupleBatch& batch) {
+  if (failure_.failed()) [[unlikely]] return failure_.again(label_);
   batch = {};
   batch.tuple_bytes = tuple_bytes_;
   if (ended_ || take(batch)) return {};
+  if (Status s = peers_->check(label_); !s) return failure_.latch(std::move(s));
   return Status(Errc::retry);
 }
 
 Status Consumer::consume(flow::TupleBatch& batch, std::chrono::milliseconds timeout) {
+  if (failure_.failed()) [[unlikely]] return failure_.again(label_);
   batch = {};
   batch.tuple_bytes = tuple_bytes_;
   if (ended_ || take(batch)) return {};
@@ -75,9 +82,12 @@ Status Consumer::consume(flow::TupleBatch& batch, std::chrono::milliseconds time
   for (std::uint64_t round = 1;; ++round) {
     backoff.pause();
     if (take(batch)) return {};
-    if ((round & 63) == 0 && deadline.expired()) {
-      return {Errc::timeout, label_ + ": no data within " + std::to_string(limit.count()) +
-                                 " ms (is the mover running?)"};
+    if ((round & 63) == 0) {
+      if (Status s = peers_->check(label_); !s) return failure_.latch(std::move(s));
+      if (deadline.expired()) {
+        return {Errc::timeout, label_ + ": no data within " + std::to_string(limit.count()) +
+                                   " ms (is the mover running?)"};
+      }
     }
   }
 }

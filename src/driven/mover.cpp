@@ -14,6 +14,7 @@
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_writer.hpp"
+#include "dfi/registry/client.hpp"
 #include "names.hpp"
 
 namespace dfi::driven {
@@ -95,6 +96,13 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
           f->label + " <- producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) +
               ") for " + consumer));
     }
+  }
+  try {
+    node_.registry().publish(detail::mover_record(f->spec.name), std::to_string(node_.rank()));
+  } catch (const Error& e) {
+    if (e.code() != Errc::already_exists) throw;
+    throw Error(Errc::already_exists, f->label + ": the flow has a mover already (rank " +
+                                          node_.registry().lookup(detail::mover_record(f->spec.name)) + ")");
   }
   f->ended.assign(consumers, std::vector<bool>(producers, false));
   f->open.assign(consumers, producers);

@@ -15,4 +15,7 @@ inline std::string consumer_record(const std::string& flow, std::size_t consumer
   return "driven/" + flow + "/consumer/" + std::to_string(consumer);
 }
 
+// The rank of the mover that serves the flow (published by Mover::add_flow; one mover per flow).
+inline std::string mover_record(const std::string& flow) { return "driven/" + flow + "/mover"; }
+
 }  // namespace dfi::driven::detail

@@ -9,6 +9,7 @@
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
+#include "peers.hpp"
 
 namespace dfi::driven {
 
@@ -22,6 +23,8 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
   const memory::RingLayout layout = spec_.layout();
   stall_timeout_ = flow::detail::stall_timeout(spec_);
   region_ = fabric::MemoryRegion(node.fabric(), spec_.targets.size() * layout.bytes());
+  peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producers=*/false);
+  peer_status_ = [this] { return peers_->check(""); };  // the ring prefixes its label
   memory::SegmentWriterOptions options;
   options.stall_timeout = stall_timeout_;
   auto* base = static_cast<std::byte*>(region_.data());
@@ -29,7 +32,8 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
     const flow::TargetRef target = spec_.targets[t];
     rings_.push_back(std::make_unique<Ring>(
         memory::RingMode::bandwidth, options, base + t * layout.bytes(), layout,
-        label_ + " -> consumer (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")"));
+        label_ + " -> consumer (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")",
+        &peer_status_));
   }
   tuple_bytes_ = spec_.schema.tuple_bytes();
   if (spec_.routing == flow::Routing::key_hash) {
@@ -51,7 +55,14 @@ Producer::~Producer() {
   if (Status s = close(); !s) std::fprintf(stderr, "dfi: %s\n", s.message().c_str());
 }
 
+Status Producer::latch(Status status) {
+  status = failure_.latch(std::move(status));
+  if (failure_.failed()) push_width_ = std::numeric_limits<std::size_t>::max();
+  return status;
+}
+
 Status Producer::push_error(std::size_t bytes) const {
+  if (failure_.failed()) return failure_.again(label_);
   if (closed_) return {Errc::flow_failed, label_ + ": push after close"};
   if (spec_.routing != flow::Routing::key_hash) {
     return {Errc::invalid_argument, label_ + ": the flow routes explicitly; use push_to(target, ...)"};
@@ -61,6 +72,7 @@ Status Producer::push_error(std::size_t bytes) const {
 }
 
 Status Producer::push_to(std::size_t target, const void* tuple, std::size_t bytes) {
+  if (failure_.failed()) return failure_.again(label_);
   if (closed_) return {Errc::flow_failed, label_ + ": push after close"};
   if (bytes != tuple_bytes_) [[unlikely]] {
     return {Errc::invalid_argument, label_ + ": tuple of " + std::to_string(bytes) +
@@ -70,13 +82,16 @@ Status Producer::push_to(std::size_t target, const void* tuple, std::size_t byte
     return {Errc::invalid_argument, label_ + ": consumer " + std::to_string(target) + " out of range (the flow has " +
                                         std::to_string(rings_.size()) + ")"};
   }
-  return rings_[target]->append(tuple, bytes);
+  Status s = rings_[target]->append(tuple, bytes);
+  if (!s) [[unlikely]] return latch(std::move(s));
+  return s;
 }
 
 Status Producer::flush() {
+  if (failure_.failed()) return failure_.again(label_);
   if (closed_) return {Errc::flow_failed, label_ + ": flush after close"};
   for (auto& ring : rings_) {
-    if (Status s = ring->flush(); !s) return s;
+    if (Status s = ring->flush(); !s) return latch(std::move(s));
   }
   return {};
 }
@@ -85,23 +100,27 @@ Status Producer::close() {
   if (closed_) return {};
   closed_ = true;
   push_width_ = std::numeric_limits<std::size_t>::max();
+  if (failure_.failed()) return failure_.again(label_);
   for (auto& ring : rings_) {
-    if (Status s = ring->close(); !s) return s;
+    if (Status s = ring->close(); !s) return latch(std::move(s));
   }
   // The rings live in this process: they must outlive the mover's last read of them, which is
   // its release of the end-of-stream segment (the tail reaches the last sequence).
   Deadline deadline(stall_timeout_);
   Backoff backoff(BackoffSettings::from_config(), reinterpret_cast<std::uintptr_t>(this));
-  for (std::size_t t = 0; t < rings_.size();) {
+  for (std::size_t t = 0, round = 1; t < rings_.size(); ++round) {
     const memory::SegmentWriter<memory::LocalRing>& writer = rings_[t]->segments();
     const std::uint64_t last = writer.next_sequence() - 1;
     if (memory::load_acquire(writer.access().base() + writer.layout().tail_offset()) >= last) {
       ++t;
       continue;
     }
-    if (deadline.expired()) {
-      return {Errc::timeout, rings_[t]->segments().label() + ": the mover did not take the last segments within " +
-                                 std::to_string(stall_timeout_.count()) + " ms (is it running?)"};
+    if ((round & 63) == 0) {
+      if (Status s = peers_->check(label_); !s) return latch(std::move(s));
+      if (deadline.expired()) {
+        return {Errc::timeout, rings_[t]->segments().label() + ": the mover did not take the last segments within " +
+                                   std::to_string(stall_timeout_.count()) + " ms (is it running?)"};
+      }
     }
     backoff.pause();
   }

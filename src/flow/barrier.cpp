@@ -48,7 +48,7 @@ void create_barrier(cluster::Node& node, const std::string& name, const std::vec
 
 Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view name, int thread,
                  std::chrono::milliseconds open_timeout)
-    : node_(node), name_(name), timeout_(detail::stall_timeout(FlowSpec{})) {
+    : node_(node), name_(name), timeout_(detail::stall_timeout(FlowSpec{})), failures_(node.fabric()) {
   const Deadline deadline = detail::open_deadline(open_timeout);
   backoff_ = BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided);
   label_ = "barrier '" + name_ + "' member (rank " + std::to_string(node.rank()) + ", thread " + std::to_string(thread) + ")";
@@ -73,7 +73,6 @@ Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view n
   }
   if (owner_) counter_.host(node, counter_record(name_), kDeparted + members_.size() - 1);
   counter_.attach(node, worker, counter_record(name_), members_.front().rank, detail::time_left(deadline));
-  seen_failure_epoch_ = node.fabric().failure_epoch();
 }
 
 Barrier::~Barrier() {
@@ -88,11 +87,9 @@ Barrier::~Barrier() {
 }
 
 Status Barrier::check_members() {
-  const std::uint64_t epoch = node_.fabric().failure_epoch();
-  if (epoch == seen_failure_epoch_) return {};
-  seen_failure_epoch_ = epoch;
+  if (!failures_.changed()) return {};
   for (const SourceRef& m : members_) {
-    std::string reason = node_.fabric().peer_failure(m.rank);
+    std::string reason = failures_.reason(m.rank);
     if (!reason.empty()) {
       return {Errc::peer_failed, label_ + ": member (rank " + std::to_string(m.rank) + ", thread " +
                                      std::to_string(m.thread) + ") failed: " + reason};

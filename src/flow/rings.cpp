@@ -168,7 +168,7 @@ memory::RingCounters SourceRings::counters() const {
 // ---------------------------------------------------------------------------------------------
 
 TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
-    : node_(node), spec_(std::move(spec)) {
+    : node_(node), spec_(std::move(spec)), failures_(node.fabric()) {
   backoff_ = BackoffSettings::from_config();
   const TargetRef me = spec_.targets.at(index);
   label_ = "flow '" + spec_.name + "' target (rank " + std::to_string(me.rank) + ", id " + std::to_string(me.id) + ")";
@@ -184,7 +184,6 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
   }
   ended_.assign(spec_.sources.size(), false);
   open_sources_ = spec_.sources.size();
-  seen_failure_epoch_ = node.fabric().failure_epoch();
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
   try {
     if (worker_) node.registry().publish(target_address_record(spec_.name, index), worker_->address());
@@ -229,13 +228,11 @@ bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
 }
 
 Status TargetRings::check_sources_alive() {
-  const std::uint64_t epoch = node_.fabric().failure_epoch();
-  if (epoch == seen_failure_epoch_) return {};
-  seen_failure_epoch_ = epoch;
+  if (!failures_.changed()) return {};
   for (std::size_t i = 0; i < spec_.sources.size(); ++i) {
     if (ended_[i]) continue;
     const SourceRef s = spec_.sources[i];
-    std::string reason = node_.fabric().peer_failure(s.rank);
+    std::string reason = failures_.reason(s.rank);
     if (!reason.empty()) {
       return {Errc::peer_failed, label_ + ": source (rank " + std::to_string(s.rank) + ", thread " +
                                      std::to_string(s.thread) + ") failed before closing the flow: " + reason};

@@ -6,8 +6,12 @@
 //       the consumer its key routes to, and each producer's tuples in the order pushed
 //   driven_node explicit TUPLES                         a 1:1 flow with explicit routing
 //   driven_node errors                                  user errors give clear errors
+//   driven_node kill-mover                              the mover dies mid-flow: the producer
+//       (rank 0) and the consumer (rank 1) get peer_failed naming it, then flow_failed
 //
 // Exit status 0 means the scenario held; every failure prints why.
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -269,6 +273,61 @@ int run_errors(cluster::Node& node) {
   return 0;
 }
 
+
+int run_kill_mover(cluster::Node& node) {
+  const std::string name = "driven-kill";
+  flow::FlowSpec spec;
+  spec.name = name;
+  spec.type = driven::kDriven;
+  spec.sources = {{0, 0}};
+  spec.targets = {{1, 0}};
+  spec.schema = tuple_schema();
+  spec.routing = flow::Routing::explicit_target;
+  spec.options.segments = 4;
+  spec.options.segment_bytes = 256;
+  spec.options.stall_timeout = 20s;  // a hang would show as this timeout, not as peer_failed
+  if (node.rank() == 0) flow::create_flow(node, spec);
+  auto expect_death = [&](const std::string& who, Status first, Status again) {
+    if (first.code() != Errc::peer_failed || first.message().find("the mover (rank 2) failed") == std::string::npos) {
+      fail(who + ": expected peer_failed naming the mover, got '" + first.message() + "'");
+    } else if (again.code() != Errc::flow_failed) {
+      fail(who + ": the call after peer_failed gave '" + again.message() + "'");
+    } else {
+      std::printf("%s: %s; then: flow_failed\n", who.c_str(), first.message().c_str());
+    }
+  };
+  if (node.rank() == 0) {
+    driven::Producer out(node, name, 0);
+    Status first;
+    for (std::uint64_t i = 0; i < 10'000'000 && first.is_ok(); ++i) {
+      const Tuple t{i, 0, i};
+      first = out.push_to(0, &t, sizeof t);
+    }
+    const Tuple t{0, 0, 0};
+    expect_death("producer", first, out.push_to(0, &t, sizeof t));
+    (void)node.wait_for("test/" + name + "/consumer-done", 10s);  // rank 0 hosts the registry
+  } else if (node.rank() == 1) {
+    driven::Consumer in(node, name, 0);
+    flow::TupleBatch batch;
+    Status first;
+    while (first.is_ok()) {
+      first = in.consume(batch);
+      if (first.is_ok() && batch.empty()) break;
+    }
+    expect_death("consumer", first, in.consume(batch));
+    node.registry().publish("test/" + name + "/consumer-done", "");
+  } else {
+    driven::Mover mover(node);
+    mover.add_flow(name, 30s);
+    while (!mover.done()) {
+      std::uint64_t moved = 0;
+      if (Status s = mover.step(moved); !s) fail("mover: " + s.message());
+      if (mover.counters().segments >= 50) ::raise(SIGKILL);
+    }
+  }
+  std::fflush(stdout);
+  std::_Exit(failures == 0 ? 0 : 1);  // the mover's rank is gone: do not wait for it to finish
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,8 +341,10 @@ int main(int argc, char** argv) {
       run_explicit(node, std::stoull(argv[2]));
     } else if (mode == "errors") {
       run_errors(node);
+    } else if (mode == "kill-mover") {
+      run_kill_mover(node);
     } else {
-      std::fprintf(stderr, "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES | explicit TUPLES | errors\n");
+      std::fprintf(stderr, "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES | explicit TUPLES | errors | kill-mover\n");
       return 2;
     }
     node.finish();

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,10 @@ class Node;
 
 namespace dfi::driven {
 
+namespace detail {
+class PeerCheck;
+}
+
 class Consumer {
  public:
   // Opens consumer `id` of this rank in driven flow `name`: waits (up to `open_timeout`, 0: the
@@ -36,13 +41,16 @@ class Consumer {
   // already_exists (opened twice), timeout.
   Consumer(cluster::Node& node, std::string_view name, int id,
            std::chrono::milliseconds open_timeout = std::chrono::milliseconds(0));
+  ~Consumer();
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
   // Gives back the previous batch's segment, then waits for the next one. Returns ok with a
   // non-empty batch, or ok with an empty batch once every producer has closed and everything
   // was moved (then end() is true). batch.source is 0: the ring mixes producers. Errors:
-  // timeout (nothing within `timeout`, 0: the flow's stall timeout; is the mover running?).
+  // timeout (nothing within `timeout`, 0: the flow's stall timeout; is the mover running?),
+  // peer_failed (the mover or a producer's rank died: the first call that sees it), flow_failed
+  // (every call after that, naming the same peer).
   Status consume(flow::TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Like consume() but never waits: Errc::retry (a bare code) when nothing is there yet.
   Status try_consume(flow::TupleBatch& batch);
@@ -62,6 +70,8 @@ class Consumer {
   bool held_ = false;   // the caller holds the segment last handed out
   bool ended_ = false;
   flow::FlowCounters counters_;
+  flow::detail::FailureLatch failure_;
+  std::unique_ptr<detail::PeerCheck> peers_;  // the mover and the producers
 };
 
 }  // namespace dfi::driven

@@ -33,6 +33,10 @@ class Node;
 
 namespace dfi::driven {
 
+namespace detail {
+class PeerCheck;
+}
+
 class Producer {
  public:
   // Opens producer `thread` of this rank in driven flow `name`: waits (up to `open_timeout`, 0:
@@ -50,7 +54,9 @@ class Producer {
   // Routes one tuple of exactly the schema's width by its key's hash and appends it. Waits while
   // that consumer's ring is full (the mover has not taken its segments yet), with local loads
   // only. Errors: invalid_argument (wrong width; an explicit_target flow), timeout (the ring
-  // stayed full for the flow's stall timeout: is the mover running?), flow_failed (after close).
+  // stayed full for the flow's stall timeout: is the mover running?), peer_failed (the mover or
+  // that consumer's rank died while the ring was full: the first call that sees it), flow_failed
+  // (after close, and every call after a peer_failed, naming the same peer).
   Status push(const void* tuple, std::size_t bytes) {
     if (bytes != push_width_) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
@@ -58,7 +64,9 @@ class Producer {
       const std::byte* key = static_cast<const std::byte*>(tuple) + key_offset_;
       target = kernels::route(kernels::load_key(key, key_bytes_), rings_.size());
     }
-    return rings_[target]->append(tuple, bytes);
+    Status s = rings_[target]->append(tuple, bytes);
+    if (!s) [[unlikely]] return latch(std::move(s));
+    return s;
   }
   // Appends one tuple to consumer `target` (index into the spec's targets); any routing.
   // Errors: as push(), invalid_argument for a target out of range.
@@ -67,7 +75,7 @@ class Producer {
   Status flush();
   // Publishes what is batched and end-of-stream in every ring, then waits until the mover has
   // taken everything (the rings may be freed after that). Errors: timeout (the mover did not
-  // take it within the stall timeout). Idempotent.
+  // take it within the stall timeout), peer_failed (the mover or a consumer died). Idempotent.
   Status close();
 
   std::size_t consumer_count() const noexcept { return rings_.size(); }
@@ -79,11 +87,16 @@ class Producer {
   using Ring = memory::TupleWriter<memory::LocalRing>;
 
   Status push_error(std::size_t bytes) const;
+  // failure_.latch(); after a flow-ending error push() accepts nothing.
+  Status latch(Status status);
 
   cluster::Node& node_;
   flow::FlowSpec spec_;
   std::string label_;
   fabric::MemoryRegion region_;
+  std::unique_ptr<detail::PeerCheck> peers_;   // the mover and the consumers
+  memory::LocalRing::PeerStatus peer_status_;  // what the rings ask while they wait (before rings_:
+                                               // they hold its address)
   std::vector<std::unique_ptr<Ring>> rings_;
   std::size_t tuple_bytes_ = 0;
   // The width push() accepts: the schema's in a key-hash flow while open, none (SIZE_MAX)
@@ -93,6 +106,7 @@ class Producer {
   std::size_t key_bytes_ = 0;
   bool closed_ = false;
   std::chrono::milliseconds stall_timeout_{0};
+  flow::detail::FailureLatch failure_;
 };
 
 }  // namespace dfi::driven

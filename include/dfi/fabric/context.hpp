@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -85,6 +86,48 @@ class Context {
   ContextOptions options_;
   Capabilities capabilities_;
   std::unique_ptr<Impl> impl_;
+};
+
+// The one way a wait loop learns that a peer died: one atomic load while nobody was declared
+// dead since the last look; the caller looks up the ranks it cares about only when someone was.
+//
+//   FailureWatch watch(node.fabric());
+//   ... every 64 rounds of a wait:
+//   if (auto dead = watch.failed(ranks)) return {Errc::peer_failed, "... rank " + ... + dead->reason};
+//
+// Owned by one thread (the Context it reads is thread-safe).
+class FailureWatch {
+ public:
+  struct Failure {
+    int rank = -1;
+    std::string reason;
+  };
+  explicit FailureWatch(const Context& context) noexcept : context_(&context), seen_(context.failure_epoch()) {}
+
+  // True once after each time some peer was declared dead (since construction or the last true).
+  bool changed() noexcept {
+    const std::uint64_t epoch = context_->failure_epoch();
+    if (epoch == seen_) return false;
+    seen_ = epoch;
+    return true;
+  }
+  // After changed(): the first of `ranks` (any range of int) declared dead, with the reason.
+  // Reported once: callers latch it (the flow has failed).
+  template <class Ranks>
+  std::optional<Failure> failed(const Ranks& ranks) {
+    if (!changed()) return std::nullopt;
+    for (int rank : ranks) {
+      std::string reason = context_->peer_failure(rank);
+      if (!reason.empty()) return Failure{rank, std::move(reason)};
+    }
+    return std::nullopt;
+  }
+  // The reason `rank` was declared dead, or an empty string.
+  std::string reason(int rank) const { return context_->peer_failure(rank); }
+
+ private:
+  const Context* context_;
+  std::uint64_t seen_;
 };
 
 }  // namespace dfi::fabric

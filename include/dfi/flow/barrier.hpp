@@ -20,6 +20,7 @@
 #include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/cluster/shared_words.hpp"
+#include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/spec.hpp"
@@ -66,7 +67,7 @@ class Barrier {
   std::chrono::milliseconds timeout_;  // wait()'s default: flow_timeout_ms, read at join
   BackoffSettings backoff_ = BackoffSettings::from_config();
   std::uint64_t round_ = 0;
-  std::uint64_t seen_failure_epoch_ = 0;
+  fabric::FailureWatch failures_;
 };
 
 }  // namespace dfi::flow

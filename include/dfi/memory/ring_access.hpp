@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "dfi/common/error.hpp"
@@ -30,20 +31,25 @@ class LocalRing {
  public:
   static constexpr bool kRemote = false;
 
+  // Whether the parties this ring waits for are alive, asked while a writer waits for a free
+  // slot (a driven flow's producer waits for the data mover, which lives in another process).
+  using PeerStatus = std::function<Status()>;
+
   // The ring at `base` (layout.bytes() bytes, zeroed before first use). `label` names the ring in
-  // errors.
-  LocalRing(std::byte* base, RingLayout layout, std::string label)
-      : base_(base), layout_(layout), label_(std::move(label)) {}
+  // errors. `peer_status`, if set, must outlive the ring; status() returns what it says.
+  LocalRing(std::byte* base, RingLayout layout, std::string label, const PeerStatus* peer_status = nullptr)
+      : base_(base), layout_(layout), label_(std::move(label)), peer_status_(peer_status) {}
 
   std::byte* base() const noexcept { return base_; }
   const RingLayout& layout() const noexcept { return layout_; }
   const std::string& label() const noexcept { return label_; }
-  Status status() const noexcept { return {}; }
+  Status status() const { return peer_status_ != nullptr ? (*peer_status_)() : Status(); }
 
  private:
   std::byte* base_;
   RingLayout layout_;
   std::string label_;
+  const PeerStatus* peer_status_;
 };
 
 struct RemoteRingOptions {

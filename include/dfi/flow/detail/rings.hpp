@@ -14,6 +14,7 @@
 #include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/spec.hpp"
@@ -194,7 +195,7 @@ class TargetRings {
   std::size_t cursor_ = 0;
   std::optional<std::size_t> held_;  // ring whose segment the caller holds
   FailureLatch failure_;  // next() and try_next(): after the first peer_failed, flow_failed at once
-  std::uint64_t seen_failure_epoch_ = 0;
+  fabric::FailureWatch failures_;
 };
 
 }  // namespace dfi::flow::detail
