@@ -6,6 +6,7 @@
 //   dfi bench fabric-bw --transport tcp        (see bench/README.md)
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "dfi/launch/local_cluster.hpp"
 #include "demo.hpp"
 #include "fabric_check.hpp"
+#include "mover.hpp"
 
 namespace {
 
@@ -68,6 +70,13 @@ int main(int argc, char** argv) {
   demo->add_option("--tuples", demo_options.tuples_per_source, "Tuples each source pushes");
   demo->add_option("--tuple-bytes", demo_options.tuple_bytes, "Tuple width (multiple of 8, >= 16)");
 
+  auto* mover = app.add_subcommand(
+      "mover", "Serve driven flows as their data mover, as one rank of a cluster (under dfi cluster run)");
+  std::vector<std::string> mover_flows;
+  double mover_timeout_s = 3600;
+  mover->add_option("flows", mover_flows, "The driven flows to serve (each is waited for)")->required();
+  mover->add_option("--timeout", mover_timeout_s, "Fail when the flows have not ended after this many seconds");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -85,6 +94,10 @@ int main(int argc, char** argv) {
     }
     if (*check) return dfi::tools::run_fabric_check(check_options, std::cout, std::cerr);
     if (*demo) return dfi::tools::run_demo(demo_options, std::cout, std::cerr);
+    if (*mover) {
+      return dfi::tools::run_mover(mover_flows, std::chrono::milliseconds(static_cast<long long>(mover_timeout_s * 1000)),
+                                   std::cout, std::cerr);
+    }
     if (*info) return print_config();
   } catch (const dfi::Error& e) {
     std::cerr << "dfi: " << e.what() << '\n';

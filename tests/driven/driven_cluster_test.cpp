@@ -30,6 +30,17 @@ TEST_P(DrivenCluster, KeyShuffleWithDefaultRings) {
   EXPECT_TRUE(contains(run.out, "600000 of 600000 tuples, all exactly once")) << run.all();
 }
 
+// The mover as a process of its own: rank 2 runs `dfi mover driven-shuffle`.
+TEST_P(DrivenCluster, DfiMoverServesTheFlowAsARankOfTheCluster) {
+  const std::string script = std::string("if [ \"$DFI_RANK\" = 2 ]; then exec ") + DFI_BINARY +
+                             " mover driven-shuffle --timeout 120; else exec " + DRIVEN_NODE +
+                             " shuffle 0 0 50000 external-mover; fi";
+  auto run = run_cluster(3, GetParam(), {"/bin/sh", "-c", script});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "150000 of 150000 tuples, all exactly once")) << run.all();
+  EXPECT_TRUE(contains(run.out, "dfi mover (rank 2): 1 flow(s) ended")) << run.all();
+}
+
 TEST_P(DrivenCluster, ExplicitOneToOneWithAPollInterval) {
   auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "explicit", "50000"});
   ASSERT_EQ(run.code, 0) << run.all();

@@ -4,6 +4,7 @@
 //   driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES   a 3:2 key-hash flow (rank 0: producers 0
 //       and 1, consumer 0; rank 1: producer 0, consumer 0); every tuple arrives exactly once, at
 //       the consumer its key routes to, and each producer's tuples in the order pushed
+//   driven_node shuffle ... external-mover              the same, rank 2 running `dfi mover`
 //   driven_node explicit TUPLES                         a 1:1 flow with explicit routing
 //   driven_node errors                                  user errors give clear errors
 //   driven_node kill-mover                              the mover dies mid-flow: the producer
@@ -106,7 +107,8 @@ flow::Schema tuple_schema() {
   return flow::Schema({{"key", flow::Type::uint64}, {"producer", flow::Type::uint64}, {"seq", flow::Type::uint64}});
 }
 
-int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples) {
+int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples,
+                bool external_mover = false) {
   const std::string name = "driven-shuffle";
   flow::FlowSpec spec;
   spec.name = name;
@@ -119,7 +121,9 @@ int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segme
   spec.options.segment_bytes = segment_bytes;
   if (node.rank() == 0) flow::create_flow(node, spec);
 
-  if (node.rank() == 2) {
+  if (node.rank() == 2 && external_mover) {
+    return 0;  // `dfi mover driven-shuffle` runs on rank 2 instead of this program
+  } else if (node.rank() == 2) {
     driven::Mover mover(node);
     mover.add_flow(name, 30s);
     if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
@@ -334,9 +338,9 @@ int main(int argc, char** argv) {
   try {
     cluster::Node node;
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "shuffle" && argc == 5) {
+    if (mode == "shuffle" && (argc == 5 || (argc == 6 && std::string(argv[5]) == "external-mover"))) {
       run_shuffle(node, static_cast<std::uint32_t>(std::stoul(argv[2])), static_cast<std::uint32_t>(std::stoul(argv[3])),
-                  std::stoull(argv[4]));
+                  std::stoull(argv[4]), argc == 6);
     } else if (mode == "explicit" && argc == 3) {
       run_explicit(node, std::stoull(argv[2]));
     } else if (mode == "errors") {
@@ -344,7 +348,7 @@ int main(int argc, char** argv) {
     } else if (mode == "kill-mover") {
       run_kill_mover(node);
     } else {
-      std::fprintf(stderr, "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES | explicit TUPLES | errors | kill-mover\n");
+      std::fprintf(stderr, "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | explicit TUPLES | errors | kill-mover\n");
       return 2;
     }
     node.finish();
