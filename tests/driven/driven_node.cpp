@@ -107,6 +107,19 @@ flow::Schema tuple_schema() {
   return flow::Schema({{"key", flow::Type::uint64}, {"producer", flow::Type::uint64}, {"seq", flow::Type::uint64}});
 }
 
+// A driven flow of Tuples from producer (rank 0, thread 0) to consumer (rank 1, id 0), routed
+// explicitly.
+flow::FlowSpec one_to_one(const std::string& name) {
+  flow::FlowSpec spec;
+  spec.name = name;
+  spec.type = driven::kDriven;
+  spec.sources = {{0, 0}};
+  spec.targets = {{1, 0}};
+  spec.schema = tuple_schema();
+  spec.routing = flow::Routing::explicit_target;
+  return spec;
+}
+
 int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples,
                 bool external_mover = false) {
   const std::string name = "driven-shuffle";
@@ -178,13 +191,7 @@ int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segme
 
 int run_explicit(cluster::Node& node, std::uint64_t tuples) {
   const std::string name = "driven-explicit";
-  flow::FlowSpec spec;
-  spec.name = name;
-  spec.type = driven::kDriven;
-  spec.sources = {{0, 0}};
-  spec.targets = {{1, 0}};
-  spec.schema = tuple_schema();
-  spec.routing = flow::Routing::explicit_target;
+  flow::FlowSpec spec = one_to_one(name);
   spec.type_options = driven::DrivenOptions{.poll_interval = 50us, .batch_bytes = 64 * 1024};
   if (node.rank() == 0) flow::create_flow(node, spec);
   if (node.rank() == 0) {
@@ -280,13 +287,7 @@ int run_errors(cluster::Node& node) {
 
 int run_kill_mover(cluster::Node& node) {
   const std::string name = "driven-kill";
-  flow::FlowSpec spec;
-  spec.name = name;
-  spec.type = driven::kDriven;
-  spec.sources = {{0, 0}};
-  spec.targets = {{1, 0}};
-  spec.schema = tuple_schema();
-  spec.routing = flow::Routing::explicit_target;
+  flow::FlowSpec spec = one_to_one(name);
   spec.options.segments = 4;
   spec.options.segment_bytes = 256;
   spec.options.stall_timeout = 20s;  // a hang would show as this timeout, not as peer_failed
