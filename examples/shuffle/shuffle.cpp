@@ -23,15 +23,16 @@ constexpr std::uint64_t kTuples = 100000;  // per source
 int main() try {
   dfi::cluster::Node node;  // rank, size and registry from `dfi cluster run`
   if (node.size() != 2) {
-    throw std::runtime_error("runs on exactly 2 ranks (dfi cluster run --nodes 2 -- ./shuffle), not " +
-                             std::to_string(node.size()));
+    throw std::runtime_error("runs on exactly 2 ranks (dfi cluster run --nodes 2 -- ./shuffle), "
+                             "not " + std::to_string(node.size()));
   }
   const std::string rank = std::to_string(node.rank());
   dfi::flow::FlowSpec spec;
   spec.name = "example";
   spec.sources = {{0, 0}, {1, 0}};  // (rank, thread)
   spec.targets = {{0, 0}, {1, 0}};  // (rank, target id)
-  spec.schema = dfi::flow::Schema({{"key", dfi::flow::Type::uint64}, {"value", dfi::flow::Type::uint64}});
+  using dfi::flow::Type;
+  spec.schema = dfi::flow::Schema({{"key", Type::uint64}, {"value", Type::uint64}});
   spec.key_column = "key";          // routed by key hash
   if (node.rank() == 0) dfi::flow::create_flow(node, spec);
 
@@ -43,7 +44,10 @@ int main() try {
       dfi::flow::ShuffleSource out(node, worker, "example", 0);
       for (std::uint64_t i = 0; i < kTuples; ++i) {
         const std::uint64_t key = static_cast<std::uint64_t>(node.rank()) * kTuples + i;
-        if (dfi::Status s = out.push(Tuple{key, key * 2}); !s) return void(source_error = s.message());
+        if (dfi::Status s = out.push(Tuple{key, key * 2}); !s) {
+          source_error = s.message();  // peer_failed, timeout, ...
+          return;
+        }
       }
       if (dfi::Status s = out.close(); !s) source_error = s.message();
     } catch (const std::exception& e) {
@@ -54,13 +58,18 @@ int main() try {
   dfi::flow::TupleBatch batch;
   dfi::Status s;
   while ((s = in.consume(batch)) && !batch.empty()) {  // empty batch: every source closed
-    for (const Tuple& t : batch.as<Tuple>()) count++, key_sum += t.key, corrupted += t.value != t.key * 2;
+    for (const Tuple& t : batch.as<Tuple>()) {
+      key_sum += t.key;
+      if (t.value != t.key * 2) ++corrupted;
+    }
+    count += batch.count;
   }
   source.join();
   if (!s) throw std::runtime_error(s.message());
   if (!source_error.empty()) throw std::runtime_error("source: " + source_error);
   if (corrupted != 0) throw std::runtime_error(std::to_string(corrupted) + " tuples corrupted");
-  std::printf("rank %s: received %llu tuples\n", rank.c_str(), static_cast<unsigned long long>(count));
+  std::printf("rank %s: received %llu tuples\n", rank.c_str(),
+              static_cast<unsigned long long>(count));
 
   node.registry().publish("example/" + rank, std::to_string(count) + " " + std::to_string(key_sum));
   node.barrier("example/done");
@@ -76,7 +85,8 @@ int main() try {
     const std::uint64_t n = 2 * kTuples;
     const bool ok = total == n && sum == n * (n - 1) / 2;
     std::printf("DFI %s shuffle: %llu of %llu tuples, each exactly once: %s\n", DFI_VERSION_STRING,
-                static_cast<unsigned long long>(total), static_cast<unsigned long long>(n), ok ? "yes" : "NO");
+                static_cast<unsigned long long>(total), static_cast<unsigned long long>(n),
+                ok ? "yes" : "NO");
     status = ok ? 0 : 1;
   }
   node.finish();

@@ -39,13 +39,18 @@ soversion=$([ "$major" = 0 ] && echo "$major.$minor" || echo "$major")
 for f in include/dfi/version.hpp include/dfi/flow/shuffle.hpp include/dfi/flow/detail/rings.hpp \
          "$libdir/libdfi.a" "$libdir/libdfi.so.$version" "$libdir/cmake/dfi/dfiConfig.cmake" \
          "$libdir/cmake/dfi/dfiConfigVersion.cmake" "$libdir/pkgconfig/dfi.pc" bin/dfi; do
-  [ -e "$P/$f" ] || fail "cmake --install did not install $f (installed outside include/: $(cd "$P" && find . -type f -not -path "./include/*" | sort | tr "\n" " "))"
+  [ -e "$P/$f" ] || fail "cmake --install did not install $f (installed outside include/:" \
+    "$(cd "$P" && find . -type f -not -path "./include/*" | sort | tr "\n" " "))"
 done
-[ "$(readlink "$P/$libdir/libdfi.so")" = "libdfi.so.$soversion" ] || fail "libdfi.so does not link to libdfi.so.$soversion"
-[ "$(readlink "$P/$libdir/libdfi.so.$soversion")" = "libdfi.so.$version" ] || fail "libdfi.so.$soversion does not link to libdfi.so.$version"
+[ "$(readlink "$P/$libdir/libdfi.so")" = "libdfi.so.$soversion" ] ||
+  fail "libdfi.so does not link to libdfi.so.$soversion"
+[ "$(readlink "$P/$libdir/libdfi.so.$soversion")" = "libdfi.so.$version" ] ||
+  fail "libdfi.so.$soversion does not link to libdfi.so.$version"
 soname=$(readelf -d "$P/$libdir/libdfi.so.$version" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
-[ "$soname" = "libdfi.so.$soversion" ] || fail "SONAME of libdfi is '$soname', expected libdfi.so.$soversion"
-grep -q "^#define DFI_VERSION_STRING \"$version\"" "$P/include/dfi/version.hpp" || fail "dfi/version.hpp does not say $version"
+[ "$soname" = "libdfi.so.$soversion" ] ||
+  fail "SONAME of libdfi is '$soname', expected libdfi.so.$soversion"
+grep -q "^#define DFI_VERSION_STRING \"$version\"" "$P/include/dfi/version.hpp" ||
+  fail "dfi/version.hpp does not say $version"
 if grep -rlF -e "$src" -e "$build" "$P/include" "$P/$libdir/cmake" "$P/$libdir/pkgconfig"; then
   fail "installed headers or package files (above) name the source or build tree"
 fi
