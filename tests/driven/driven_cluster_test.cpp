@@ -40,7 +40,7 @@ TEST_P(DrivenCluster, UserErrorsAreReportedClearly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DrivenCluster, ::testing::Values("shm", "tcp"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace dfi
