@@ -17,6 +17,7 @@
 #include "dfi/common/error.hpp"
 #include "bench/bench_cli.hpp"
 #include "dfi/launch/local_cluster.hpp"
+#include "dfi/version.hpp"
 #include "demo.hpp"
 #include "fabric_check.hpp"
 #include "mover.hpp"
@@ -38,6 +39,7 @@ int print_config() {
 
 int main(int argc, char** argv) {
   CLI::App app{"dfi — Data Flow Interface: flows between threads of many machines"};
+  app.set_version_flag("--version", "dfi " DFI_VERSION_STRING);
   app.require_subcommand(1);
 
   auto* cluster = app.add_subcommand("cluster", "Local multi-process clusters");
