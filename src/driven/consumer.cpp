@@ -23,12 +23,7 @@ Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chro
   stall_timeout_ = flow::detail::stall_timeout(spec_);
   tuple_bytes_ = spec_.schema.tuple_bytes();
   peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producers=*/true);
-  try {
-    node.registry().publish(detail::consumer_record(spec_.name, index), region_.descriptor().serialize());
-  } catch (const Error& e) {
-    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label_ + " is already open");
-    throw;
-  }
+  detail::publish_buffers(node, detail::consumer_record(spec_.name, index), region_, label_);
 }
 
 Consumer::~Consumer() = default;

@@ -1,4 +1,4 @@
-// The liveness check of a driven flow's processing units: while a producer or consumer waits for
+// What a driven flow's processing units share: publishing their buffers, and the liveness check: while a producer or consumer waits for
 // the mover, it asks now and then whether the mover, or a PU on the other side, was declared dead
 // (fabric::FailureWatch: one atomic load while nobody died).
 #pragma once
@@ -10,6 +10,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/context.hpp"
+#include "dfi/fabric/memory.hpp"
 #include "dfi/flow/spec.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
@@ -78,5 +79,17 @@ class PeerCheck {
   std::optional<int> mover_;
   std::chrono::steady_clock::time_point next_lookup_{};
 };
+
+// Publishes a PU's buffers (`region`) under `record` for the mover; a second open of the same PU
+// is already_exists naming it (`label`).
+inline void publish_buffers(cluster::Node& node, const std::string& record, const fabric::MemoryRegion& region,
+                            const std::string& label) {
+  try {
+    node.registry().publish(record, region.descriptor().serialize());
+  } catch (const Error& e) {
+    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label + " is already open");
+    throw;
+  }
+}
 
 }  // namespace dfi::driven::detail

@@ -42,12 +42,7 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
     key_bytes_ = spec_.schema.column_bytes(key);
     push_width_ = tuple_bytes_;
   }
-  try {
-    node.registry().publish(detail::producer_record(spec_.name, index), region_.descriptor().serialize());
-  } catch (const Error& e) {
-    if (e.code() == Errc::already_exists) throw Error(Errc::already_exists, label_ + " is already open");
-    throw;
-  }
+  detail::publish_buffers(node, detail::producer_record(spec_.name, index), region_, label_);
 }
 
 Producer::~Producer() {

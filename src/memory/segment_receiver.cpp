@@ -41,14 +41,7 @@ void SegmentReceiver::on_segment(const fabric::AmMessage& message) {
   if (message.data.size() > layout_.payload_capacity()) return (void)ring_of(~0ull, "segment larger than a slot");
   std::byte* base = base_ + header[0];
   std::memcpy(base + layout_.slot_offset(sequence), message.data.data(), message.data.size());
-  const std::uint64_t fill = message.data.size();
-  std::memcpy(base + layout_.fill_offset(sequence), &fill, sizeof fill);
-  // The head follows the state, except after end-of-stream (the reader may free the ring once
-  // it sees that state; ring.hpp).
-  const bool last = (state_flags(state) & kEndOfStream) != 0;
-  if (last) store_release(base + layout_.head_offset(), sequence);
-  store_release(base + layout_.state_offset(sequence), state);
-  if (!last) store_release(base + layout_.head_offset(), sequence);
+  publish_in_place(base, layout_, sequence, message.data.size(), state);
 }
 
 void SegmentReceiver::on_credit_request(const fabric::AmMessage& message, fabric::AmReplier& replier) {

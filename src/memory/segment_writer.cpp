@@ -185,15 +185,7 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
   const std::uint64_t sequence = next_;
   const std::uint64_t state = state_word(sequence, flags);
   if (std::byte* ring = ring_base(); ring != nullptr) {
-    std::byte* slot = ring + layout.slot_offset(sequence);
-    const std::uint64_t fill_word = fill;
-    std::memcpy(slot + capacity, &fill_word, sizeof fill_word);
-    // The head follows the state word, except after end-of-stream: the reader may free the ring
-    // once it sees that state, so nothing of the writer may land after it (ring.hpp).
-    const bool last = (flags & kEndOfStream) != 0;
-    if (last) store_release(ring + layout.head_offset(), sequence);
-    store_release(slot + capacity + 8, state);
-    if (!last) store_release(ring + layout.head_offset(), sequence);
+    publish_in_place(ring, layout, sequence, fill, state);
   } else if constexpr (Access::kRemote) {
     Staging& staging = stagings_[sequence % stagings_.size()];
     fabric::Endpoint& endpoint = access_.endpoint();

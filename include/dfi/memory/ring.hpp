@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace dfi::memory {
 
@@ -105,6 +106,21 @@ inline std::uint64_t load_acquire(const void* word) {
 }
 inline void store_release(void* word, std::uint64_t value) {
   std::atomic_ref(*static_cast<std::uint64_t*>(word)).store(value, std::memory_order_release);
+}
+
+// Publishes segment `sequence` of the ring at `ring` (in this process's address space: local or
+// mapped) whose payload is in its slot: the fill word, then the state word with release order,
+// and the published head — after the state, except for end-of-stream, where the head goes
+// first, since the reader may free the ring as soon as it sees that state (see Lifetime). The
+// one publication order of every writer and receiver that stores through a pointer.
+inline void publish_in_place(std::byte* ring, const RingLayout& layout, std::uint64_t sequence,
+                             std::uint64_t fill, std::uint64_t state) {
+  std::byte* footer = ring + layout.fill_offset(sequence);
+  std::memcpy(footer, &fill, sizeof fill);
+  const bool last = (state_flags(state) & kEndOfStream) != 0;
+  if (last) store_release(ring + layout.head_offset(), sequence);
+  store_release(footer + 8, state);
+  if (!last) store_release(ring + layout.head_offset(), sequence);
 }
 
 }  // namespace dfi::memory
