@@ -20,6 +20,7 @@
 #include "dfi/version.hpp"
 #include "demo.hpp"
 #include "fabric_check.hpp"
+#include "join_command.hpp"
 #include "mover.hpp"
 
 namespace {
@@ -79,6 +80,22 @@ int main(int argc, char** argv) {
   mover->add_option("flows", mover_flows, "The driven flows to serve (each is waited for)")->required();
   mover->add_option("--timeout", mover_timeout_s, "Fail when the flows have not ended after this many seconds");
 
+  auto* join = app.add_subcommand(
+      "join", "A distributed join on generated data, checked against a single-node join (under dfi cluster run)");
+  dfi::tools::JoinCommandOptions join_options;
+  join->add_option("--algorithm", join_options.algorithm, "radix or fragment-replicate (fr)");
+  join->add_option("--build-tuples", join_options.build_tuples, "Tuples of the build (inner) relation, all ranks together");
+  join->add_option("--probe-tuples", join_options.probe_tuples, "Tuples of the probe (outer) relation, all ranks together");
+  join->add_option("--threads", join_options.threads, "Partitioning threads and join threads per rank")
+      ->check(CLI::Range(1, 64));
+  join->add_option("--tuple-bytes", join_options.tuple_bytes, "Tuple width: key, payload, padding (multiple of 8, >= 16)");
+  join->add_option("--selectivity", join_options.selectivity, "Fraction of probe tuples with a partner, (0, 1]");
+  join->add_option("--duplicates", join_options.duplicates, "Build tuples per key");
+  join->add_option("--seed", join_options.seed, "Seed of the probe keys");
+  join->add_option("--verify", join_options.verify, "yes, no or auto (relations of at most 16 M tuples)");
+  join->add_option("--name", join_options.name, "Name of the join and its flows");
+  join->add_flag("--json", join_options.json, "Rank 0 prints one JSON object");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -100,6 +117,7 @@ int main(int argc, char** argv) {
       return dfi::tools::run_mover(mover_flows, std::chrono::milliseconds(static_cast<long long>(mover_timeout_s * 1000)),
                                    std::cout, std::cerr);
     }
+    if (*join) return dfi::tools::run_join_command(join_options, std::cout, std::cerr);
     if (*info) return print_config();
   } catch (const dfi::Error& e) {
     std::cerr << "dfi: " << e.what() << '\n';

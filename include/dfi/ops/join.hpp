@@ -1,0 +1,128 @@
+// ops::run_join — distributed equi-joins on flows (003 §4.3.1, §6.3.1; ../shared/DESIGN.md §8).
+//
+//   ops::JoinSpec spec{.name = "q", .algorithm = ops::JoinAlgorithm::radix,
+//                      .build = {schema_r, "key"}, .probe = {schema_s, "key"}, .threads = 2};
+//   if (node.rank() == 0) ops::create_join(node, spec);        // once, anywhere
+//   // on every rank, with this rank's fragments (one per thread) of both relations:
+//   ops::JoinResult mine = ops::run_join(node, spec, build_fragments, probe_fragments);
+//   ops::JoinResult all = ops::gather_join_results(node, spec, mine);   // summed over ranks
+//
+// Algorithms. Each rank runs `threads` partitioning threads (one flow source each) and `threads`
+// join threads (local state -> combine -> finalize: a table per join thread, the rank's result
+// is their sum, the join's result the ranks' sum).
+//  - radix: two shuffle flows, "<name>.build" and "<name>.probe", each with one source per
+//    partitioning thread and one target per join thread of every rank, routed by the key hash
+//    (kernels::route). A partitioning thread pushes its build fragment, closes, then pushes its
+//    probe fragment. A join thread adds build tuples to its kernels::JoinTable as they arrive,
+//    builds the table when every source has closed, and then probes with probe tuples as they
+//    arrive. No histogram pass, no barrier between partitioning and joining: the flows' rings
+//    hold the probe side back (credit flow control) until its target is ready for it.
+//  - fragment_replicate: one replicate flow, "<name>.build", from every partitioning thread to
+//    one target per rank; join thread 0 of a rank builds the rank's table from the whole build
+//    relation, then every join thread probes its own probe fragment against it. The probe
+//    relation never crosses the network: the algorithm of choice when the build side is small.
+//
+// Results: the number of joined pairs and a checksum, the sum (mod 2^64) over the pairs of
+// kernels::pair_checksum(fold_tuple(build), fold_tuple(probe)), which kernels::reference_join
+// computes the same way on one node. A JoinRunOptions::sink sees the pairs themselves.
+//
+// Failures: a rank that dies mid-join makes every other rank's run_join throw
+// dfi::Error(peer_failed) naming the join, the flow and the rank (no hang); so does a stall
+// longer than the flows' stall timeout (Errc::timeout).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "dfi/flow/schema.hpp"
+#include "dfi/flow/spec.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::ops {
+
+enum class JoinAlgorithm { radix, fragment_replicate };
+std::string_view join_algorithm_name(JoinAlgorithm algorithm);
+// "radix" or "fragment-replicate" (also "fr"); throws dfi::Error(invalid_argument).
+JoinAlgorithm parse_join_algorithm(std::string_view text);
+
+// One input of a join: the schema of its tuples and the name of its key column.
+struct Relation {
+  flow::Schema schema;
+  std::string key;
+};
+
+// What every rank must agree on; a plain value.
+struct JoinSpec {
+  std::string name;  // the join's flows are "<name>.build" and "<name>.probe"
+  JoinAlgorithm algorithm = JoinAlgorithm::radix;
+  Relation build;  // the inner relation (hash table side)
+  Relation probe;  // the outer relation
+  int ranks = 0;    // ranks taking part (0 .. ranks-1); 0: all of the node's cluster
+  int threads = 1;  // partitioning threads and join threads per rank
+  // Ring shape and timeouts of the join's flows (mode must stay bandwidth).
+  flow::FlowOptions flow_options;
+
+  // Throws dfi::Error(invalid_argument) naming the join and the problem: bad name or thread
+  // count, unknown key column, key columns of different type or width, a float key.
+  void validate(int cluster_size) const;
+};
+
+// Creates the join's flows. Call once per join from one rank (like flow::create_flow).
+// Throws what validate() and flow::create_flow throw.
+void create_join(cluster::Node& node, const JoinSpec& spec);
+
+// A thread's local share of a relation: `count` contiguous tuples of the relation's schema.
+// The memory must stay valid until run_join returns.
+struct Fragment {
+  const void* tuples = nullptr;
+  std::size_t count = 0;
+};
+
+// One joined pair, as a sink sees it: pointers to the build tuple (inside the join table) and
+// the probe tuple (inside a flow's ring or a fragment), valid during the sink call only.
+struct Match {
+  const std::byte* build;
+  const std::byte* probe;
+};
+
+struct JoinRunOptions {
+  // Called by join thread `thread` with the pairs of one probe batch (never with none). Runs on
+  // the join threads, several at once: it must be thread-safe. Null: pairs are only counted.
+  std::function<void(int thread, std::span<const Match> matches)> sink;
+  // Longest wait for the join's flows and their members to appear (0: registry_timeout_ms).
+  std::chrono::milliseconds open_timeout{0};
+};
+
+struct JoinResult {
+  std::uint64_t build_tuples = 0;  // build tuples in the tables (radix: the ones routed here)
+  std::uint64_t probe_tuples = 0;  // probe tuples probed here
+  std::uint64_t matches = 0;       // joined pairs
+  std::uint64_t checksum = 0;      // sum of pair checksums, mod 2^64
+  double seconds = 0;              // run_join's wall time (gather: the slowest rank's)
+  double build_seconds = 0;        // until the last join thread's table was built (gather: max)
+
+  JoinResult& operator+=(const JoinResult& other);
+};
+
+// Runs this rank's part of the join: build[t] and probe[t] are the fragments of partitioning
+// thread t (exactly spec.threads of each). Blocks until every join thread of this rank is done.
+// Returns this rank's result. Throws dfi::Error: invalid_argument (wrong fragment count, a rank
+// outside the join), not_found / timeout (the join was not created), peer_failed (a rank died),
+// timeout (the flows stalled), naming the join.
+JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const Fragment> build,
+                    std::span<const Fragment> probe, const JoinRunOptions& options = {});
+
+// Sums the results of every rank of the join (times: the slowest rank's); each rank calls it
+// once after run_join, and every rank gets the sum. Uses the registry (one record per rank).
+// Throws dfi::Error(timeout) naming the ranks that did not report, peer_failed.
+JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const JoinResult& mine);
+
+}  // namespace dfi::ops

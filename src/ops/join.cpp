@@ -1,0 +1,408 @@
+// ops::run_join: the radix and fragment-and-replicate joins on flows (see join.hpp).
+#include "dfi/ops/join.hpp"
+
+#include <algorithm>
+#include <barrier>
+#include <exception>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/flow/replicate.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/kernels/join_table.hpp"
+#include "dfi/registry/client.hpp"
+
+namespace dfi::ops {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string build_flow(const JoinSpec& spec) { return spec.name + ".build"; }
+std::string probe_flow(const JoinSpec& spec) { return spec.name + ".probe"; }
+
+int join_ranks(const JoinSpec& spec, int cluster_size) {
+  return spec.ranks == 0 ? cluster_size : spec.ranks;
+}
+
+kernels::JoinTable::Layout layout_of(const Relation& relation) {
+  const std::size_t key = relation.schema.index_of(relation.key);
+  return {relation.schema.tuple_bytes(), relation.schema.offset(key),
+          relation.schema.column_bytes(key)};
+}
+
+// The first error of a rank's threads, rethrown once all of them have ended.
+class FirstError {
+ public:
+  void set(std::exception_ptr error) {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = std::move(error);
+  }
+  void rethrow() {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+// What one rank's threads share.
+struct RankJoin {
+  cluster::Node& node;
+  const JoinSpec& spec;
+  const JoinRunOptions& options;
+  kernels::JoinTable::Layout build_layout;
+  kernels::JoinTable::Layout probe_layout;
+  Clock::time_point start;
+  FirstError error;
+  std::mutex results_mutex;
+  JoinResult result;  // guarded by results_mutex
+
+  // Throws the join's error for a failed data-path call.
+  void check(const Status& status, const std::string& what) const {
+    if (!status) {
+      throw Error(status.code(), "join '" + spec.name + "' (rank " + std::to_string(node.rank()) +
+                                     "): " + what + ": " + status.message());
+    }
+  }
+  void add(const JoinResult& part) {
+    std::lock_guard lock(results_mutex);
+    result += part;
+  }
+  double since_start() const {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+};
+
+// Probes `count` probe tuples at `tuples` against `table`, into `out`; hands the pairs to the
+// sink when there is one (`pairs` is the join thread's own buffer, reused across batches).
+void probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
+                 std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out) {
+  const std::size_t width = join.probe_layout.tuple_bytes;
+  const std::size_t key_offset = join.probe_layout.key_offset;
+  const bool sink = static_cast<bool>(join.options.sink);
+  std::uint64_t matches = 0;
+  std::uint64_t checksum = 0;
+  pairs.clear();
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::byte* probe = tuples + i * width;
+    std::uint64_t probe_fold = 0;
+    bool folded = false;
+    matches += table.probe(probe + key_offset, [&](const std::byte* build, std::uint64_t build_fold) {
+      if (!folded) {
+        probe_fold = kernels::fold_tuple(probe, width);
+        folded = true;
+      }
+      checksum += kernels::pair_checksum(build_fold, probe_fold);
+      if (sink) pairs.push_back({build, probe});
+    });
+  }
+  out.probe_tuples += count;
+  out.matches += matches;
+  out.checksum += checksum;
+  if (sink && !pairs.empty()) join.options.sink(thread, pairs);
+}
+
+// Partitioning thread `thread` of the radix join: both fragments into the two shuffle flows.
+void radix_partition(RankJoin& join, int thread, const Fragment& build, const Fragment& probe) {
+  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
+  struct Side {
+    std::string flow;
+    const Relation& relation;
+    const Fragment& fragment;
+  };
+  for (const Side& side : {Side{build_flow(join.spec), join.spec.build, build},
+                           Side{probe_flow(join.spec), join.spec.probe, probe}}) {
+    flow::SourceOptions options;
+    options.expected_schema = side.relation.schema;
+    options.open_timeout = join.options.open_timeout;
+    flow::ShuffleSource source(join.node, worker, side.flow, thread, options);
+    join.check(source.push_bulk(side.fragment.tuples, side.fragment.count),
+               "pushing into flow '" + side.flow + "'");
+    join.check(source.close(), "closing flow '" + side.flow + "'");
+  }
+}
+
+// Join thread `thread` of the radix join: build from its build-flow target, probe from its
+// probe-flow target.
+void radix_join(RankJoin& join, int thread) {
+  const std::string build_name = build_flow(join.spec);
+  const std::string probe_name = probe_flow(join.spec);
+  // Both targets open at once, so the probe flow's sources can connect while the build runs.
+  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema,
+                               join.options.open_timeout);
+  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema,
+                               join.options.open_timeout);
+  kernels::JoinTable table(join.build_layout);
+  flow::TupleBatch batch;
+  for (;;) {
+    join.check(build_in.consume(batch), "consuming flow '" + build_name + "'");
+    if (batch.empty()) break;
+    table.add(batch.data, batch.count);
+  }
+  table.build();
+  JoinResult part;
+  part.build_tuples = table.size();
+  part.build_seconds = join.since_start();
+  std::vector<Match> pairs;
+  for (;;) {
+    join.check(probe_in.consume(batch), "consuming flow '" + probe_name + "'");
+    if (batch.empty()) break;
+    probe_batch(join, table, batch.data, batch.count, thread, pairs, part);
+  }
+  join.add(part);
+}
+
+// Partitioning thread of the fragment-and-replicate join: the build fragment to every rank.
+void replicate_partition(RankJoin& join, int thread, const Fragment& build) {
+  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
+  const std::string name = build_flow(join.spec);
+  flow::ReplicateSourceOptions options;
+  options.expected_schema = join.spec.build.schema;
+  options.open_timeout = join.options.open_timeout;
+  flow::ReplicateSource source(join.node, worker, name, thread, options);
+  join.check(source.push_bulk(build.tuples, build.count), "pushing into flow '" + name + "'");
+  join.check(source.close(), "closing flow '" + name + "'");
+}
+
+// Join thread 0 of the fragment-and-replicate join: the rank's table from the whole build side.
+void replicate_build(RankJoin& join, kernels::JoinTable& table) {
+  const std::string name = build_flow(join.spec);
+  flow::ReplicateTargetOptions options;
+  options.expected_schema = join.spec.build.schema;
+  options.open_timeout = join.options.open_timeout;
+  flow::ReplicateTarget in(join.node, name, 0, options);
+  flow::ReplicateBatch batch;
+  for (;;) {
+    join.check(in.consume(batch), "consuming flow '" + name + "'");
+    if (batch.end) break;
+    if (batch.gap()) {  // unordered flows have no sequence numbers; never expected
+      join.check(Status(Errc::protocol, "a gap event in an unordered flow"), "consuming flow '" + name + "'");
+    }
+    table.add(batch.data, batch.count);
+  }
+  table.build();
+}
+
+JoinResult run_radix(RankJoin& join, std::span<const Fragment> build,
+                     std::span<const Fragment> probe) {
+  const int threads = join.spec.threads;
+  std::vector<std::thread> pool;
+  pool.reserve(2 * threads);
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&join, t] {
+      try {
+        radix_join(join, t);
+      } catch (...) {
+        join.error.set(std::current_exception());
+      }
+    });
+  }
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&join, t, &build, &probe] {
+      try {
+        radix_partition(join, t, build[t], probe[t]);
+      } catch (...) {
+        join.error.set(std::current_exception());
+      }
+    });
+  }
+  for (std::thread& thread : pool) thread.join();
+  join.error.rethrow();
+  return join.result;
+}
+
+JoinResult run_fragment_replicate(RankJoin& join, std::span<const Fragment> build,
+                                  std::span<const Fragment> probe) {
+  const int threads = join.spec.threads;
+  kernels::JoinTable table(join.build_layout);
+  // Join threads wait here until thread 0 built the table (or failed: then they leave).
+  std::barrier built(threads);
+  bool build_failed = false;  // written by thread 0 before the barrier, read after it
+  std::vector<std::thread> pool;
+  pool.reserve(2 * threads);
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        if (t == 0) {
+          try {
+            replicate_build(join, table);
+          } catch (...) {
+            build_failed = true;
+            built.arrive_and_wait();
+            throw;
+          }
+        }
+        built.arrive_and_wait();
+        if (build_failed) return;
+        JoinResult part;
+        if (t == 0) {
+          part.build_tuples = table.size();
+          part.build_seconds = join.since_start();
+        }
+        std::vector<Match> pairs;
+        probe_batch(join, table, static_cast<const std::byte*>(probe[t].tuples), probe[t].count,
+                    t, pairs, part);
+        join.add(part);
+      } catch (...) {
+        join.error.set(std::current_exception());
+      }
+    });
+  }
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        replicate_partition(join, t, build[t]);
+      } catch (...) {
+        join.error.set(std::current_exception());
+      }
+    });
+  }
+  for (std::thread& thread : pool) thread.join();
+  join.error.rethrow();
+  return join.result;
+}
+
+}  // namespace
+
+std::string_view join_algorithm_name(JoinAlgorithm algorithm) {
+  return algorithm == JoinAlgorithm::radix ? "radix" : "fragment-replicate";
+}
+
+JoinAlgorithm parse_join_algorithm(std::string_view text) {
+  if (text == "radix") return JoinAlgorithm::radix;
+  if (text == "fragment-replicate" || text == "fr") return JoinAlgorithm::fragment_replicate;
+  throw Error(Errc::invalid_argument, "join algorithm '" + std::string(text) +
+                                          "': expected radix or fragment-replicate");
+}
+
+JoinResult& JoinResult::operator+=(const JoinResult& other) {
+  build_tuples += other.build_tuples;
+  probe_tuples += other.probe_tuples;
+  matches += other.matches;
+  checksum += other.checksum;
+  seconds = std::max(seconds, other.seconds);
+  build_seconds = std::max(build_seconds, other.build_seconds);
+  return *this;
+}
+
+void JoinSpec::validate(int cluster_size) const {
+  auto bad = [&](const std::string& what) {
+    return Error(Errc::invalid_argument, "join '" + name + "': " + what);
+  };
+  if (name.empty() || name.find('/') != std::string::npos || name.find('.') != std::string::npos) {
+    throw bad("the name must be non-empty and contain no '/' or '.'");
+  }
+  if (threads < 1) throw bad("threads must be at least 1 (got " + std::to_string(threads) + ")");
+  if (ranks < 0 || ranks > cluster_size) {
+    throw bad("ranks " + std::to_string(ranks) + " outside a cluster of " +
+              std::to_string(cluster_size));
+  }
+  if (flow_options.mode != flow::Mode::bandwidth) throw bad("its flows must be in bandwidth mode");
+  auto key_column = [&](const Relation& relation, const char* side) -> const flow::Column& {
+    if (relation.schema.column_count() == 0) throw bad(std::string(side) + " relation has no schema");
+    try {
+      return relation.schema.column(relation.schema.index_of(relation.key));
+    } catch (const Error&) {
+      throw bad(std::string(side) + " key '" + relation.key + "' is not a column of " +
+                relation.schema.describe());
+    }
+  };
+  const flow::Column& build_key = key_column(build, "build");
+  const flow::Column& probe_key = key_column(probe, "probe");
+  if (build_key.type != probe_key.type || build_key.length != probe_key.length) {
+    throw bad("key columns differ: build '" + build_key.name + "' is " +
+              std::string(flow::type_name(build_key.type)) + ", probe '" + probe_key.name +
+              "' is " + std::string(flow::type_name(probe_key.type)) +
+              " (both must have the same type and width)");
+  }
+  if (build_key.type == flow::Type::float32 || build_key.type == flow::Type::float64) {
+    throw bad("key '" + build_key.name + "' is a float (joins compare keys bytewise)");
+  }
+}
+
+void create_join(cluster::Node& node, const JoinSpec& spec) {
+  spec.validate(node.size());
+  const int ranks = join_ranks(spec, node.size());
+  std::vector<flow::SourceRef> sources;
+  std::vector<flow::TargetRef> per_thread;
+  for (int r = 0; r < ranks; ++r) {
+    for (int t = 0; t < spec.threads; ++t) {
+      sources.push_back({r, t});
+      per_thread.push_back({r, t});
+    }
+  }
+  flow::FlowSpec build;
+  build.name = build_flow(spec);
+  build.sources = sources;
+  build.schema = spec.build.schema;
+  build.key_column = spec.build.key;
+  build.options = spec.flow_options;
+  if (spec.algorithm == JoinAlgorithm::radix) {
+    build.targets = per_thread;
+    flow::FlowSpec probe = build;
+    probe.name = probe_flow(spec);
+    probe.schema = spec.probe.schema;
+    probe.key_column = spec.probe.key;
+    flow::create_flow(node, build);
+    flow::create_flow(node, probe);
+  } else {
+    build.type = flow::FlowType::replicate;
+    build.key_column.clear();
+    for (int r = 0; r < ranks; ++r) build.targets.push_back({r, 0});
+    flow::create_flow(node, build);
+  }
+}
+
+JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const Fragment> build,
+                    std::span<const Fragment> probe, const JoinRunOptions& options) {
+  spec.validate(node.size());
+  const std::size_t threads = static_cast<std::size_t>(spec.threads);
+  if (build.size() != threads || probe.size() != threads) {
+    throw Error(Errc::invalid_argument,
+                "join '" + spec.name + "': " + std::to_string(build.size()) + " build and " +
+                    std::to_string(probe.size()) + " probe fragments for " +
+                    std::to_string(threads) + " threads (one of each per thread)");
+  }
+  if (node.rank() >= join_ranks(spec, node.size())) {
+    throw Error(Errc::invalid_argument, "join '" + spec.name + "': rank " +
+                                            std::to_string(node.rank()) + " does not take part (ranks 0.." +
+                                            std::to_string(join_ranks(spec, node.size()) - 1) + ")");
+  }
+  RankJoin join{node, spec, options, layout_of(spec.build), layout_of(spec.probe), Clock::now(), {}, {}, {}};
+  JoinResult result = spec.algorithm == JoinAlgorithm::radix
+                          ? run_radix(join, build, probe)
+                          : run_fragment_replicate(join, build, probe);
+  result.seconds = join.since_start();
+  return result;
+}
+
+JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const JoinResult& mine) {
+  const std::string prefix = "ops/join/" + spec.name + "/result/";
+  std::ostringstream record;
+  record.precision(17);
+  record << mine.build_tuples << ' ' << mine.probe_tuples << ' ' << mine.matches << ' '
+         << mine.checksum << ' ' << mine.seconds << ' ' << mine.build_seconds;
+  node.registry().publish(prefix + std::to_string(node.rank()), record.str());
+  JoinResult all;
+  const int ranks = join_ranks(spec, node.size());
+  for (int r = 0; r < ranks; ++r) {
+    std::istringstream in(node.wait_for(prefix + std::to_string(r)));
+    JoinResult part;
+    in >> part.build_tuples >> part.probe_tuples >> part.matches >> part.checksum >> part.seconds >>
+        part.build_seconds;
+    if (!in) {
+      throw Error(Errc::protocol, "join '" + spec.name + "': malformed result record of rank " +
+                                      std::to_string(r));
+    }
+    all += part;
+  }
+  return all;
+}
+
+}  // namespace dfi::ops

@@ -1,0 +1,34 @@
+// `dfi join`: a distributed join (ops::run_join) on generated data, as one rank of a cluster.
+// Every rank generates its fragments (deterministically from the seed, so rank 0 can regenerate
+// the whole input), the ranks join, and rank 0 prints the result, the time and input tuples/s
+// per core, and checks matches and checksum against kernels::reference_join on the same data.
+//
+//   dfi cluster run --nodes 4 --transport tcp -- dfi join --build-tuples 4000000 --threads 1
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+namespace dfi::tools {
+
+struct JoinCommandOptions {
+  std::string name = "join";         // the join's (and its flows') name
+  std::string algorithm = "radix";   // radix | fragment-replicate (fr)
+  std::uint64_t build_tuples = 1'000'000;  // the whole build (inner) relation
+  std::uint64_t probe_tuples = 1'000'000;  // the whole probe (outer) relation
+  int threads = 1;                   // partitioning threads and join threads per rank
+  std::size_t tuple_bytes = 16;      // key uint64, payload uint64, then padding (multiple of 8)
+  double selectivity = 1.0;          // fraction of probe tuples whose key occurs in build (0..1]
+  std::uint64_t duplicates = 1;      // build tuples per key
+  std::uint64_t seed = 1;
+  std::string verify = "auto";       // yes | no | auto (when both relations hold <= 16 M tuples)
+  bool json = false;                 // rank 0 prints one JSON object instead of the summary
+};
+
+// Returns 0 when the join ran (and, if verified, matched the reference); 1 with the reason on
+// `err` otherwise.
+int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace dfi::tools

@@ -1,0 +1,103 @@
+// Multi-process join tests on 4 ranks (ops::run_join through `dfi join` and join_node); every
+// body runs over shm and over TCP. `dfi join` checks each result against the single-node
+// reference join on the same generated data.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "cluster_run.hpp"
+
+namespace dfi {
+namespace {
+
+using testing::contains;
+using testing::run_cluster;
+using testing::RunOptions;
+
+class JoinCluster : public ::testing::TestWithParam<std::string> {
+ protected:
+  // `dfi join ARGS` on 4 ranks; expects the reference check to pass (and `matches` pairs, unless
+  // empty).
+  void join(const std::vector<std::string>& args, const std::string& matches) {
+    std::vector<std::string> argv{DFI_BINARY, "join", "--verify", "yes"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto run = run_cluster(4, GetParam(), argv);
+    ASSERT_EQ(run.code, 0) << run.all();
+    if (!matches.empty()) {
+      EXPECT_TRUE(contains(run.out, "dfi join: " + matches + " matches")) << run.all();
+    }
+    EXPECT_TRUE(contains(run.out, "matches the reference")) << run.all();
+  }
+};
+
+TEST_P(JoinCluster, RadixForeignKeyJoin) {
+  join({"--build-tuples", "200000", "--probe-tuples", "400000"}, "400000");
+}
+
+TEST_P(JoinCluster, RadixWithTwoThreadsDuplicatesMissesAndWideTuples) {
+  join({"--build-tuples", "90000", "--probe-tuples", "300000", "--threads", "2", "--duplicates", "3",
+        "--selectivity", "0.25", "--tuple-bytes", "40"},
+       "");
+}
+
+TEST_P(JoinCluster, RadixWithAllKeysEqual) {
+  // One key on both sides: every build tuple pairs with every probe tuple (2000 x 3000).
+  join({"--build-tuples", "2000", "--probe-tuples", "3000", "--duplicates", "2000"}, "6000000");
+}
+
+TEST_P(JoinCluster, RadixWithAKeyOnOneSideOnly) {
+  join({"--build-tuples", "100000", "--probe-tuples", "100000", "--selectivity", "0.001"}, "");
+}
+
+TEST_P(JoinCluster, EmptyInputs) {
+  join({"--build-tuples", "0", "--probe-tuples", "1000"}, "0");
+  join({"--build-tuples", "1000", "--probe-tuples", "0", "--name", "empty-probe"}, "0");
+  join({"--algorithm", "fr", "--build-tuples", "0", "--probe-tuples", "1000"}, "0");
+}
+
+TEST_P(JoinCluster, FragmentAndReplicate) {
+  join({"--algorithm", "fr", "--build-tuples", "1000", "--probe-tuples", "400000", "--threads", "2"}, "400000");
+  join({"--algorithm", "fr", "--build-tuples", "50000", "--probe-tuples", "100000", "--duplicates", "2",
+        "--selectivity", "0.5", "--name", "fr2"},
+       "");
+}
+
+TEST_P(JoinCluster, TheSinkSeesEveryPair) {
+  for (const char* algorithm : {"radix", "fr"}) {
+    auto run = run_cluster(4, GetParam(), {JOIN_NODE, "sink", algorithm, "2"});
+    ASSERT_EQ(run.code, 0) << run.all();
+    EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
+  }
+}
+
+TEST_P(JoinCluster, UserErrorsAreReportedClearly) {
+  auto run = run_cluster(4, GetParam(), {JOIN_NODE, "errors"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "join errors: all clear")) << run.all();
+  auto bad = run_cluster(2, GetParam(), {DFI_BINARY, "join", "--selectivity", "0"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_TRUE(contains(bad.err, "--selectivity must be in (0, 1]")) << bad.all();
+}
+
+// Rank 2 dies in the middle of the probe phase: the other ranks' joins end with peer_failed
+// naming it, well before the flows' stall timeout.
+TEST_P(JoinCluster, AKilledRankGivesEveryOtherRankAClearError) {
+  RunOptions options;
+  options.timeout = std::chrono::seconds(40);
+  auto run = run_cluster(4, GetParam(), {JOIN_NODE, "kill"}, options);
+  EXPECT_NE(run.code, 0) << run.all();
+  for (int rank : {0, 1, 3}) {
+    EXPECT_TRUE(contains(run.out, "rank " + std::to_string(rank) + ": peer_failed: ")) << rank << run.all();
+  }
+  EXPECT_TRUE(contains(run.out, "rank 2")) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+  EXPECT_LT(run.seconds, 30) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, JoinCluster, ::testing::Values("shm", "tcp"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace dfi

@@ -1,0 +1,190 @@
+// Rank program for the multi-process join tests (ops::run_join), started by launch::run_cluster
+// on 4 ranks.
+//
+//   join_node sink ALGORITHM THREADS   every rank's build keys are its own range of 0..B-1 and every
+//       probe key i % B, so each probe tuple has exactly one partner; the sink sees every pair,
+//       with equal keys, and the pairs add up to the result
+//   join_node kill                     rank 2 dies (SIGKILL) in its first sink call of a radix
+//       join; every other rank's run_join throws peer_failed naming rank 2
+//   join_node errors                   bad specs and arguments give clear errors
+//
+// Exit status 0 means the scenario held; every failure prints why.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/ops/join.hpp"
+#include "node_checks.hpp"
+
+namespace {
+
+using namespace dfi;
+
+using testing::fail;
+using testing::failures;
+
+struct Tuple {
+  std::uint64_t key;
+  std::uint64_t payload;
+};
+
+const flow::Schema kSchema({{"key", flow::Type::uint64, 1}, {"payload", flow::Type::uint64, 1}});
+
+ops::JoinSpec make_spec(const std::string& name, ops::JoinAlgorithm algorithm, int threads) {
+  ops::JoinSpec spec;
+  spec.name = name;
+  spec.algorithm = algorithm;
+  spec.build = {kSchema, "key"};
+  spec.probe = {kSchema, "key"};
+  spec.threads = threads;
+  return spec;
+}
+
+struct Data {
+  std::vector<std::vector<Tuple>> build, probe;
+  std::vector<ops::Fragment> build_fragments, probe_fragments;
+};
+
+// Rank r, thread t: build keys [B/(ranks*threads) * slice, ...), probe keys i % B.
+Data make_data(const cluster::Node& node, int threads, std::uint64_t build_per_slice, std::uint64_t probe_per_slice) {
+  Data d;
+  const std::uint64_t total_build = build_per_slice * node.size() * threads;
+  for (int t = 0; t < threads; ++t) {
+    const std::uint64_t slice = static_cast<std::uint64_t>(node.rank()) * threads + t;
+    std::vector<Tuple> b(build_per_slice), p(probe_per_slice);
+    for (std::uint64_t i = 0; i < build_per_slice; ++i) b[i] = {slice * build_per_slice + i, 1000 + i};
+    for (std::uint64_t i = 0; i < probe_per_slice; ++i) p[i] = {(slice * probe_per_slice + i) % total_build, i};
+    d.build.push_back(std::move(b));
+    d.probe.push_back(std::move(p));
+  }
+  for (int t = 0; t < threads; ++t) {
+    d.build_fragments.push_back({d.build[t].data(), d.build[t].size()});
+    d.probe_fragments.push_back({d.probe[t].data(), d.probe[t].size()});
+  }
+  return d;
+}
+
+void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
+  const std::string name = std::string("sink-") + (algorithm == ops::JoinAlgorithm::radix ? "radix" : "fr");
+  const ops::JoinSpec spec = make_spec(name, algorithm, threads);
+  if (node.rank() == 0) ops::create_join(node, spec);
+  const std::uint64_t probe_per_slice = 30000;
+  Data d = make_data(node, threads, 5000, probe_per_slice);
+  std::atomic<std::uint64_t> pairs{0}, bad{0};
+  ops::JoinRunOptions options;
+  options.sink = [&](int thread, std::span<const ops::Match> matches) {
+    if (thread < 0 || thread >= threads || matches.empty()) ++bad;
+    for (const ops::Match& m : matches) {
+      Tuple b, p;
+      std::memcpy(&b, m.build, sizeof b);
+      std::memcpy(&p, m.probe, sizeof p);
+      if (b.key != p.key || b.payload != 1000 + b.key % 5000) ++bad;
+    }
+    pairs += matches.size();
+  };
+  const ops::JoinResult mine = ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
+  if (pairs != mine.matches) fail("the sink saw " + std::to_string(pairs.load()) + " pairs, the result says " + std::to_string(mine.matches));
+  if (bad != 0) fail(std::to_string(bad.load()) + " bad pairs or sink calls");
+  const ops::JoinResult all = ops::gather_join_results(node, spec, mine);
+  const std::uint64_t probes = probe_per_slice * node.size() * threads;
+  if (all.matches != probes || all.probe_tuples != probes) {
+    fail("expected " + std::to_string(probes) + " matches, got " + std::to_string(all.matches) + " of " +
+         std::to_string(all.probe_tuples) + " probes");
+  }
+  if (node.rank() == 0 && failures == 0) {
+    std::printf("join sink %s: %llu pairs, each probe tuple with its one partner\n", name.c_str(),
+                static_cast<unsigned long long>(all.matches));
+  }
+}
+
+void run_kill(cluster::Node& node) {
+  const ops::JoinSpec spec = make_spec("kill", ops::JoinAlgorithm::radix, 1);
+  if (node.rank() == 0) ops::create_join(node, spec);
+  Data d = make_data(node, 1, 20000, 3'000'000);
+  ops::JoinRunOptions options;
+  options.sink = [&](int, std::span<const ops::Match>) {
+    if (node.rank() == 2) ::raise(SIGKILL);
+  };
+  try {
+    ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
+    fail("rank " + std::to_string(node.rank()) + ": the join ended although rank 2 died");
+  } catch (const Error& e) {
+    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
+    std::fflush(stdout);
+    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
+  }
+  std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
+}
+
+template <class F>
+void expect_error(const std::string& what, Errc code, const std::string& part, F&& call) {
+  try {
+    call();
+    fail(what + ": no error");
+  } catch (const Error& e) {
+    if (e.code() != code || std::string(e.what()).find(part) == std::string::npos) {
+      fail(what + ": got " + std::string(errc_name(e.code())) + " '" + e.what() + "'");
+    }
+  }
+}
+
+void run_errors(cluster::Node& node) {
+  ops::JoinSpec spec = make_spec("errors", ops::JoinAlgorithm::radix, 1);
+  spec.probe.schema = flow::Schema({{"key", flow::Type::int32, 1}, {"payload", flow::Type::uint64, 1}});
+  expect_error("key types", Errc::invalid_argument, "key columns differ: build 'key' is uint64, probe 'key' is int32",
+               [&] { spec.validate(node.size()); });
+  spec = make_spec("errors", ops::JoinAlgorithm::radix, 1);
+  spec.probe.key = "nope";
+  expect_error("unknown key", Errc::invalid_argument, "probe key 'nope' is not a column", [&] { spec.validate(node.size()); });
+  spec = make_spec("errors.x", ops::JoinAlgorithm::radix, 1);
+  expect_error("name", Errc::invalid_argument, "no '/' or '.'", [&] { spec.validate(node.size()); });
+  spec = make_spec("errors", ops::JoinAlgorithm::radix, 2);
+  Data d = make_data(node, 1, 10, 10);
+  expect_error("fragments", Errc::invalid_argument, "join 'errors': 1 build and 1 probe fragments for 2 threads",
+               [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
+  spec.threads = 1;
+  spec.ranks = 2;
+  if (node.rank() >= 2) {
+    expect_error("rank", Errc::invalid_argument, "does not take part",
+                 [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
+  }
+  spec.ranks = 0;
+  spec.name = "never-created";
+  ops::JoinRunOptions quick;
+  quick.open_timeout = std::chrono::milliseconds(300);
+  expect_error("not created", Errc::not_found, "never-created.build' does not exist", [&] {
+    ops::run_join(node, spec, d.build_fragments, d.probe_fragments, quick);
+  });
+  expect_error("algorithm", Errc::invalid_argument, "expected radix or fragment-replicate",
+               [] { ops::parse_join_algorithm("nested-loop"); });
+  if (node.rank() == 0 && failures == 0) std::printf("join errors: all clear\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cluster::Node node;
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "sink" && argc == 4) {
+      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]));
+    } else if (mode == "kill") {
+      run_kill(node);
+    } else if (mode == "errors") {
+      run_errors(node);
+    } else {
+      std::fprintf(stderr, "usage: join_node sink ALGORITHM THREADS | kill | errors\n");
+      return 2;
+    }
+    node.finish();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAILED: %s\n", e.what());
+    return 1;
+  }
+  return failures == 0 ? 0 : 1;
+}
