@@ -86,22 +86,22 @@ void probe_batch(const RankJoin& join, const kernels::JoinTable& table, const st
   const std::size_t width = join.probe_layout.tuple_bytes;
   const std::size_t key_offset = join.probe_layout.key_offset;
   const bool sink = static_cast<bool>(join.options.sink);
-  std::uint64_t matches = 0;
   std::uint64_t checksum = 0;
   pairs.clear();
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::byte* probe = tuples + i * width;
-    std::uint64_t probe_fold = 0;
-    bool folded = false;
-    matches += table.probe(probe + key_offset, [&](const std::byte* build, std::uint64_t build_fold) {
-      if (!folded) {
-        probe_fold = kernels::fold_tuple(probe, width);
-        folded = true;
-      }
-      checksum += kernels::pair_checksum(build_fold, probe_fold);
-      if (sink) pairs.push_back({build, probe});
-    });
-  }
+  // The probe tuple's fold is computed once, at its first partner (pairs of one probe tuple are
+  // reported one after the other).
+  const std::byte* folded = nullptr;
+  std::uint64_t probe_fold = 0;
+  const std::uint64_t matches = table.probe_batch(
+      tuples, count, width, key_offset,
+      [&](const std::byte* probe, const std::byte* build, std::uint64_t build_fold) {
+        if (probe != folded) {
+          probe_fold = kernels::fold_tuple(probe, width);
+          folded = probe;
+        }
+        checksum += kernels::pair_checksum(build_fold, probe_fold);
+        if (sink) pairs.push_back({build, probe});
+      });
   out.probe_tuples += count;
   out.matches += matches;
   out.checksum += checksum;

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <functional>
 #include <ostream>
-#include <random>
 #include <span>
 #include <sstream>
 #include <thread>
@@ -15,6 +15,7 @@
 #include "dfi/kernels/hash.hpp"
 #include "dfi/kernels/reference_join.hpp"
 #include "dfi/ops/join.hpp"
+#include "join_data.hpp"
 
 namespace dfi::tools {
 
@@ -26,69 +27,30 @@ flow::Schema join_schema(std::size_t tuple_bytes) {
   return flow::Schema(columns);
 }
 
-// The generated input: slice `slice` of `slices` of a relation of `total` tuples is the global
-// tuple range [total * slice / slices, total * (slice + 1) / slices). Tuple g: key, payload g,
-// padding zero. Build keys: g / duplicates + 1 (each key `duplicates` times). Probe keys: uniform
-// over 1 .. domain from a generator seeded per slice, where domain = distinct build keys /
-// selectivity, so a probe key has a partner with probability `selectivity`.
-class Generator {
- public:
-  explicit Generator(const JoinCommandOptions& options) : options_(options) {
-    const std::uint64_t distinct = (options.build_tuples + options.duplicates - 1) / options.duplicates;
-    domain_ = std::max<std::uint64_t>(
-        1, static_cast<std::uint64_t>(std::llround(static_cast<double>(distinct) / options.selectivity)));
-  }
+std::string hex(std::uint64_t value) {
+  std::ostringstream s;
+  s << "0x" << std::hex << std::setw(16) << std::setfill('0') << value;
+  return s.str();
+}
 
-  std::vector<std::byte> build(std::uint64_t slice, std::uint64_t slices) const {
-    auto [first, last] = range(options_.build_tuples, slice, slices);
-    std::vector<std::byte> out((last - first) * options_.tuple_bytes);
-    for (std::uint64_t g = first; g < last; ++g) {
-      write(out.data() + (g - first) * options_.tuple_bytes, g / options_.duplicates + 1, g);
-    }
-    return out;
-  }
+JoinDataShape data_shape(const JoinCommandOptions& o) {
+  return {o.build_tuples, o.probe_tuples, o.tuple_bytes, o.selectivity, o.duplicates, o.seed};
+}
 
-  std::vector<std::byte> probe(std::uint64_t slice, std::uint64_t slices) const {
-    auto [first, last] = range(options_.probe_tuples, slice, slices);
-    std::vector<std::byte> out((last - first) * options_.tuple_bytes);
-    std::mt19937_64 random(kernels::mix64(options_.seed * 0x9e3779b97f4a7c15ull + slice + 1));
-    std::uniform_int_distribution<std::uint64_t> keys(1, domain_);
-    for (std::uint64_t g = first; g < last; ++g) {
-      write(out.data() + (g - first) * options_.tuple_bytes, keys(random), g);
-    }
-    return out;
-  }
+ops::JoinSpec join_spec(const JoinCommandOptions& options) {
+  ops::JoinSpec spec;
+  spec.name = options.name;
+  spec.algorithm = ops::parse_join_algorithm(options.algorithm);
+  const flow::Schema schema = join_schema(options.tuple_bytes);
+  spec.build = {schema, "key"};
+  spec.probe = {schema, "key"};
+  spec.threads = options.threads;
+  return spec;
+}
 
-  // The whole probe relation: every slice in turn (each slice has its own random stream).
-  std::vector<std::byte> probe_all(std::uint64_t slices) const {
-    std::vector<std::byte> out;
-    out.reserve(options_.probe_tuples * options_.tuple_bytes);
-    for (std::uint64_t s = 0; s < slices; ++s) {
-      std::vector<std::byte> slice = probe(s, slices);
-      out.insert(out.end(), slice.begin(), slice.end());
-    }
-    return out;
-  }
+}  // namespace
 
- private:
-  static std::pair<std::uint64_t, std::uint64_t> range(std::uint64_t total, std::uint64_t slice,
-                                                       std::uint64_t slices) {
-    __extension__ using Wide = unsigned __int128;  // total * slice may exceed 64 bits
-    auto at = [&](std::uint64_t s) {
-      return static_cast<std::uint64_t>((static_cast<Wide>(total) * s) / slices);
-    };
-    return {at(slice), at(slice + 1)};
-  }
-  void write(std::byte* tuple, std::uint64_t key, std::uint64_t payload) const {
-    std::memcpy(tuple, &key, 8);
-    std::memcpy(tuple + 8, &payload, 8);
-  }
-
-  const JoinCommandOptions& options_;
-  std::uint64_t domain_ = 1;
-};
-
-std::string check_options(const JoinCommandOptions& o) {
+std::string check_join_options(const JoinCommandOptions& o) {
   if (o.tuple_bytes < 16 || o.tuple_bytes % 8 != 0) return "--tuple-bytes must be a multiple of 8 and at least 16";
   if (!(o.selectivity > 0 && o.selectivity <= 1)) return "--selectivity must be in (0, 1]";
   if (o.duplicates < 1) return "--duplicates must be at least 1";
@@ -97,53 +59,58 @@ std::string check_options(const JoinCommandOptions& o) {
   return {};
 }
 
-std::string hex(std::uint64_t value) {
-  std::ostringstream s;
-  s << "0x" << std::hex << std::setw(16) << std::setfill('0') << value;
-  return s.str();
-}
-
-}  // namespace
-
-int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::ostream& err) {
-  if (std::string bad = check_options(options); !bad.empty()) {
-    err << "dfi join: " << bad << '\n';
-    return 1;
+ops::JoinResult run_generated_join(cluster::Node& node, const JoinCommandOptions& options,
+                                   const std::function<void()>& ready) {
+  if (std::string bad = check_join_options(options); !bad.empty()) {
+    throw Error(Errc::invalid_argument, "dfi join: " + bad);
   }
-  cluster::Node node;
-  const bool leader = node.rank() == 0;
-  const flow::Schema schema = join_schema(options.tuple_bytes);
-  ops::JoinSpec spec;
-  spec.name = options.name;
-  spec.algorithm = ops::parse_join_algorithm(options.algorithm);
-  spec.build = {schema, "key"};
-  spec.probe = {schema, "key"};
-  spec.threads = options.threads;
+  const ops::JoinSpec spec = join_spec(options);
   spec.validate(node.size());
-  if (leader) ops::create_join(node, spec);
-
+  if (node.rank() == 0) ops::create_join(node, spec);
   const std::uint64_t slices = static_cast<std::uint64_t>(node.size()) * options.threads;
-  const Generator generator(options);
+  const JoinData data(data_shape(options));
   std::vector<std::vector<std::byte>> build_data, probe_data;
   std::vector<ops::Fragment> build, probe;
   for (int t = 0; t < options.threads; ++t) {
     const std::uint64_t slice = static_cast<std::uint64_t>(node.rank()) * options.threads + t;
-    build_data.push_back(generator.build(slice, slices));
-    probe_data.push_back(generator.probe(slice, slices));
+    build_data.push_back(data.build(slice, slices));
+    probe_data.push_back(data.probe(slice, slices));
   }
   for (int t = 0; t < options.threads; ++t) {
     build.push_back({build_data[t].data(), build_data[t].size() / options.tuple_bytes});
     probe.push_back({probe_data[t].data(), probe_data[t].size() / options.tuple_bytes});
   }
-  if (leader && !options.json) {
-    out << "dfi join: " << ops::join_algorithm_name(spec.algorithm) << ", " << node.size() << " ranks x "
-        << options.threads << " threads, build " << options.build_tuples << " x probe " << options.probe_tuples
-        << " tuples of " << options.tuple_bytes << " B; data generated, joining" << std::endl;
-  }
-
+  if (ready) ready();
   node.barrier("ops/join/" + options.name + "/start");
   const ops::JoinResult mine = ops::run_join(node, spec, build, probe);
-  const ops::JoinResult all = ops::gather_join_results(node, spec, mine);
+  return ops::gather_join_results(node, spec, mine);
+}
+
+kernels::ReferenceJoinResult reference_join_result(const JoinCommandOptions& options, int ranks) {
+  const JoinData data(data_shape(options));
+  const std::vector<std::byte> build = data.build(0, 1);
+  const std::vector<std::byte> probe = data.probe_all(static_cast<std::uint64_t>(ranks) * options.threads);
+  const kernels::JoinTable::Layout layout{options.tuple_bytes, 0, 8};
+  return kernels::reference_join(build.data(), options.build_tuples, layout, probe.data(),
+                                 options.probe_tuples, layout);
+}
+
+int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::ostream& err) {
+  if (std::string bad = check_join_options(options); !bad.empty()) {
+    err << "dfi join: " << bad << '\n';
+    return 1;
+  }
+  cluster::Node node;
+  const bool leader = node.rank() == 0;
+  const ops::JoinSpec spec = join_spec(options);
+  const ops::JoinResult all = run_generated_join(node, options, [&] {
+    if (leader && !options.json) {
+      out << "dfi join: " << ops::join_algorithm_name(spec.algorithm) << ", " << node.size() << " ranks x "
+          << options.threads << " threads, build " << options.build_tuples << " x probe "
+          << options.probe_tuples << " tuples of " << options.tuple_bytes << " B; data generated, joining"
+          << std::endl;
+    }
+  });
 
   int code = 0;
   std::string verdict = "not verified";
@@ -152,12 +119,7 @@ int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::
                        options.probe_tuples <= 16'000'000);
   if (leader && verify) {
     if (!options.json) out << "dfi join: checking against the single-node reference join" << std::endl;
-    const std::vector<std::byte> whole_build = generator.build(0, 1);
-    const std::vector<std::byte> whole_probe = generator.probe_all(slices);
-    const kernels::JoinTable::Layout layout{options.tuple_bytes, 0, 8};
-    const kernels::ReferenceJoinResult expected =
-        kernels::reference_join(whole_build.data(), options.build_tuples, layout, whole_probe.data(),
-                                options.probe_tuples, layout);
+    const kernels::ReferenceJoinResult expected = reference_join_result(options, node.size());
     if (expected.matches == all.matches && expected.checksum == all.checksum &&
         all.probe_tuples == options.probe_tuples &&
         (spec.algorithm != ops::JoinAlgorithm::radix || all.build_tuples == options.build_tuples)) {

@@ -8,8 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
+
+#include "dfi/kernels/reference_join.hpp"
+#include "dfi/ops/join.hpp"
 
 namespace dfi::tools {
 
@@ -26,6 +30,20 @@ struct JoinCommandOptions {
   std::string verify = "auto";       // yes | no | auto (when both relations hold <= 16 M tuples)
   bool json = false;                 // rank 0 prints one JSON object instead of the summary
 };
+
+// Why `options` are unusable ("--selectivity must be in (0, 1]"), or empty.
+std::string check_join_options(const JoinCommandOptions& options);
+
+// One join on generated data (join_data.hpp), called by every rank of `node`'s cluster: rank 0
+// creates the join, every rank generates its fragments, calls `ready` (may be null), passes a
+// cluster barrier and joins. Returns the result summed over the ranks. Throws dfi::Error as
+// ops::run_join and gather_join_results do; invalid_argument for bad options.
+ops::JoinResult run_generated_join(cluster::Node& node, const JoinCommandOptions& options,
+                                   const std::function<void()>& ready = {});
+
+// The single-node reference result (kernels::reference_join) on the data a cluster of `ranks`
+// generates for `options`.
+kernels::ReferenceJoinResult reference_join_result(const JoinCommandOptions& options, int ranks);
 
 // Returns 0 when the join ran (and, if verified, matched the reference); 1 with the reason on
 // `err` otherwise.

@@ -1,6 +1,8 @@
 // dfi::kernels — CPU-only building blocks shared by flows and operators (../shared/DESIGN.md §2).
 // hash.hpp: the key hash that routes tuples, in one place for flows, operators and the
-// benchmarks' hand-written baselines (which must route exactly as a key-hash flow does).
+// benchmarks' hand-written baselines (which must route exactly as a key-hash flow does), and the
+// tuple folds of the join checksum (which the MPI join baseline computes the same way).
+// Standard headers only, so that the benchmarks' MPI programs can include it.
 //
 //   std::size_t target = dfi::kernels::route(key, targets);   // 0 .. targets-1
 //
@@ -55,6 +57,31 @@ inline std::uint64_t load_key(const std::byte* key, std::size_t bytes) noexcept 
     word = fold_bytes(key, bytes);
   }
   return word;
+}
+
+// The 64-bit fold of a whole tuple (its bytes read as little-endian words, a short tail
+// zero-extended), chained through mix64: the per-tuple half of the join checksum.
+inline std::uint64_t fold_tuple(const std::byte* tuple, std::size_t bytes) noexcept {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ bytes;
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, tuple + i, 8);
+    h = mix64(h ^ word);
+  }
+  if (i < bytes) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, tuple + i, bytes - i);
+    h = mix64(h ^ word);
+  }
+  return h;
+}
+
+// The checksum of one joined pair from the folds of its build and probe tuples. A join's
+// checksum is the sum (mod 2^64) over its pairs, so it does not depend on the order in which the
+// pairs are found, and swapping which tuple matched which changes it.
+constexpr std::uint64_t pair_checksum(std::uint64_t build_fold, std::uint64_t probe_fold) noexcept {
+  return mix64(build_fold ^ (probe_fold * 0xc2b2ae3d27d4eb4full));
 }
 
 }  // namespace dfi::kernels

@@ -22,6 +22,13 @@ fs::file_time_type newest_source(const fs::path& dir, const std::string& program
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".hpp") newest = std::max(newest, e.last_write_time());
   }
+  // The DFI headers the baselines include (see build_mpi_program).
+  const fs::path tree = dir.parent_path().parent_path();
+  for (const fs::path& shared : {tree / "src/tools/join_data.hpp", tree / "include/dfi/kernels/hash.hpp"}) {
+    std::error_code ec;
+    const fs::file_time_type t = fs::last_write_time(shared, ec);
+    if (!ec) newest = std::max(newest, t);
+  }
   return newest;
 }
 
@@ -69,8 +76,12 @@ std::string build_mpi_program(const std::string& program) {
   fs::create_directories(out_dir, ec);
   if (ec) throw Error(Errc::io, "bench: cannot create " + out_dir.string() + ": " + ec.message());
   const fs::path partial = out_dir / (program + ".partial");
+  // -O3 as CMake's Release build of DFI; DFI's include/ for the header-only kernels and
+  // src/tools/join_data.hpp that a baseline shares with DFI (the same data, the same hash).
+  const fs::path include_dir = fs::path(bench_source_dir()).parent_path() / "include";
   std::vector<std::string> argv = {*launch::find_program("mpicxx"),
-                                   "-O2",
+                                   "-O3",
+                                   "-I" + include_dir.string(),
                                    "-std=c++20",
                                    "-DOMPI_SKIP_MPICXX",
                                    "-Wall",
