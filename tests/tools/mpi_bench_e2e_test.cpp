@@ -1,4 +1,4 @@
-// `dfi bench mpi-p2p | mpi-alltoall --quick`, for real (DFI ranks plus OpenMPI under mpirun),
+// `dfi bench mpi-p2p | mpi-alltoall | join --quick`, for real (DFI ranks plus OpenMPI under mpirun),
 // over shm and tcp, with sizes cut down so that each run takes seconds. Checks that the result
 // has both the DFI and the MPI series, with every point positive, and the DFI / MPI ratios with
 // their targets; never how fast anything is.
@@ -119,6 +119,23 @@ TEST(BenchMpiAlltoall, QuickOverTcp) {
                      {"--set", "tuple_sizes=[64]", "--set", "pipelined_tuples_per_rank=1000",
                       "--set", "straggler_tuples_per_rank=10000"});
   check_alltoall(r, {"64"});
+}
+
+void check_join(const json& r, const std::string& size) {
+  ASSERT_TRUE(r.is_object());
+  check_panel(r, "runtime", {"dfi", "mpi_put", "mpi_alltoallv"}, {size}, 2, 1 / 1.5);
+  check_panel(r, "per_core", {"dfi", "mpi_put", "mpi_alltoallv", "barthels"}, {size}, 1, 0);
+}
+
+// The scenario itself fails when DFI's and MPI's matches or checksums differ.
+TEST(BenchJoin, QuickOverShm) {
+  if (!have_mpi()) return;
+  check_join(run_quick("join", "shm", {"--set", "tuples=[65536]"}), "65536");
+}
+
+TEST(BenchJoin, QuickOverTcp) {
+  if (!have_mpi()) return;
+  check_join(run_quick("join", "tcp", {"--set", "tuples=[32768]"}), "32768");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// `dfi bench replicate | combiner --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
+// `dfi bench replicate | combiner | join-fr --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
 // with --set so that each run takes seconds, over shm and tcp. Checks the result's shape: both
 // DFI's and the baselines' series, every number positive, the ratios; never how fast anything
 // is. (Each scenario fails by itself if a target received wrong data or a wrong aggregate.)
@@ -127,6 +127,28 @@ TEST(BenchCombiner, QuickOverTcp) {
       run_quick("combiner", "tcp", {"--set", "groups=[64]", "--set", "tuples_per_source=100000"});
   ASSERT_TRUE(r.is_object());
   check_combiner(r, {json(64)});
+}
+
+// join-fr fails by itself when the two algorithms' matches or checksums differ.
+void check_join_fr(const json& r) {
+  ASSERT_TRUE(r.is_object());
+  const json* all = find_by_id(r["panels"], "runtime");
+  ASSERT_NE(all, nullptr);
+  check_positive(*all);
+  EXPECT_EQ((*all)["ratios"].size(), 2u);
+  const json* small = find_by_id(r["panels"], "inner_1000x_smaller");
+  ASSERT_NE(small, nullptr);
+  check_positive(*small);
+  ASSERT_EQ((*small)["ratios"].size(), 1u);
+  EXPECT_DOUBLE_EQ((*small)["ratios"][0]["target"].get<double>(), 1 / 1.2);
+}
+
+TEST(BenchJoinFr, QuickOverShm) {
+  check_join_fr(run_quick("join-fr", "shm", {"--set", "outer_tuples=20000", "--set", "ratios=[1,1000]"}));
+}
+
+TEST(BenchJoinFr, QuickOverTcp) {
+  check_join_fr(run_quick("join-fr", "tcp", {"--set", "outer_tuples=10000", "--set", "ratios=[1,1000]"}));
 }
 
 }  // namespace

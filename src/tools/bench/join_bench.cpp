@@ -1,0 +1,320 @@
+// Scenarios join and join-fr (003 Fig 13-14): distributed joins on flows (ops::run_join).
+//
+// join: the radix join on two shuffle flows (4 ranks, `threads` partitioning and join threads
+// each) against the MPI radix join of bench/mpi/mpi_radix_join.cpp (4 processes; Barthels et
+// al.: histogram, MPI_Put into exclusive window offsets, barrier, local build/probe; and the
+// same with one MPI_Alltoallv instead of the puts), on the same generated data
+// (src/tools/join_data.hpp): a foreign-key join, build and probe `tuples` tuples of 16 B each,
+// unique build keys, every probe tuple with exactly one partner. Runtime: DFI from a cluster
+// barrier after data generation to the slowest rank's end of probe (flow opening included); MPI
+// from an MPI_Barrier after data generation to the slowest process's end of probe. Every run's
+// matches and checksum must equal the MPI join's and the tuple count; a difference fails the run.
+//
+// join-fr: the fragment-and-replicate join (the build side replicated to every rank, the probe
+// side never moves) against the radix join, at inner:outer size ratios 1:1 .. 1:1000 with the
+// outer side fixed.
+#include <algorithm>
+#include <map>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../join_command.hpp"
+#include "cluster_job.hpp"
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/error.hpp"
+#include "mpi_baseline.hpp"
+#include "scenarios.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kRanks = 4;
+constexpr double kBarthelsPerCore = 11.9e6;  // input tuples/s per core (VLDB 2017)
+
+// One join on a fresh 4-rank cluster: `dfi bench-rank <scenario> {options}`; returns rank 0's
+// report (the summed result).
+json run_dfi_join(RunContext& context, const std::string& scenario, const json& options,
+                  std::chrono::seconds timeout, std::string& command) {
+  RankJob job;
+  job.nodes = kRanks;
+  job.scenario = scenario;
+  job.params = options;
+  job.timeout = timeout;
+  command = rank_job_command(job, context);
+  std::map<int, json> reports = run_rank_job(job, context);
+  if (!reports.count(0)) throw Error(Errc::protocol, "bench " + scenario + ": rank 0 reported no result");
+  return reports.at(0);
+}
+
+// The rank program of both scenarios: one generated join with the options in `params`.
+int join_rank(const json& params, std::ostream& out, std::ostream& err) {
+  JoinCommandOptions options;
+  options.name = params.at("name").get<std::string>();
+  options.algorithm = params.at("algorithm").get<std::string>();
+  options.build_tuples = params.at("build_tuples");
+  options.probe_tuples = params.at("probe_tuples");
+  options.threads = params.at("threads");
+  options.tuple_bytes = params.at("tuple_bytes");
+  try {
+    cluster::Node node;
+    const ops::JoinResult all = run_generated_join(node, options);
+    if (node.rank() == 0) {
+      report_rank_result(out, {{"seconds", all.seconds},
+                               {"build_seconds", all.build_seconds},
+                               {"matches", all.matches},
+                               {"checksum", all.checksum},
+                               {"probe_tuples", all.probe_tuples}});
+    }
+    node.finish();
+  } catch (const Error& e) {
+    err << "bench join rank: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
+
+std::string million(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f M", v / 1e6);
+  return text;
+}
+
+class JoinScenario : public Scenario {
+ public:
+  std::string name() const override { return "join"; }
+  std::string title() const override {
+    return "Radix hash join on flows vs an MPI radix join, 4 ranks";
+  }
+  std::string description() const override {
+    return "A foreign-key equi-join of two generated relations of `tuples` 16 B tuples each (unique "
+           "build keys, every probe tuple with one partner), 4 ranks. DFI: ops::run_join, radix "
+           "algorithm: two key-hash shuffle flows, partitioning threads push build then probe, "
+           "join threads build a table as build tuples arrive and probe as probe tuples arrive (no "
+           "histogram pass, no barrier). MPI (bench/mpi/mpi_radix_join.cpp, 4 processes, OpenMPI "
+           "over the same UCX transport): histogram, MPI_Alltoall of counts, then MPI_Put into "
+           "exclusive window offsets + barrier (Barthels et al.) or one MPI_Alltoallv, then a "
+           "bucket-chained build and probe. Same data, same partition function, same checksum; "
+           "runtime from a barrier after data generation to the slowest rank's last probe.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"tuples", json::array({1 << 20}), json::array({1 << 23, 1 << 25}),
+         "tuples of each relation (build and probe), all ranks together"},
+        {"threads", 1, 1, "DFI partitioning threads and join threads per rank"},
+        {"timeout_s", 300, 1800, "bound of each DFI cluster run and each mpirun"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"openmpi",
+             "bench/mpi/mpi_radix_join.cpp on 4 processes: histogram + MPI_Alltoall of counts, "
+             "then MPI_Put of 64 KiB write-combine buffers into exclusive offsets of an "
+             "MPI_Win_allocate window (passive target) + MPI_Barrier, or one MPI_Alltoallv; then "
+             "a bucket-chained hash table per process; mpirun --oversubscribe --mca pml ucx with "
+             "UCX_TLS=sm,self (shm) or tcp,self on lo (tcp)"}};
+  }
+  std::string unavailable(const RunContext& context) const override {
+    (void)context;
+    return mpi_baseline_unavailable();
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const std::vector<std::uint64_t> sizes = context.param("tuples");
+    const int threads = context.param("threads");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    if (sizes.empty() || threads < 1) throw Error(Errc::invalid_argument, "bench join: no sizes or no threads");
+    result.set_parameters(context.resolved_parameters());
+    result.add_baseline("openmpi", baselines()[0].description + "; " + mpi_version());
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    result.add_note("DFI runs " + std::to_string(2 * threads) +
+                    " threads per rank (partitioning and join), MPI one process per rank; 4 ranks share "
+                    "the machine's " + std::to_string(cores) +
+                    " cores, so per-core rates divide by " + std::to_string(cores) +
+                    ". Barthels et al. report 11.9 M input tuples/s per core for their MPI radix join "
+                    "on InfiniBand.");
+    result.add_note("The MPI join's local phase builds one bucket-chained table per process, like a "
+                    "DFI join thread; neither does a second, cache-sized radix pass (the DFI join "
+                    "streams its probe side, and probes with group prefetching instead).");
+    Panel& runtime = result.panel("runtime", "Radix join runtime, 4 ranks, 16 B tuples",
+                                  {"tuples per relation", "", "log2"}, {"runtime", "s"}, Better::lower);
+    runtime.series("dfi", Role::dfi, "DFI radix join on two shuffle flows");
+    runtime.series("mpi_put", Role::baseline, "MPI radix join, MPI_Put (Barthels)");
+    runtime.series("mpi_alltoallv", Role::baseline, "MPI radix join, MPI_Alltoallv");
+    runtime.compare("dfi", "mpi_put", 1 / 1.5);
+    runtime.compare("dfi", "mpi_alltoallv", 1 / 1.5);
+    Panel& rate = result.panel("per_core", "Input tuples/s per core (Barthels et al.: 11.9 M)",
+                               {"tuples per relation", "", "log2"}, {"input tuples/s per core", "M/s"},
+                               Better::higher);
+    rate.series("dfi", Role::dfi, "DFI radix join");
+    rate.series("mpi_put", Role::baseline, "MPI radix join, MPI_Put");
+    rate.series("mpi_alltoallv", Role::baseline, "MPI radix join, MPI_Alltoallv");
+    rate.series("barthels", Role::baseline, "Barthels et al. (paper, InfiniBand)");
+    rate.compare("dfi", "mpi_put");
+
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      for (std::uint64_t tuples : sizes) {
+        const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
+                                  ", " + std::to_string(tuples) + " tuples per relation";
+        const double input = 2.0 * static_cast<double>(tuples);
+        auto per_core = [&](double seconds) { return input / seconds / cores / 1e6; };
+        std::string reference_checksum;
+        auto agree = [&](const std::string& who, std::uint64_t matches, const std::string& checksum) {
+          if (matches != tuples) {
+            throw Error(Errc::protocol, "bench join: " + who + " found " + std::to_string(matches) +
+                                            " matches, expected " + std::to_string(tuples));
+          }
+          if (reference_checksum.empty()) reference_checksum = checksum;
+          if (checksum != reference_checksum) {
+            throw Error(Errc::protocol, "bench join: " + who + " checksum " + checksum + " differs from " +
+                                            reference_checksum);
+          }
+        };
+        auto run_dfi = [&] {
+          context.say(round + ": DFI radix join over " + (context.netns ? "netns tcp" : context.transport));
+          std::string command;
+          const json r = run_dfi_join(context, name(),
+                                      {{"name", "join"}, {"algorithm", "radix"}, {"build_tuples", tuples},
+                                       {"probe_tuples", tuples}, {"threads", threads}, {"tuple_bytes", 16}},
+                                      timeout, command);
+          char checksum[24];
+          std::snprintf(checksum, sizeof checksum, "0x%016llx",
+                        static_cast<unsigned long long>(r.at("checksum").get<std::uint64_t>()));
+          agree("DFI", r.at("matches"), checksum);
+          const double seconds = r.at("seconds");
+          context.say(round + ": DFI " + std::to_string(seconds) + " s, " + million(input / seconds) + " tuples/s");
+          runtime.add("dfi", tuples, seconds);
+          runtime.add_command("dfi", command);
+          rate.add("dfi", tuples, per_core(seconds));
+          rate.add_command("dfi", command);
+          rate.add("barthels", tuples, kBarthelsPerCore / 1e6);
+          rate.add_command("barthels", "none: the number Barthels et al. report (VLDB 2017), not measured here");
+        };
+        auto run_mpi_join = [&](const std::string& exchange) {
+          MpiRun m;
+          m.program = "mpi_radix_join";
+          m.ranks = kRanks;
+          m.transport = context.netns ? "tcp" : context.transport;
+          m.timeout = timeout;
+          m.args = {"--build-tuples", std::to_string(tuples), "--probe-tuples", std::to_string(tuples),
+                    "--tuple-bytes", "16", "--exchange", exchange};
+          MpiResult r = run_mpi(m);
+          agree("MPI " + exchange, r.data.at("matches"), r.data.at("checksum"));
+          const double seconds = r.data.at("seconds");
+          context.say(round + ": MPI " + exchange + " " + std::to_string(seconds) + " s");
+          runtime.add("mpi_" + exchange, tuples, seconds);
+          runtime.add_command("mpi_" + exchange, r.command);
+          rate.add("mpi_" + exchange, tuples, per_core(seconds));
+          rate.add_command("mpi_" + exchange, r.command);
+        };
+        run_alternating(rep, run_dfi, [&] {
+          run_mpi_join("put");
+          run_mpi_join("alltoallv");
+        });
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return join_rank(params, out, err);
+  }
+};
+
+class JoinFrScenario : public Scenario {
+ public:
+  std::string name() const override { return "join-fr"; }
+  std::string title() const override {
+    return "Fragment-and-replicate join vs radix join as the inner side shrinks, 4 ranks";
+  }
+  std::string description() const override {
+    return "The outer (probe) relation has `outer_tuples` 16 B tuples; the inner (build) relation is "
+           "1, 1/10, 1/100 and 1/1000 of it (unique inner keys; outer keys uniform over the inner "
+           "keys, so every outer tuple has exactly one partner). fragment-replicate: the inner side through one replicate "
+           "flow to every rank, the outer side joined where it lies; radix: both sides through key-"
+           "hash shuffle flows. Both are ops::run_join on 4 ranks, alternating, same data.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"outer_tuples", 1 << 20, 1 << 24, "tuples of the outer (probe) relation"},
+        {"ratios", json::array({1, 10, 100, 1000}), json::array({1, 10, 100, 1000}),
+         "outer:inner size ratios"},
+        {"threads", 1, 1, "partitioning threads and join threads per rank"},
+        {"timeout_s", 300, 1800, "bound of each DFI cluster run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"radix", "DFI's own radix join on two shuffle flows (ops::run_join, radix), same data"}};
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const std::uint64_t outer = context.param("outer_tuples");
+    const std::vector<std::uint64_t> ratios = context.param("ratios");
+    const int threads = context.param("threads");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    result.set_parameters(context.resolved_parameters());
+    result.add_baseline("radix", baselines()[0].description);
+    Panel& all = result.panel("runtime", "Join runtime vs outer:inner ratio, outer " + std::to_string(outer) + " tuples",
+                              {"outer:inner", "", "log10"}, {"runtime", "s"}, Better::lower);
+    all.series("fr", Role::dfi, "fragment-and-replicate (replicate flow)");
+    all.series("radix", Role::baseline, "radix (two shuffle flows)");
+    all.compare("fr", "radix");
+    const bool has_1000 = std::count(ratios.begin(), ratios.end(), 1000u) > 0;
+    if (has_1000) {
+      Panel& small = result.panel("inner_1000x_smaller", "Inner side 1000x smaller (003 Fig 14)",
+                                  {"outer:inner", "", "category"}, {"runtime", "s"}, Better::lower);
+      small.series("fr", Role::dfi, "fragment-and-replicate");
+      small.series("radix", Role::baseline, "radix");
+      small.compare("fr", "radix", 1 / 1.2);
+    }
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      for (std::uint64_t ratio : ratios) {
+        if (ratio < 1) throw Error(Errc::invalid_argument, "bench join-fr: ratios must be >= 1");
+        const std::uint64_t inner = std::max<std::uint64_t>(1, outer / ratio);
+        std::string expected_checksum;
+        auto one = [&](const std::string& algorithm) {
+          const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
+                                    ", 1:" + std::to_string(ratio) + ", " + algorithm;
+          context.say(round);
+          std::string command;
+          const json r = run_dfi_join(context, name(),
+                                      {{"name", "jfr"}, {"algorithm", algorithm}, {"build_tuples", inner},
+                                       {"probe_tuples", outer}, {"threads", threads}, {"tuple_bytes", 16}},
+                                      timeout, command);
+          const std::string checksum = std::to_string(r.at("checksum").get<std::uint64_t>());
+          if (r.at("matches").get<std::uint64_t>() != outer) {
+            throw Error(Errc::protocol, "bench join-fr: " + algorithm + " found " + r.at("matches").dump() +
+                                            " matches, expected " + std::to_string(outer));
+          }
+          if (expected_checksum.empty()) expected_checksum = checksum;
+          if (checksum != expected_checksum) {
+            throw Error(Errc::protocol, "bench join-fr: the two algorithms' checksums differ at 1:" +
+                                            std::to_string(ratio));
+          }
+          const double seconds = r.at("seconds");
+          context.say(round + ": " + std::to_string(seconds) + " s");
+          const std::string series = algorithm == "radix" ? "radix" : "fr";
+          all.add(series, ratio, seconds);
+          all.add_command(series, command);
+          if (ratio == 1000) {
+            result.panel("inner_1000x_smaller").add(series, "1:1000", seconds);
+            result.panel("inner_1000x_smaller").add_command(series, command);
+          }
+        };
+        run_alternating(rep, [&] { one("fragment-replicate"); }, [&] { one("radix"); });
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return join_rank(params, out, err);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Scenario> make_join_scenario() { return std::make_unique<JoinScenario>(); }
+std::unique_ptr<Scenario> make_join_fr_scenario() { return std::make_unique<JoinFrScenario>(); }
+
+}  // namespace dfi::tools::bench
