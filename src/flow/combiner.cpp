@@ -237,6 +237,8 @@ class AggregateTable {
   }
 
   std::size_t row_bytes() const noexcept { return row_bytes_; }
+  // Bytes of the key column, at the start of every row.
+  std::size_t key_bytes() const noexcept { return key_bytes_; }
   const Schema& result_schema() const noexcept { return result_; }
   std::size_t size() const noexcept { return count_; }
   const std::byte* rows() const noexcept { return rows_.data(); }
@@ -487,10 +489,7 @@ namespace {
 
 void validate_combiner(const FlowSpec& spec) {
   const auto& aggregates = spec.type_options.get<CombinerOptions>().aggregates;
-  if (spec.targets.size() != 1) {
-    throw spec.invalid("a combiner flow has exactly one target (N:1), not " +
-                       std::to_string(spec.targets.size()));
-  }
+  if (spec.targets.empty()) throw spec.invalid("a combiner flow needs at least one target");
   if (spec.options.mode != Mode::bandwidth) {
     throw spec.invalid("a combiner flow runs in bandwidth mode");
   }
@@ -622,19 +621,29 @@ Status CombinerSource::ship() {
   since_ship_ = 0;
   const std::size_t rows = table_->size();
   if (rows == 0) return {};
-  // The table's rows are contiguous: whole segments of them go out with one copy each.
-  detail::RingWriter& writer = rings_.writer(0);
   const std::size_t width = table_->row_bytes();
-  const std::size_t per_segment = rings_.spec().layout().payload_capacity() / width;
   const std::byte* row = table_->rows();
-  for (std::size_t left = rows; left > 0;) {
-    const std::size_t n = std::min(left, per_segment);
-    if (Status s = writer.publish_from(row, n * width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
-    row += n * width;
-    left -= n;
+  const std::size_t targets = rings_.target_count();
+  if (targets == 1) {
+    // The table's rows are contiguous: whole segments of them go out with one copy each.
+    detail::RingWriter& writer = rings_.writer(0);
+    const std::size_t per_segment = rings_.spec().layout().payload_capacity() / width;
+    for (std::size_t left = rows; left > 0;) {
+      const std::size_t n = std::min(left, per_segment);
+      if (Status s = writer.publish_from(row, n * width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
+      row += n * width;
+      left -= n;
+    }
+  } else {
+    // Each row to the target its key routes to, batched into that target's segment.
+    const std::size_t key_bytes = table_->key_bytes();
+    for (std::size_t i = 0; i < rows; ++i, row += width) {
+      const std::size_t t = kernels::route(kernels::load_key(row, key_bytes), targets);
+      if (Status s = rings_.writer(t).append(row, width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
+    }
   }
   counters_.rows += rows;
-  const memory::RingCounters rc = writer.counters();
+  const memory::RingCounters rc = rings_.counters();
   counters_.segments = rc.segments;
   counters_.bytes = rc.bytes;
   table_->clear();
@@ -644,7 +653,11 @@ Status CombinerSource::ship() {
 Status CombinerSource::flush() {
   if (closed_) return {};
   if (Status s = ship(); !s) return s;
-  return rings_.wait_visible(0);
+  for (std::size_t t = 0; t < rings_.target_count(); ++t) {
+    if (Status s = rings_.writer(t).flush(); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
+    if (Status s = rings_.wait_visible(t); !s) return s;
+  }
+  return {};
 }
 
 Status CombinerSource::close() {

@@ -62,7 +62,7 @@ TEST_P(CombinerCluster, UserErrorsAreReportedClearly) {
   auto run = run_cluster(2, GetParam(), {COMBINER_NODE, "errors"}, options);
   ASSERT_EQ(run.code, 0) << run.all();
   for (const char* error :
-       {"no aggregates", "unknown column", "non-numeric column", "two targets", "latency mode",
+       {"no aggregates", "unknown column", "non-numeric column", "no target", "latency mode",
         "duplicate aggregate", "no key column", "result names clash", "unknown aggregate function",
         "sum without a column", "wrong flow type", "unknown flow", "source not in the flow",
         "wrong tuple width", "push after close"}) {

@@ -81,8 +81,11 @@ TEST(CombinerSpec, ValidationNamesTheProblem) {
     EXPECT_EQ(e.code(), Errc::invalid_argument);
   }
   spec = combiner("count(*)");
-  spec.targets.push_back({1, 0});
-  EXPECT_NE(message(spec).find("exactly one target"), std::string::npos);
+  spec.targets.clear();
+  EXPECT_NE(message(spec).find("needs at least one target"), std::string::npos);
+  spec = combiner("count(*)");
+  spec.targets.push_back({1, 0});  // N:M is fine: the targets partition the keys
+  EXPECT_NO_THROW(spec.validate(2));
 }
 
 }  // namespace

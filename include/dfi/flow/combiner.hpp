@@ -1,4 +1,5 @@
-// Combiner flows (003 §4.2.3, §5.4): N sources to one target, aggregated per key on the way.
+// Combiner flows (003 §4.2.3, §5.4): N sources to M targets (usually one), aggregated per key on
+// the way.
 //
 //   // once, anywhere:
 //   flow::FlowSpec spec{.name = "revenue", .type = flow::FlowType::combiner,
@@ -21,6 +22,11 @@
 // (one entry per key: row count and one partial state per aggregate). It ships the table as
 // partial rows (key, count, states) through its ring to the target and empties it when the
 // table holds `local_groups` keys, after `ship_tuples` pushed tuples, on flush() and on close().
+// With M > 1 targets, each row goes to target kernels::route(key, M) (the key-hash routing of
+// shuffle flows), so the targets partition the keys: each one's results are the groups of its
+// own keys, and together they are the whole result (the distributed post-aggregation of 001
+// §5.3). Rows for M > 1 targets are batched per target until a segment is full, flush() or
+// close().
 // The target merges partial rows into its own table as they arrive (combine) and computes the
 // final values when asked (finalize): all of them once every source closed (consume), or a
 // snapshot of what arrived so far at any time (read_partial).
