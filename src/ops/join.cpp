@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <barrier>
-#include <exception>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -14,7 +13,8 @@
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/join_table.hpp"
-#include "dfi/registry/client.hpp"
+#include "records.hpp"
+#include "thread_group.hpp"
 
 namespace dfi::ops {
 
@@ -35,22 +35,6 @@ kernels::JoinTable::Layout layout_of(const Relation& relation) {
           relation.schema.column_bytes(key)};
 }
 
-// The first error of a rank's threads, rethrown once all of them have ended.
-class FirstError {
- public:
-  void set(std::exception_ptr error) {
-    std::lock_guard lock(mutex_);
-    if (!error_) error_ = std::move(error);
-  }
-  void rethrow() {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::mutex mutex_;
-  std::exception_ptr error_;
-};
-
 // What one rank's threads share.
 struct RankJoin {
   cluster::Node& node;
@@ -59,7 +43,6 @@ struct RankJoin {
   kernels::JoinTable::Layout build_layout;
   kernels::JoinTable::Layout probe_layout;
   Clock::time_point start;
-  FirstError error;
   std::mutex results_mutex;
   JoinResult result;  // guarded by results_mutex
 
@@ -191,80 +174,50 @@ void replicate_build(RankJoin& join, kernels::JoinTable& table) {
 
 JoinResult run_radix(RankJoin& join, std::span<const Fragment> build,
                      std::span<const Fragment> probe) {
-  const int threads = join.spec.threads;
-  std::vector<std::thread> pool;
-  pool.reserve(2 * threads);
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&join, t] {
-      try {
-        radix_join(join, t);
-      } catch (...) {
-        join.error.set(std::current_exception());
-      }
-    });
+  detail::ThreadGroup threads;
+  for (int t = 0; t < join.spec.threads; ++t) threads.start([&join, t] { radix_join(join, t); });
+  for (int t = 0; t < join.spec.threads; ++t) {
+    threads.start([&join, t, &build, &probe] { radix_partition(join, t, build[t], probe[t]); });
   }
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&join, t, &build, &probe] {
-      try {
-        radix_partition(join, t, build[t], probe[t]);
-      } catch (...) {
-        join.error.set(std::current_exception());
-      }
-    });
-  }
-  for (std::thread& thread : pool) thread.join();
-  join.error.rethrow();
+  threads.join();
   return join.result;
 }
 
 JoinResult run_fragment_replicate(RankJoin& join, std::span<const Fragment> build,
                                   std::span<const Fragment> probe) {
-  const int threads = join.spec.threads;
   kernels::JoinTable table(join.build_layout);
   // Join threads wait here until thread 0 built the table (or failed: then they leave).
-  std::barrier built(threads);
+  std::barrier built(join.spec.threads);
   bool build_failed = false;  // written by thread 0 before the barrier, read after it
-  std::vector<std::thread> pool;
-  pool.reserve(2 * threads);
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        if (t == 0) {
-          try {
-            replicate_build(join, table);
-          } catch (...) {
-            build_failed = true;
-            built.arrive_and_wait();
-            throw;
-          }
+  detail::ThreadGroup threads;
+  for (int t = 0; t < join.spec.threads; ++t) {
+    threads.start([&, t] {
+      if (t == 0) {
+        try {
+          replicate_build(join, table);
+        } catch (...) {
+          build_failed = true;
+          built.arrive_and_wait();
+          throw;
         }
-        built.arrive_and_wait();
-        if (build_failed) return;
-        JoinResult part;
-        if (t == 0) {
-          part.build_tuples = table.size();
-          part.build_seconds = join.since_start();
-        }
-        std::vector<Match> pairs;
-        probe_batch(join, table, static_cast<const std::byte*>(probe[t].tuples), probe[t].count,
-                    t, pairs, part);
-        join.add(part);
-      } catch (...) {
-        join.error.set(std::current_exception());
       }
+      built.arrive_and_wait();
+      if (build_failed) return;
+      JoinResult part;
+      if (t == 0) {
+        part.build_tuples = table.size();
+        part.build_seconds = join.since_start();
+      }
+      std::vector<Match> pairs;
+      probe_batch(join, table, static_cast<const std::byte*>(probe[t].tuples), probe[t].count, t,
+                  pairs, part);
+      join.add(part);
     });
   }
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        replicate_partition(join, t, build[t]);
-      } catch (...) {
-        join.error.set(std::current_exception());
-      }
-    });
+  for (int t = 0; t < join.spec.threads; ++t) {
+    threads.start([&, t] { replicate_partition(join, t, build[t]); });
   }
-  for (std::thread& thread : pool) thread.join();
-  join.error.rethrow();
+  threads.join();
   return join.result;
 }
 
@@ -374,7 +327,7 @@ JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const F
                                             std::to_string(node.rank()) + " does not take part (ranks 0.." +
                                             std::to_string(join_ranks(spec, node.size()) - 1) + ")");
   }
-  RankJoin join{node, spec, options, layout_of(spec.build), layout_of(spec.probe), Clock::now(), {}, {}, {}};
+  RankJoin join{node, spec, options, layout_of(spec.build), layout_of(spec.probe), Clock::now(), {}, {}};
   JoinResult result = spec.algorithm == JoinAlgorithm::radix
                           ? run_radix(join, build, probe)
                           : run_fragment_replicate(join, build, probe);
@@ -383,16 +336,16 @@ JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const F
 }
 
 JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const JoinResult& mine) {
-  const std::string prefix = "ops/join/" + spec.name + "/result/";
   std::ostringstream record;
   record.precision(17);
   record << mine.build_tuples << ' ' << mine.probe_tuples << ' ' << mine.matches << ' '
          << mine.checksum << ' ' << mine.seconds << ' ' << mine.build_seconds;
-  node.registry().publish(prefix + std::to_string(node.rank()), record.str());
-  JoinResult all;
   const int ranks = join_ranks(spec, node.size());
+  const std::vector<std::string> records =
+      detail::exchange_records(node, "ops/join/" + spec.name + "/result/", ranks, record.str());
+  JoinResult all;
   for (int r = 0; r < ranks; ++r) {
-    std::istringstream in(node.wait_for(prefix + std::to_string(r)));
+    std::istringstream in(records[r]);
     JoinResult part;
     in >> part.build_tuples >> part.probe_tuples >> part.matches >> part.checksum >> part.seconds >>
         part.build_seconds;

@@ -20,6 +20,7 @@
 #include "dfi/version.hpp"
 #include "demo.hpp"
 #include "fabric_check.hpp"
+#include "agg_command.hpp"
 #include "join_command.hpp"
 #include "mover.hpp"
 
@@ -96,6 +97,20 @@ int main(int argc, char** argv) {
   join->add_option("--name", join_options.name, "Name of the join and its flows");
   join->add_flag("--json", join_options.json, "Rank 0 prints one JSON object");
 
+  auto* agg = app.add_subcommand(
+      "agg", "A distributed GROUP BY on generated data, checked against a single-node aggregation (under dfi cluster run)");
+  dfi::tools::AggCommandOptions agg_options;
+  agg->add_option("--algorithm", agg_options.algorithm, "rdma or hierarchical");
+  agg->add_option("--tuples", agg_options.tuples, "Input tuples, all ranks together");
+  agg->add_option("--groups", agg_options.groups, "Distinct keys the input draws from");
+  agg->add_option("--zipf", agg_options.zipf, "Zipf exponent of the keys (0: uniform)");
+  agg->add_option("--threads", agg_options.threads, "Aggregation threads per rank")->check(CLI::Range(1, 64));
+  agg->add_option("--cache-groups", agg_options.cache_groups, "rdma: groups of a thread's pre-aggregation table");
+  agg->add_option("--seed", agg_options.seed, "Seed of the keys");
+  agg->add_option("--verify", agg_options.verify, "yes, no or auto (at most 16 M tuples)");
+  agg->add_option("--name", agg_options.name, "Name of the aggregation and its flow");
+  agg->add_flag("--json", agg_options.json, "Rank 0 prints one JSON object");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -117,6 +132,7 @@ int main(int argc, char** argv) {
       return dfi::tools::run_mover(mover_flows, std::chrono::milliseconds(static_cast<long long>(mover_timeout_s * 1000)),
                                    std::cout, std::cerr);
     }
+    if (*agg) return dfi::tools::run_agg_command(agg_options, std::cout, std::cerr);
     if (*join) return dfi::tools::run_join_command(join_options, std::cout, std::cerr);
     if (*info) return print_config();
   } catch (const dfi::Error& e) {

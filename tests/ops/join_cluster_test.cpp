@@ -1,4 +1,4 @@
-// Multi-process join tests on 4 ranks (ops::run_join through `dfi join` and join_node); every
+// Multi-process join tests on 4 ranks (ops::run_join through `dfi join` and ops_node); every
 // body runs over shm and over TCP. `dfi join` checks each result against the single-node
 // reference join on the same generated data.
 #include <gtest/gtest.h>
@@ -66,14 +66,14 @@ TEST_P(JoinCluster, FragmentAndReplicate) {
 
 TEST_P(JoinCluster, TheSinkSeesEveryPair) {
   for (const char* algorithm : {"radix", "fr"}) {
-    auto run = run_cluster(4, GetParam(), {JOIN_NODE, "sink", algorithm, "2"});
+    auto run = run_cluster(4, GetParam(), {OPS_NODE, "sink", algorithm, "2"});
     ASSERT_EQ(run.code, 0) << run.all();
     EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
   }
 }
 
 TEST_P(JoinCluster, UserErrorsAreReportedClearly) {
-  auto run = run_cluster(4, GetParam(), {JOIN_NODE, "errors"});
+  auto run = run_cluster(4, GetParam(), {OPS_NODE, "errors"});
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.out, "join errors: all clear")) << run.all();
   auto bad = run_cluster(2, GetParam(), {DFI_BINARY, "join", "--selectivity", "0"});
@@ -86,7 +86,7 @@ TEST_P(JoinCluster, UserErrorsAreReportedClearly) {
 TEST_P(JoinCluster, AKilledRankGivesEveryOtherRankAClearError) {
   RunOptions options;
   options.timeout = std::chrono::seconds(40);
-  auto run = run_cluster(4, GetParam(), {JOIN_NODE, "kill"}, options);
+  auto run = run_cluster(4, GetParam(), {OPS_NODE, "kill"}, options);
   EXPECT_NE(run.code, 0) << run.all();
   for (int rank : {0, 1, 3}) {
     EXPECT_TRUE(contains(run.out, "rank " + std::to_string(rank) + ": peer_failed: ")) << rank << run.all();

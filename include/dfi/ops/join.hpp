@@ -41,6 +41,7 @@
 
 #include "dfi/flow/schema.hpp"
 #include "dfi/flow/spec.hpp"
+#include "dfi/ops/fragment.hpp"
 
 namespace dfi::cluster {
 class Node;
@@ -78,13 +79,6 @@ struct JoinSpec {
 // Creates the join's flows. Call once per join from one rank (like flow::create_flow).
 // Throws what validate() and flow::create_flow throw.
 void create_join(cluster::Node& node, const JoinSpec& spec);
-
-// A thread's local share of a relation: `count` contiguous tuples of the relation's schema.
-// The memory must stay valid until run_join returns.
-struct Fragment {
-  const void* tuples = nullptr;
-  std::size_t count = 0;
-};
 
 // One joined pair, as a sink sees it: pointers to the build tuple (inside the join table) and
 // the probe tuple (inside a flow's ring or a fragment), valid during the sink call only.

@@ -1,23 +1,28 @@
-// Rank program for the multi-process join tests (ops::run_join), started by launch::run_cluster
-// on 4 ranks.
+// Rank program for the multi-process operator tests (ops::run_join, ops::run_aggregation),
+// started by launch::run_cluster on 4 ranks.
 //
-//   join_node sink ALGORITHM THREADS   every rank's build keys are its own range of 0..B-1 and every
+//   ops_node sink ALGORITHM THREADS   every rank's build keys are its own range of 0..B-1 and every
 //       probe key i % B, so each probe tuple has exactly one partner; the sink sees every pair,
 //       with equal keys, and the pairs add up to the result
-//   join_node kill                     rank 2 dies (SIGKILL) in its first sink call of a radix
+//   ops_node kill                     rank 2 dies (SIGKILL) in its first sink call of a radix
 //       join; every other rank's run_join throws peer_failed naming rank 2
-//   join_node errors                   bad specs and arguments give clear errors
+//   ops_node errors                   bad specs and arguments give clear errors
+//   ops_node agg-kill ALGORITHM        rank 2 dies (SIGKILL) 200 ms into a large aggregation; every
+//       other rank's run_aggregation or gather_aggregation_results throws peer_failed naming it
 //
 // Exit status 0 means the scenario held; every failure prints why.
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/ops/aggregate.hpp"
 #include "dfi/ops/join.hpp"
 #include "node_checks.hpp"
 
@@ -165,6 +170,38 @@ void run_errors(cluster::Node& node) {
   if (node.rank() == 0 && failures == 0) std::printf("join errors: all clear\n");
 }
 
+void run_agg_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
+  ops::AggregationSpec spec;
+  spec.name = "agg-kill";
+  spec.algorithm = algorithm;
+  spec.schema = kSchema;
+  spec.key = "key";
+  spec.aggregates = flow::parse_aggregates("sum(payload),count(*)");
+  spec.cache_groups = 1024;
+  if (node.rank() == 0) ops::create_aggregation(node, spec);
+  // Rank 2 has far more to do than the others, so it is still pushing when it dies.
+  const std::size_t count = node.rank() == 2 ? 40'000'000 : 200'000;
+  std::vector<Tuple> input(count);
+  for (std::size_t i = 0; i < count; ++i) input[i] = {i % 100'000, i};
+  const ops::Fragment fragment{input.data(), input.size()};
+  if (node.rank() == 2) {
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::raise(SIGKILL);
+    }).detach();
+  }
+  try {
+    const ops::AggregationResult mine = ops::run_aggregation(node, spec, {&fragment, 1});
+    ops::gather_aggregation_results(node, spec, mine);
+    fail("rank " + std::to_string(node.rank()) + ": the aggregation ended although rank 2 died");
+  } catch (const Error& e) {
+    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
+    std::fflush(stdout);
+    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
+  }
+  std::_Exit(failures == 0 ? 3 : 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,8 +214,10 @@ int main(int argc, char** argv) {
       run_kill(node);
     } else if (mode == "errors") {
       run_errors(node);
+    } else if (mode == "agg-kill" && argc == 3) {
+      run_agg_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: join_node sink ALGORITHM THREADS | kill | errors\n");
+      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS | kill | errors | agg-kill ALGORITHM\n");
       return 2;
     }
     node.finish();

@@ -1,0 +1,114 @@
+// ops::run_aggregation — distributed GROUP BY aggregation on combiner flows (001 §5.3, Fig 8;
+// ../shared/DESIGN.md §8).
+//
+//   ops::AggregationSpec spec;
+//   spec.name = "revenue";  spec.schema = schema;  spec.key = "region";
+//   spec.aggregates = flow::parse_aggregates("sum(amount),count(*)");
+//   spec.algorithm = ops::AggregateAlgorithm::rdma;  spec.threads = 2;
+//   if (node.rank() == 0) ops::create_aggregation(node, spec);
+//   ops::AggregationResult mine = ops::run_aggregation(node, spec, fragments);   // every rank
+//   ops::AggregationResult all = ops::gather_aggregation_results(node, spec, mine);
+//
+// Algorithms (both local state -> combine -> finalize; both on one combiner flow,
+// "<name>.partials", whose sources are the rank's aggregation threads):
+//  - rdma (001's RDMA aggregation): each thread pre-aggregates its fragment in a cache-sized table
+//    (`cache_groups` groups); when the table is full it ships it as partial rows to the key's
+//    partition owner, in the background of the flow, and starts afresh. The flow has one target
+//    per thread of every rank, and the combiner routes each row by kernels::route of its key, so
+//    the post-aggregation runs on all threads of all ranks at once, each over its own partition
+//    of the groups. Robust to many groups and to skew: no node ever holds more than its partition.
+//  - hierarchical (the classic scheme): each thread aggregates its whole fragment locally (an
+//    unbounded table), then ships it once to the single target on rank 0, which does the global
+//    union and the post-aggregation of every group alone.
+//
+// Results: one row per group in the combiner's result schema (flow::combiner_result_schema:
+// the key, then one column per aggregate; SUM wraps modulo 2^64, AVG of integers is exact). A
+// rank's result counts the groups whose rows it produced (rdma: its partitions; hierarchical:
+// rank 0 all of them), and a checksum, the sum (mod 2^64) of kernels::fold_tuple over those rows,
+// which does not depend on the algorithm, on how partials were combined, or on row order
+// (except for float aggregates, whose rounding depends on the order of combination).
+//
+// Failures: a rank that dies makes every other rank's run_aggregation throw dfi::Error
+// (peer_failed) naming the flow and the rank, or timeout after the flow's stall timeout.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dfi/flow/combiner.hpp"
+#include "dfi/flow/schema.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/flow/spec.hpp"
+#include "dfi/ops/fragment.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::ops {
+
+enum class AggregateAlgorithm { rdma, hierarchical };
+std::string_view aggregate_algorithm_name(AggregateAlgorithm algorithm);
+// "rdma" or "hierarchical"; throws dfi::Error(invalid_argument).
+AggregateAlgorithm parse_aggregate_algorithm(std::string_view text);
+
+// What every rank must agree on; a plain value.
+struct AggregationSpec {
+  std::string name;  // the aggregation's flow is "<name>.partials"
+  AggregateAlgorithm algorithm = AggregateAlgorithm::rdma;
+  flow::Schema schema;                        // of the input tuples
+  std::string key;                            // the GROUP BY column
+  std::vector<flow::AggregateSpec> aggregates;  // at least one (flow::parse_aggregates)
+  int ranks = 0;    // ranks taking part (0 .. ranks-1); 0: all of the node's cluster
+  int threads = 1;  // aggregation threads per rank (rdma: as many post-aggregation threads too)
+  // rdma: groups a thread's pre-aggregation table holds before it ships (cache-sized: 16384
+  // groups of a 48 B row are 768 KiB).
+  std::size_t cache_groups = 16384;
+  flow::FlowOptions flow_options;  // ring shape and timeouts of the flow (bandwidth mode)
+
+  // Throws dfi::Error(invalid_argument) naming the aggregation and the problem.
+  void validate(int cluster_size) const;
+  // The result rows' schema (flow::combiner_result_schema of the flow).
+  flow::Schema result_schema() const;
+};
+
+// Creates the aggregation's flow. Call once per aggregation from one rank.
+void create_aggregation(cluster::Node& node, const AggregationSpec& spec);
+
+struct AggregationRunOptions {
+  // Called with each batch of final result rows (result_schema()) this rank produces, by the
+  // thread that finalized them (rdma: the rank's post-aggregation threads, several at once).
+  // Null: rows are only counted and checksummed.
+  std::function<void(int thread, const flow::TupleBatch& rows)> sink;
+  // Longest wait for the flow and its members to appear (0: registry_timeout_ms).
+  std::chrono::milliseconds open_timeout{0};
+};
+
+struct AggregationResult {
+  std::uint64_t input_tuples = 0;  // tuples this rank aggregated
+  std::uint64_t groups = 0;        // result rows this rank produced
+  std::uint64_t checksum = 0;      // sum of fold_tuple over those rows, mod 2^64
+  std::uint64_t shipped_rows = 0;  // partial rows this rank's threads shipped
+  double seconds = 0;              // run_aggregation's wall time (gather: the slowest rank's)
+
+  AggregationResult& operator+=(const AggregationResult& other);
+};
+
+// Runs this rank's part: input[t] is thread t's fragment (exactly spec.threads of them). Blocks
+// until this rank's threads are done; returns its result. Throws dfi::Error: invalid_argument
+// (fragment count, rank outside), not_found (not created), peer_failed, timeout.
+AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& spec,
+                                  std::span<const Fragment> input,
+                                  const AggregationRunOptions& options = {});
+
+// Sums every rank's result (time: the slowest rank's); every rank calls it once and gets the sum.
+AggregationResult gather_aggregation_results(cluster::Node& node, const AggregationSpec& spec,
+                                             const AggregationResult& mine);
+
+}  // namespace dfi::ops

@@ -1,0 +1,69 @@
+// Multi-process aggregation tests on 4 ranks (ops::run_aggregation through `dfi agg`, which checks
+// every result against a single-node std::unordered_map aggregation of the same data, and
+// ops_node); every body runs over shm and over TCP, with both algorithms.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "cluster_run.hpp"
+
+namespace dfi {
+namespace {
+
+using testing::contains;
+using testing::run_cluster;
+using testing::RunOptions;
+
+class AggregateCluster : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  const std::string& transport() const { return std::get<0>(GetParam()); }
+  const std::string& algorithm() const { return std::get<1>(GetParam()); }
+  // `dfi agg ARGS` on 4 ranks; expects the reference check to pass and `groups` groups (unless
+  // empty).
+  void agg(const std::vector<std::string>& args, const std::string& groups) {
+    std::vector<std::string> argv{DFI_BINARY, "agg", "--verify", "yes", "--algorithm", algorithm()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto run = run_cluster(4, transport(), argv);
+    ASSERT_EQ(run.code, 0) << run.all();
+    if (!groups.empty()) {
+      EXPECT_TRUE(contains(run.out, "dfi agg: " + groups + " groups")) << run.all();
+    }
+    EXPECT_TRUE(contains(run.out, "matches the reference")) << run.all();
+  }
+};
+
+TEST_P(AggregateCluster, OneGroup) { agg({"--tuples", "200000", "--groups", "1"}, "1"); }
+
+TEST_P(AggregateCluster, FewGroupsTwoThreads) {
+  agg({"--tuples", "300000", "--groups", "100", "--threads", "2"}, "100");
+}
+
+// Far more groups than a pre-aggregation table holds: every thread ships many times.
+TEST_P(AggregateCluster, ManyGroupsSmallCacheTables) {
+  agg({"--tuples", "300000", "--groups", "1000000", "--cache-groups", "512"}, "");
+}
+
+TEST_P(AggregateCluster, ZipfSkew) { agg({"--tuples", "300000", "--groups", "100000", "--zipf", "1.2"}, ""); }
+
+TEST_P(AggregateCluster, EmptyInput) { agg({"--tuples", "0", "--groups", "10"}, "0"); }
+
+TEST_P(AggregateCluster, AKilledRankGivesEveryOtherRankAClearError) {
+  RunOptions options;
+  options.timeout = std::chrono::seconds(40);
+  auto run = run_cluster(4, transport(), {OPS_NODE, "agg-kill", algorithm()}, options);
+  EXPECT_NE(run.code, 0) << run.all();
+  for (int rank : {0, 1, 3}) {
+    EXPECT_TRUE(contains(run.out, "rank " + std::to_string(rank) + ": peer_failed: ")) << rank << run.all();
+  }
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+  EXPECT_LT(run.seconds, 30) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(TransportsAndAlgorithms, AggregateCluster,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values("rdma", "hierarchical")),
+                         [](const auto& param_info) { return std::get<0>(param_info.param) + "_" + std::get<1>(param_info.param); });
+
+}  // namespace
+}  // namespace dfi
