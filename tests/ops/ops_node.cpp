@@ -4,7 +4,7 @@
 //   ops_node sink ALGORITHM THREADS   every rank's build keys are its own range of 0..B-1 and every
 //       probe key i % B, so each probe tuple has exactly one partner; the sink sees every pair,
 //       with equal keys, and the pairs add up to the result
-//   ops_node kill                     rank 2 dies (SIGKILL) in its first sink call of a radix
+//   ops_node kill                     rank 2 dies (SIGKILL) in its 20th sink call of a radix
 //       join; every other rank's run_join throws peer_failed naming rank 2
 //   ops_node errors                   bad specs and arguments give clear errors
 //   ops_node agg-kill ALGORITHM        rank 2 dies (SIGKILL) 200 ms into a large aggregation; every
@@ -112,8 +112,13 @@ void run_kill(cluster::Node& node) {
   if (node.rank() == 0) ops::create_join(node, spec);
   Data d = make_data(node, 1, 20000, 3'000'000);
   ops::JoinRunOptions options;
+  // Rank 2 dies at its 20th probe batch: mid-probe, once every connection is up. (A death while
+  // another rank's worker is still in UCX's connection handshake with it can make UCX 1.13 abort
+  // that rank when it destroys the worker: the assertion of ucp_request_send_state_ff that
+  // openucx/ucx#8175 removed; see ../shared/UCX-NOTES.md.)
+  std::atomic<int> batches{0};
   options.sink = [&](int, std::span<const ops::Match>) {
-    if (node.rank() == 2) ::raise(SIGKILL);
+    if (node.rank() == 2 && ++batches == 20) ::raise(SIGKILL);
   };
   try {
     ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
