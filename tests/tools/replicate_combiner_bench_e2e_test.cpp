@@ -1,4 +1,4 @@
-// `dfi bench replicate | combiner | join-fr --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
+// `dfi bench replicate | combiner | join-fr | agg --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
 // with --set so that each run takes seconds, over shm and tcp. Checks the result's shape: both
 // DFI's and the baselines' series, every number positive, the ratios; never how fast anything
 // is. (Each scenario fails by itself if a target received wrong data or a wrong aggregate.)
@@ -149,6 +149,28 @@ TEST(BenchJoinFr, QuickOverShm) {
 
 TEST(BenchJoinFr, QuickOverTcp) {
   check_join_fr(run_quick("join-fr", "tcp", {"--set", "outer_tuples=10000", "--set", "ratios=[1,1000]"}));
+}
+
+// agg fails by itself when the two algorithms' group counts or checksums differ.
+void check_agg(const json& r) {
+  ASSERT_TRUE(r.is_object());
+  for (const auto& [panel, target] : {std::pair<const char*, double>{"few_groups", 1.0}, {"many_groups", 0.5}, {"zipf", 0.5}}) {
+    const json* p = find_by_id(r["panels"], panel);
+    ASSERT_NE(p, nullptr) << panel;
+    check_positive(*p);
+    ASSERT_EQ((*p)["ratios"].size(), 1u) << panel;
+    EXPECT_DOUBLE_EQ((*p)["ratios"][0]["target"].get<double>(), target) << panel;
+  }
+}
+
+TEST(BenchAgg, QuickOverShm) {
+  check_agg(run_quick("agg", "shm", {"--set", "tuples=40000", "--set", "few_groups=[10]", "--set",
+                                     "many_groups=[100000]", "--set", "zipf_groups=[100000]"}));
+}
+
+TEST(BenchAgg, QuickOverTcp) {
+  check_agg(run_quick("agg", "tcp", {"--set", "tuples=20000", "--set", "few_groups=[10]", "--set",
+                                     "many_groups=[50000]", "--set", "zipf_groups=[50000]"}));
 }
 
 }  // namespace

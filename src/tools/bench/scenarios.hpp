@@ -19,6 +19,7 @@ std::unique_ptr<Scenario> make_mpi_p2p_scenario();       // mpi_p2p_bench.cpp
 std::unique_ptr<Scenario> make_mpi_alltoall_scenario();  // mpi_alltoall_bench.cpp
 std::unique_ptr<Scenario> make_join_scenario();          // join_bench.cpp
 std::unique_ptr<Scenario> make_join_fr_scenario();       // join_bench.cpp
+std::unique_ptr<Scenario> make_agg_scenario();           // agg_bench.cpp
 
 // A fresh instance of every scenario, in listing order.
 std::vector<std::unique_ptr<Scenario>> make_scenarios();
