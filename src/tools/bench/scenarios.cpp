@@ -18,6 +18,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_combiner_scenario());
   all.push_back(make_mpi_p2p_scenario());
   all.push_back(make_mpi_alltoall_scenario());
+  all.push_back(make_python_scenario());
   return all;
 }
 

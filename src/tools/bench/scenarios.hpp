@@ -17,6 +17,7 @@ std::unique_ptr<Scenario> make_replicate_scenario();    // replicate_bench.cpp
 std::unique_ptr<Scenario> make_combiner_scenario();     // combiner_bench.cpp
 std::unique_ptr<Scenario> make_mpi_p2p_scenario();       // mpi_p2p_bench.cpp
 std::unique_ptr<Scenario> make_mpi_alltoall_scenario();  // mpi_alltoall_bench.cpp
+std::unique_ptr<Scenario> make_python_scenario();        // python_bench.cpp
 
 // A fresh instance of every scenario, in listing order.
 std::vector<std::unique_ptr<Scenario>> make_scenarios();
