@@ -11,8 +11,8 @@ NumPy views.
     with dfi.ShuffleSource(node, "orders", thread=0) as out:   # closes on leaving the block
         out.push(np.zeros(1000, row))                   # zero-copy: the dtype is the flow's
     target = dfi.ShuffleTarget(node, "orders", id=0)
-    for batch in target:                                # NumPy views, valid until the next consume
-        total += batch["value"].sum()
+    total = sum(batch["value"].sum() for batch in target)   # NumPy views, each valid until
+                                                              # the next consume
     node.finish()
 
 Everything here binds the C++ API of include/dfi/flow (see python/README.md); a failed call raises
