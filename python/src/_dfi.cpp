@@ -235,6 +235,23 @@ void create_flow(cluster::Node& node, const std::string& name, const std::string
   flow::create_flow(node, spec);
 }
 
+// Binds class `name` whose constructor opens something by name: Box(node, name, index,
+// open_timeout_ms) runs `open(self, node, name, index, timeout)` with the GIL released (opening
+// waits for the registry), and the object keeps the node alive.
+template <class Box, class Open>
+nb::class_<Box> bind_open(nb::module_& m, const char* name, Open open) {
+  nb::class_<Box> cls(m, name);
+  cls.def(
+      "__init__",
+      [open](Box* self, cluster::Node& node, const std::string& flow_name, int index,
+             std::int64_t open_timeout_ms) {
+        nb::gil_scoped_release release;
+        open(self, node, flow_name, index, milliseconds(open_timeout_ms));
+      },
+      nb::keep_alive<1, 2>(), "node"_a, "name"_a, "index"_a = 0, "open_timeout_ms"_a = 0);
+  return cls;
+}
+
 template <class Box>
 void bind_source_common(nb::class_<Box>& cls) {
   cls.def("_push", &Box::push, "array"_a)
@@ -322,18 +339,14 @@ NB_MODULE(_dfi, m) {
     flow::create_barrier(node, name, refs);
   });
 
-  nb::class_<ShuffleSourceBox> shuffle_source(m, "_ShuffleSource");
-  shuffle_source.def(
-      "__init__",
-      [](ShuffleSourceBox* self, cluster::Node& node, const std::string& name, int thread,
-         std::int64_t open_timeout_ms) {
-        nb::gil_scoped_release release;
+  // Sources: a flow name, this rank's source thread, an open timeout.
+  auto shuffle_source = bind_open<ShuffleSourceBox>(
+      m, "_ShuffleSource", [](ShuffleSourceBox* self, cluster::Node& node, const std::string& name, int thread,
+                              milliseconds timeout) {
         flow::SourceOptions options;
-        options.open_timeout = milliseconds(open_timeout_ms);
-        new (self) ShuffleSourceBox(node, name, thread, flow::FlowType::shuffle,
-                                    milliseconds(open_timeout_ms), std::move(options));
-      },
-      nb::keep_alive<1, 2>());
+        options.open_timeout = timeout;
+        new (self) ShuffleSourceBox(node, name, thread, flow::FlowType::shuffle, timeout, std::move(options));
+      });
   bind_source_common(shuffle_source);
   shuffle_source
       .def("_push_to",
@@ -347,83 +360,57 @@ NB_MODULE(_dfi, m) {
            })
       .def_prop_ro("target_count", [](const ShuffleSourceBox& b) { return b.source->target_count(); });
 
-  nb::class_<ReplicateSourceBox> replicate_source(m, "_ReplicateSource");
-  replicate_source.def(
-      "__init__",
-      [](ReplicateSourceBox* self, cluster::Node& node, const std::string& name, int thread,
-         std::int64_t open_timeout_ms) {
-        nb::gil_scoped_release release;
+  auto replicate_source = bind_open<ReplicateSourceBox>(
+      m, "_ReplicateSource", [](ReplicateSourceBox* self, cluster::Node& node, const std::string& name,
+                                int thread, milliseconds timeout) {
         flow::ReplicateSourceOptions options;
-        options.open_timeout = milliseconds(open_timeout_ms);
-        new (self) ReplicateSourceBox(node, name, thread, flow::FlowType::replicate,
-                                      milliseconds(open_timeout_ms), std::move(options));
-      },
-      nb::keep_alive<1, 2>());
+        options.open_timeout = timeout;
+        new (self) ReplicateSourceBox(node, name, thread, flow::FlowType::replicate, timeout, std::move(options));
+      });
   bind_source_common(replicate_source);
 
-  nb::class_<CombinerSourceBox> combiner_source(m, "_CombinerSource");
-  combiner_source.def(
-      "__init__",
-      [](CombinerSourceBox* self, cluster::Node& node, const std::string& name, int thread,
-         std::int64_t open_timeout_ms) {
-        nb::gil_scoped_release release;
+  auto combiner_source = bind_open<CombinerSourceBox>(
+      m, "_CombinerSource", [](CombinerSourceBox* self, cluster::Node& node, const std::string& name,
+                               int thread, milliseconds timeout) {
         flow::CombinerSourceOptions options;
-        options.open_timeout = milliseconds(open_timeout_ms);
-        new (self) CombinerSourceBox(node, name, thread, flow::FlowType::combiner,
-                                     milliseconds(open_timeout_ms), std::move(options));
-      },
-      nb::keep_alive<1, 2>());
+        options.open_timeout = timeout;
+        new (self) CombinerSourceBox(node, name, thread, flow::FlowType::combiner, timeout, std::move(options));
+      });
   bind_source_common(combiner_source);
 
-  nb::class_<ShuffleTargetBox> shuffle_target(m, "_ShuffleTarget");
-  shuffle_target.def(
-      "__init__",
-      [](ShuffleTargetBox* self, cluster::Node& node, const std::string& name, int id,
-         std::int64_t open_timeout_ms) {
-        nb::gil_scoped_release release;
-        flow::FlowSpec spec = lookup_spec(node, name, flow::FlowType::shuffle, milliseconds(open_timeout_ms));
-        new (self) ShuffleTargetBox(name, spec.schema, node, name, id, std::nullopt,
-                                    milliseconds(open_timeout_ms));
-      },
-      nb::keep_alive<1, 2>());
+  // Targets: a flow name, this rank's target id, an open timeout; the schema of what they hand
+  // out (the flow's, or the combiner's result schema).
+  auto shuffle_target = bind_open<ShuffleTargetBox>(
+      m, "_ShuffleTarget", [](ShuffleTargetBox* self, cluster::Node& node, const std::string& name, int id,
+                              milliseconds timeout) {
+        flow::FlowSpec spec = lookup_spec(node, name, flow::FlowType::shuffle, timeout);
+        new (self) ShuffleTargetBox(name, spec.schema, node, name, id, std::nullopt, timeout);
+      });
   bind_target_common(shuffle_target);
 
-  nb::class_<ReplicateTargetBox> replicate_target(m, "_ReplicateTarget");
-  replicate_target.def(
-      "__init__",
-      [](ReplicateTargetBox* self, cluster::Node& node, const std::string& name, int id,
-         std::int64_t open_timeout_ms) {
-        nb::gil_scoped_release release;
-        flow::FlowSpec spec = lookup_spec(node, name, flow::FlowType::replicate, milliseconds(open_timeout_ms));
+  auto replicate_target = bind_open<ReplicateTargetBox>(
+      m, "_ReplicateTarget", [](ReplicateTargetBox* self, cluster::Node& node, const std::string& name, int id,
+                                milliseconds timeout) {
+        flow::FlowSpec spec = lookup_spec(node, name, flow::FlowType::replicate, timeout);
         flow::ReplicateTargetOptions options;
-        options.open_timeout = milliseconds(open_timeout_ms);
+        options.open_timeout = timeout;
         new (self) ReplicateTargetBox(name, spec.schema, node, name, id, std::move(options));
-      },
-      nb::keep_alive<1, 2>());
+      });
   bind_target_common(replicate_target);
 
-  nb::class_<CombinerTargetBox> combiner_target(m, "_CombinerTarget");
-  combiner_target.def(
-      "__init__",
-      [](CombinerTargetBox* self, cluster::Node& node, const std::string& name, int id,
-         std::int64_t open_timeout_ms) {
-        nb::gil_scoped_release release;
-        flow::FlowSpec spec = lookup_spec(node, name, flow::FlowType::combiner, milliseconds(open_timeout_ms));
+  auto combiner_target = bind_open<CombinerTargetBox>(
+      m, "_CombinerTarget", [](CombinerTargetBox* self, cluster::Node& node, const std::string& name, int id,
+                               milliseconds timeout) {
+        flow::FlowSpec spec = lookup_spec(node, name, flow::FlowType::combiner, timeout);
         new (self) CombinerTargetBox(name, flow::combiner_result_schema(spec), node, name, id, std::nullopt,
-                                     milliseconds(open_timeout_ms));
-      },
-      nb::keep_alive<1, 2>());
+                                     timeout);
+      });
   bind_target_common(combiner_target);
 
-  nb::class_<BarrierBox>(m, "Barrier")
-      .def(
-          "__init__",
-          [](BarrierBox* self, cluster::Node& node, const std::string& name, int thread,
-             std::int64_t open_timeout_ms) {
-            nb::gil_scoped_release release;
-            new (self) BarrierBox(node, name, thread, milliseconds(open_timeout_ms));
-          },
-          nb::keep_alive<1, 2>(), "node"_a, "name"_a, "thread"_a = 0, "open_timeout_ms"_a = 0)
+  auto barrier = bind_open<BarrierBox>(
+      m, "Barrier", [](BarrierBox* self, cluster::Node& node, const std::string& name, int thread,
+                       milliseconds timeout) { new (self) BarrierBox(node, name, thread, timeout); });
+  barrier
       .def("wait",
            [](BarrierBox& b, std::int64_t timeout_ms) { check(b.barrier->wait(milliseconds(timeout_ms))); },
            "timeout_ms"_a = 0, Release())

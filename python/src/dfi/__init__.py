@@ -128,10 +128,21 @@ def create_barrier(node, name, members):
     _dfi._create_barrier(node, name, [tuple(m) for m in members])
 
 
-# Barrier(node, name, thread=0, open_timeout_ms=0) joins barrier `name` as member `thread` of this
-# rank; wait(timeout_ms=0) returns once every member called it this round (GIL released); raises
-# dfi.Error peer_failed or timeout (flow::Barrier).
-Barrier = _dfi.Barrier
+class Barrier:
+    """Joins barrier `name` as member `thread` of this rank (flow::Barrier); opening waits for
+    the barrier's creation (up to open_timeout_ms, 0: the registry timeout)."""
+
+    def __init__(self, node, name, thread=0, open_timeout_ms=0):
+        self._native = _dfi.Barrier(node, name, thread, open_timeout_ms)
+
+    def wait(self, timeout_ms=0):
+        """Returns once every member called wait() this round (GIL released). Raises dfi.Error:
+        peer_failed (a member's rank died), timeout (0: the flow_timeout_ms setting)."""
+        self._native.wait(timeout_ms)
+
+    @property
+    def rounds(self):
+        return self._native.rounds
 
 
 def _check_array(flow, dtype, array):

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 import dfi
+from totals import publish_received, total_received
 
 ROWS = 50000
 node = dfi.Node()
@@ -68,12 +69,9 @@ assert np.all(table.column("value").to_numpy() == k * 0.25)
 assert table.column("tag").to_pylist() == [b"ar%02d" % (x % 100) for x in k.tolist()]
 assert np.all(table.column("small").to_numpy() == k % 7)
 assert len(np.unique(k)) == len(k)
-node.publish(f"py-arrow/{node.rank}", f"{len(k)} {int(k.sum())}")
+publish_received(node, "py-arrow", len(k), int(k.sum()))
 if node.rank == 0:
-    count = total = 0
-    for r in ranks:
-        c, s = map(int, node.wait_for(f"py-arrow/{r}").split())
-        count, total = count + c, total + s
+    count, total = total_received(node, "py-arrow")
     sent = ROWS * node.size
     single_all = np.sort(np.concatenate(single_keys))
     print(f"py-arrow: {count} of {sent} rows, key sum {total} of {sent * (sent - 1) // 2}; "

@@ -11,6 +11,7 @@ import threading
 import numpy as np
 
 import dfi
+from totals import publish_received, total_received
 
 rows, chunk = int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 65536
 node = dfi.Node()
@@ -53,12 +54,9 @@ got = np.concatenate(received) if received else np.empty(0, row)
 assert np.all(got["value"] == got["key"] * 0.5), "a value does not belong to its key"
 assert np.all(got["tag"] == b"py") and np.all(got["small"] == (got["key"] % 1000).astype(np.int16))
 assert len(np.unique(got["key"])) == len(got), "a key arrived twice at this target"
-node.publish(f"py-shuffle/{node.rank}", f"{len(got)} {int(got['key'].sum(dtype=np.uint64))}")
+publish_received(node, "py-shuffle", len(got), int(got["key"].sum(dtype=np.uint64)))
 if node.rank == 0:
-    count = total = 0
-    for r in ranks:
-        c, s = map(int, node.wait_for(f"py-shuffle/{r}").split())
-        count, total = count + c, total + s
+    count, total = total_received(node, "py-shuffle")
     sent = rows * node.size
     expected = sent * (sent - 1) // 2
     print(f"py-shuffle: {count} of {sent} rows, key sum {total} of {expected}: "
