@@ -1,8 +1,8 @@
 """The Python side of `dfi bench python` (src/tools/bench/python_bench.cpp): one 1:1 shuffle of
 ROWS 16-byte rows (uint64 key, float64 value), rank 0 -> rank 1, with the Python bindings.
 Rank 0 builds a NumPy structured array of the rows and pushes it with one push() (handed to
-push_bulk without a copy), then closes; rank 1 consumes every batch and copies it into a
-preallocated NumPy array of the rows. Both start at a common barrier; rank 1 times from the
+push_bulk without a copy), then closes; rank 1 collects the rows into a preallocated NumPy array
+with consume_into (the batches that are there per call, copied in C++ with the GIL released). Both start at a common barrier; rank 1 times from the
 barrier to the end of the stream and checks count and key sum after the clock stopped. Each rank
 prints one result line (the bench marker + JSON), as the C++ rank program does.
 
@@ -40,9 +40,10 @@ else:
     node.barrier(name + "/start")
     start = time.perf_counter()
     at = 0
-    while (batch := target.consume(params["consume_timeout_ms"])) is not None:
-        out[at:at + len(batch)] = batch
-        at += len(batch)
+    while at < rows and (n := target.consume_into(out[at:], params["consume_timeout_ms"])):
+        at += n
+    if target.consume(params["consume_timeout_ms"]) is not None:
+        raise AssertionError(f"more than the {rows} rows pushed arrived")
     seconds = time.perf_counter() - start
     result = {"rank": 1, "received_tuples": at,
               "received_key_sum": int(out["key"][:at].sum(dtype=np.uint64)), "seconds": seconds}

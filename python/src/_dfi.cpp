@@ -20,8 +20,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -147,20 +149,79 @@ struct TargetBox {
       : name(flow_name), schema(std::move(tuple_schema)), target(std::forward<Args>(args)...) {}
 
   // Waits for the next batch (GIL released) and returns it as a raw view, or None at the end.
+  // Rows of the current batch that consume_into left are handed out first.
   nb::object consume(nb::handle self, std::int64_t timeout_ms) {
+    check(take_error());
+    if (taken == batch.count) {
+      Status status;
+      {
+        nb::gil_scoped_release release;
+        status = target.consume(batch, milliseconds(timeout_ms));
+      }
+      taken = 0;
+      check(status);
+    }
+    flow::TupleBatch rest = batch;
+    rest.data = batch.data + taken * batch.tuple_bytes;
+    rest.count = batch.count - taken;
+    taken = batch.count;
+    return batch_view(rest, self);
+  }
+
+  // Copies rows into `array` (writable, C-contiguous, whole rows; the Python half checked its
+  // dtype) from as many batches as it holds: waits (GIL released) for the first batch only, then
+  // takes what has arrived without waiting (targets that have try_consume; others one batch
+  // per call). A batch that does not fit is continued by the next call. Returns the rows
+  // written: 0 only at the end of the flow. An error after some rows were written is raised by
+  // the next call, so that no written row goes unreported.
+  std::size_t consume_into(nb::handle array, std::int64_t timeout_ms) {
+    check(take_error());
+    Py_buffer view{};
+    if (PyObject_GetBuffer(array.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0)
+      throw nb::python_error();
+    const std::size_t width = schema.tuple_bytes();
+    const std::size_t capacity = static_cast<std::size_t>(view.len) / width;
+    auto* out = static_cast<std::byte*>(view.buf);
+    std::size_t rows = 0;
     Status status;
     {
       nb::gil_scoped_release release;
-      status = target.consume(batch, milliseconds(timeout_ms));
+      while (rows < capacity) {
+        if (taken == batch.count) {
+          if (target.end()) break;
+          if (rows == 0) {
+            status = target.consume(batch, milliseconds(timeout_ms));
+          } else if constexpr (requires { target.try_consume(batch); }) {
+            status = target.try_consume(batch);
+          } else {
+            break;
+          }
+          taken = 0;  // a new batch, or an empty one (consume resets it, also when it fails)
+          if (status.code() == Errc::retry) status = Status();  // nothing more there yet
+          if (!status || batch.empty()) break;
+        }
+        const std::size_t n = std::min(batch.count - taken, capacity - rows);
+        std::memcpy(out + rows * width, batch.data + taken * width, n * width);
+        rows += n;
+        taken += n;
+      }
     }
-    check(status);
-    return batch_view(batch, self);
+    PyBuffer_Release(&view);
+    if (!status) {
+      if (rows == 0) check(status);
+      error = std::move(status);
+    }
+    return rows;
   }
+
+  Status take_error() { return std::exchange(error, Status()); }
 
   std::string name;
   flow::Schema schema;  // of the tuples consume hands out
   Target target;
   flow::TupleBatch batch;
+  std::size_t taken = 0;  // rows of `batch` handed out (consume_into may leave some)
+  Status error;           // raised by the next call (consume_into had rows to return first)
 };
 
 using ShuffleTargetBox = TargetBox<flow::ShuffleTarget>;
@@ -268,6 +329,7 @@ void bind_target_common(nb::class_<Box>& cls) {
             return nb::cast<Box&>(self).consume(self, timeout_ms);
           },
           "timeout_ms"_a = 0)
+      .def("_consume_into", &Box::consume_into, "array"_a, "timeout_ms"_a = 0)
       .def_prop_ro("end", [](const Box& b) { return b.target.end(); })
       .def_prop_ro("_layout", [](const Box& b) { return layout_of(b.schema); })
       .def_ro("name", &Box::name);

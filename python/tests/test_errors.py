@@ -24,6 +24,8 @@ def test_dfi_errors_become_exceptions_with_code_and_message():
         "column-extra": ("invalid_argument", ["flow 'e-0'", "field 'x'"]),
         "not-contiguous": ("invalid_argument", ["flow 'e-0'", "contiguous"]),
         "not-structured": ("invalid_argument", ["flow 'e-0'", "no fields"]),
+        "into-readonly": ("invalid_argument", ["flow 'e-0'", "writable"]),
+        "into-dtype": ("invalid_argument", ["flow 'e-0'", "column 'value'", "int64"]),
         "timeout": ("timeout", ["e-0"]),
     }
     for name, (code, parts) in expected.items():

@@ -149,8 +149,8 @@ def _check_array(flow, dtype, array):
     """The array itself when its layout is the flow's (then it is pushed without a copy), else
     dfi.Error(invalid_argument) naming the flow and the first column that differs."""
     if not isinstance(array, np.ndarray):
-        raise _invalid(f"flow '{flow}': push takes a NumPy structured array of dtype {dtype} "
-                       f"(or an Arrow RecordBatch), not {type(array).__name__}")
+        raise _invalid(f"flow '{flow}': expected a NumPy structured array of dtype {dtype} "
+                       f"(push also takes an Arrow RecordBatch), not {type(array).__name__}")
     have = array.dtype
     if have != dtype:
         if have.names is None:
@@ -338,6 +338,20 @@ class _Target:
             return None
         rows = raw.view(self.dtype)
         return rows.copy() if copy else rows
+
+    def consume_into(self, out, timeout_ms=0):
+        """Copies the next rows into `out` (a writable, one-dimensional, contiguous array of
+        self.dtype) and returns how many: it waits (GIL released) for the first batch, then takes
+        the batches that are already there, as many rows as fit, in one call — the cheapest way
+        to collect a flow into one NumPy array (no Python work per batch). Rows of a batch that
+        do not fit come first in the next call (or consume()). Returns 0 only once every source
+        closed. Raises dfi.Error as consume (an error after some rows were copied is raised by
+        the next call), invalid_argument for an array of another dtype or without room."""
+        _check_array(self.name, self.dtype, out)
+        if not out.flags.writeable or len(out) == 0:
+            raise _invalid(f"flow '{self.name}': consume_into needs a writable array with room "
+                           "for at least one row")
+        return self._native._consume_into(out, timeout_ms)
 
     def consume_arrow(self, timeout_ms=0):
         """The next batch as a pyarrow.RecordBatch (a copy: Arrow is columnar), or None at the

@@ -47,6 +47,11 @@ expect("column-extra", dfi.Errc.invalid_argument,
        lambda: source.push(np.zeros(4, [("key", "i8"), ("value", "f8"), ("x", "i1")])))
 expect("not-contiguous", dfi.Errc.invalid_argument, lambda: source.push(np.zeros(8, row)[::2]))
 expect("not-structured", dfi.Errc.invalid_argument, lambda: source.push(np.zeros(8)))
+readonly = np.zeros(4, row)
+readonly.flags.writeable = False
+expect("into-readonly", dfi.Errc.invalid_argument, lambda: target.consume_into(readonly))
+expect("into-dtype", dfi.Errc.invalid_argument,
+       lambda: target.consume_into(np.zeros(4, [("key", "i8"), ("value", "i8")])))
 # A data-path Status: nothing arrives within the timeout.
 expect("timeout", dfi.Errc.timeout, lambda: target.consume(timeout_ms=100))
 source.push(np.array([(1, 2.0), (3, 4.0)], row))

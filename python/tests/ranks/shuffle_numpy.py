@@ -44,9 +44,20 @@ sender = threading.Thread(target=push)
 sender.start()
 target = dfi.ShuffleTarget(node, "py-shuffle", id=0)
 received = []
-for batch in target:  # a view until the next consume: keep a copy
+# Alternately a view of a batch (kept as a copy: it is valid until the next consume) and
+# consume_into a 700-row array, which cuts batches (the rest comes first next time).
+into = np.empty(700, row)
+while True:
+    batch = target.consume()
+    if batch is None:
+        break
     assert not batch.flags.writeable
     received.append(batch.copy())
+    n = target.consume_into(into)
+    if n == 0:
+        break
+    received.append(into[:n].copy())
+assert target.consume() is None and target.consume_into(into) == 0 and target.end
 sender.join()
 if errors:
     raise errors[0]
