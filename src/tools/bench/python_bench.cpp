@@ -4,8 +4,8 @@
 // key, float64 value; key i, value i), rank 0 -> rank 1, default ring shape.
 //   python: bench/python/shuffle_rank.py under the same launcher: rank 0 pushes a NumPy structured
 //           array with one dfi.ShuffleSource.push (the array is handed to push_bulk without a
-//           copy) and closes; rank 1 consumes each batch as a NumPy view and copies it into a
-//           preallocated NumPy array of the rows.
+//           copy) and closes; rank 1 collects the rows into a preallocated NumPy array with
+//           dfi.ShuffleTarget.consume_into (every batch already there per call, copied in C++).
 //   C++:    `dfi bench-rank python`: rank 0 push_bulk()s the same rows from a vector and closes;
 //           rank 1 consume()s and memcpy()s each batch into a preallocated vector.
 // Rows/s = ROWS / (time at rank 1 from a barrier both ranks pass once their side is open, to
@@ -131,8 +131,8 @@ class PythonBench final : public Scenario {
     return "Two ranks, one 1:1 bandwidth-mode shuffle flow of `rows` 16-byte rows (uint64 key, "
            "float64 value). Python (bench/python/shuffle_rank.py): rank 0 pushes a NumPy "
            "structured array with one dfi.ShuffleSource.push (no copy: handed to push_bulk) and "
-           "closes; rank 1 consumes each batch as a NumPy view and copies it into a preallocated "
-           "NumPy array. Rows/s = rows / time at rank 1 from a common barrier (both sides open) "
+           "closes; rank 1 collects the rows into a preallocated NumPy array with consume_into "
+           "(the batches already there per call, copied in C++). Rows/s = rows / time at rank 1 from a common barrier (both sides open) "
            "to the end of the stream; count and key sum checked. Baseline, interleaved: the same "
            "transfer in C++ (push_bulk from a vector; consume + memcpy into a vector).";
   }
@@ -171,7 +171,7 @@ class PythonBench final : public Scenario {
                                 {"transfer", "", "category"}, {"rows per second", "M rows/s"},
                                 Better::higher);
     const std::string x = std::to_string(rows) + " rows";
-    panel.series("python", Role::dfi, "Python: push(NumPy array), consume -> NumPy copy");
+    panel.series("python", Role::dfi, "Python: push(NumPy array), consume_into(NumPy array)");
     panel.series("cpp", Role::baseline, "C++: push_bulk, consume -> memcpy",
                  "the same transfer without Python");
     panel.compare("python", "cpp", 0.8);
