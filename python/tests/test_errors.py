@@ -43,3 +43,17 @@ def test_killed_peer_raises_peer_failed_within_two_seconds(transport):
     assert found, run.all()
     assert float(found.group(1)) < 2.0, run.all()
     assert "then flow_failed in 0.0" in run.out, run.all()
+
+
+def test_node_outside_a_cluster_raises_invalid_argument():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFI_", "OMPI_", "PMIX_", "SLURM_"))}
+    code = ("import dfi\ntry:\n    dfi.Node()\nexcept dfi.Error as e:\n"
+            "    print(e.code.name, '|', e.message)\n")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("invalid_argument | cannot determine rank"), run.stdout
