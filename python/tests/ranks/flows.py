@@ -1,6 +1,7 @@
-"""Replicate, combiner and barrier from Python on 2 ranks: rank 0 replicates ROWS rows to a target
-on each rank (each gets all of them, in order); both ranks push rows into a combiner whose target
-on rank 0 checks sum/count/min/max/avg per key against NumPy; a barrier runs three rounds."""
+"""Replicate, combiner, explicit routing and barrier from Python on 2 ranks: rank 0 replicates ROWS
+rows to a target on each rank (each gets all of them, in order); both ranks push rows into a
+combiner whose target on rank 0 checks sum/count/min/max/avg per key against NumPy; both push
+row i to target i % 2 of an explicit-routing shuffle (push_to); a barrier runs three rounds."""
 import threading
 
 import numpy as np
@@ -18,6 +19,8 @@ if node.rank == 0:
                     targets=[(0, 0)], schema=row, key="key",
                     aggregates="sum(amount),count(*),min(amount),max(amount),avg(amount)")
     dfi.create_barrier(node, "py-barrier", [(r, 0) for r in ranks])
+    dfi.create_flow(node, "py-explicit", sources=[(r, 0) for r in ranks],
+                    targets=[(r, 0) for r in ranks], schema=row, routing="explicit")
 
 data = np.empty(ROWS, row)
 data["key"] = np.arange(ROWS) % 97
@@ -33,6 +36,9 @@ def sources():
         with dfi.CombinerSource(node, "py-comb", 0) as source:
             source.push(data[:ROWS // 2])
             source.push(data[ROWS // 2:])
+        with dfi.ShuffleSource(node, "py-explicit", 0) as source:  # row i to target i % 2
+            for t in range(source.target_count):
+                source.push_to(t, np.ascontiguousarray(data[t::source.target_count]))
     except Exception as e:
         errors.append(e)
 
@@ -56,6 +62,12 @@ if node.rank == 0:
         assert (s, c, lo, hi) == (mine.sum(), len(mine), mine.min(), mine.max()), k
         assert abs(avg - mine.mean()) < 1e-9 * max(1, abs(avg)), k
     print(f"combiner: {len(result)} groups match NumPy", flush=True)
+explicit = np.concatenate([b.copy() for b in dfi.ShuffleTarget(node, "py-explicit", 0)])
+# Every rank sent its rows node.rank, node.rank + 2, ... here (amount = row * (sender + 1)).
+got = np.sort(explicit["amount"])
+want = np.sort(np.concatenate([np.arange(node.rank, ROWS, len(ranks)) * (r + 1) for r in ranks]))
+assert np.array_equal(got, want), "push_to: not exactly the rows addressed to this target"
+print(f"rank {node.rank} push_to: {len(explicit)} rows, each where it was sent", flush=True)
 sender.join()
 if errors:
     raise errors[0]
