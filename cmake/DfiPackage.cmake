@@ -97,3 +97,6 @@ string(REGEX REPLACE "/$" "" DFI_PC_TO_PREFIX "${DFI_PC_TO_PREFIX}")
 list(JOIN DFI_SANITIZE_LINK " " DFI_PC_SANITIZE)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/dfi.pc.in ${PROJECT_BINARY_DIR}/package/dfi.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/package/dfi.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The same files as a Debian package: cpack -G DEB (cmake/DfiDeb.cmake).
+include(${PROJECT_SOURCE_DIR}/cmake/DfiDeb.cmake)

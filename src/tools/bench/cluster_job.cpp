@@ -62,6 +62,7 @@ class RankOutput : public std::streambuf {
 };
 
 std::vector<std::string> rank_argv(const RankJob& job, const std::string& binary) {
+  if (!job.program.empty()) return job.program;
   return {binary, "bench-rank", job.scenario, job.params.dump()};
 }
 

@@ -27,6 +27,9 @@ struct RankJob {
   std::chrono::milliseconds timeout{120000};
   // Extra environment for every rank (e.g. DFI_OP_TIMEOUT_MS).
   std::vector<std::pair<std::string, std::string>> env;
+  // The rank program when it is not `dfi bench-rank <scenario> '<params json>'` (a Python rank,
+  // scenario python): its argv, which gets the params itself; it reports with the same marker.
+  std::vector<std::string> program;
 };
 
 // The marker in front of a rank's result line on stdout.
