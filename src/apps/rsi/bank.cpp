@@ -32,10 +32,28 @@ constexpr auto kReportEvery = std::chrono::milliseconds(200);  // clients add th
 std::string stats_record(const std::string& table) { return "rsi/" + table + "/bank/stats"; }
 std::string done_record(const std::string& table) { return "rsi/" + table + "/bank/done"; }
 
+// An account's payload holds its balance in every whole word: a read that mixed two versions
+// (a torn read) shows words that differ.
 std::int64_t balance_of(std::span<const std::byte> payload) {
   std::int64_t balance = 0;
   std::memcpy(&balance, payload.data(), sizeof balance);
   return balance;
+}
+
+bool consistent(std::span<const std::byte> payload) {
+  const std::int64_t first = balance_of(payload);
+  for (std::size_t at = sizeof first; at + sizeof first <= payload.size(); at += sizeof first) {
+    std::int64_t word = 0;
+    std::memcpy(&word, payload.data() + at, sizeof word);
+    if (word != first) return false;
+  }
+  return true;
+}
+
+void set_balance(std::span<std::byte> payload, std::int64_t balance) {
+  for (std::size_t at = 0; at + sizeof balance <= payload.size(); at += sizeof balance) {
+    std::memcpy(payload.data() + at, &balance, sizeof balance);
+  }
 }
 
 void validate(const cluster::Node& node, const BankOptions& o) {
@@ -61,7 +79,7 @@ std::string run_client(Client& client, cluster::SharedWords& stats, const BankOp
     rng ^= rng << 17;
     return rng;
   };
-  std::vector<std::byte> a(o.payload_bytes), b(o.payload_bytes);
+  std::vector<std::byte> a(o.payload_bytes), b(o.payload_bytes);  // set up once, reused
   ClientCounters reported;
   auto report = [&]() -> Status {
     const ClientCounters& now = client.counters();
@@ -97,11 +115,14 @@ std::string run_client(Client& client, cluster::SharedWords& stats, const BankOp
     Status s = client.begin();
     if (s) s = client.read(from, a.data());
     if (s) s = client.read(to, b.data());
+    if (s && (!consistent(a) || !consistent(b))) {
+      error = client.name() + ": torn read: the words of account " + std::to_string(consistent(a) ? to : from) +
+              " come from different versions";
+      break;
+    }
     if (s) {
-      std::int64_t x = balance_of(a) - amount;
-      std::int64_t y = balance_of(b) + amount;
-      std::memcpy(a.data(), &x, sizeof x);
-      std::memcpy(b.data(), &y, sizeof y);
+      set_balance(a, balance_of(a) - amount);
+      set_balance(b, balance_of(b) + amount);
       s = client.write(from, a.data());
       if (s) s = client.write(to, b.data());
       if (s) s = client.commit();
@@ -222,10 +243,11 @@ int run_monitor(cluster::Node& node, const BankOptions& o, const Table& table, c
 
   fabric::Worker worker(node.fabric(), "bank audit");
   std::int64_t total = 0;
-  std::uint64_t locked_records = 0, newest = 0;
+  std::uint64_t locked_records = 0, newest = 0, torn = 0;
   try {
     scan_table(node, worker, table, o.timeout, [&](std::uint64_t, std::uint64_t header, std::span<const std::byte> payload) {
       total += balance_of(payload);
+      if (!consistent(payload)) ++torn;
       if (locked(header)) ++locked_records;
       newest = std::max(newest, commit_id(header));
     });
@@ -238,6 +260,10 @@ int run_monitor(cluster::Node& node, const BankOptions& o, const Table& table, c
     out << "txn: bank invariant holds: total " << total << " = " << o.accounts << " accounts x " << o.initial_balance << '\n';
   } else {
     out << "txn: bank invariant VIOLATED: total " << total << ", expected " << expected << '\n';
+    code = 1;
+  }
+  if (torn != 0) {
+    out << "txn: " << torn << " record(s) hold words of different versions\n";
     code = 1;
   }
   if (locked_records == 0) {
@@ -257,10 +283,9 @@ int run_bank(cluster::Node& node, const BankOptions& o, std::ostream& out, std::
   const bool server = static_cast<std::size_t>(node.rank()) < o.servers;
   const auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.seconds)) +
                         2 * o.timeout;
-  // Every account starts with the initial balance; the rest of a record is filler.
+  // Every account starts with the initial balance.
   auto init = [&o](std::uint64_t, std::span<std::byte> payload) {
-    std::memset(payload.data(), 0x5a, payload.size());
-    std::memcpy(payload.data(), &o.initial_balance, sizeof o.initial_balance);
+    set_balance(payload, o.initial_balance);
   };
   int code = 0;
   if (node.rank() == 0) {

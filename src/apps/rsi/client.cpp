@@ -311,6 +311,11 @@ class TwoPcClient final : public Client {
       answered_[s] = false;
       if (!involved_[s]) continue;
       ++expected;
+      if (lengths_[s] * sizeof(std::uint64_t) > fabric::kMaxAmBytes) {
+        return {Errc::invalid_argument, name_ + ": a request of " + std::to_string(lengths_[s] * sizeof(std::uint64_t)) +
+                                            " bytes to storage server " + std::to_string(s) + " exceeds one message (" +
+                                            std::to_string(fabric::kMaxAmBytes) + " bytes): fewer or smaller records"};
+      }
       if (Status st = endpoints_[s].am_send(wire::kRequestAm, std::as_bytes(std::span(requests_[s].data(), lengths_[s]))); !st) {
         return server_error(s, st);
       }

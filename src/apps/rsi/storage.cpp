@@ -54,7 +54,7 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
                                                                         "' 2pc server " + std::to_string(server_));
   two_pc_->reply.resize(wire::kReplyHead + slot);
   two_pc_->worker->set_am_handler(wire::kRequestAm, [this](const fabric::AmMessage& message, fabric::AmReplier& replier) {
-    ++requests_;  // relaxed: a statistic (the thread serving is the only writer)
+    requests_.fetch_add(1, std::memory_order_relaxed);  // a statistic
     std::uint64_t* block = block_.local();
     const std::size_t block_words = table_.block_words(server_);
     const std::size_t slot_words = table_.slot_words();

@@ -23,6 +23,10 @@ std::uint64_t consecutive_finished(std::uint64_t from, const std::uint64_t* reti
     const std::uint64_t bit = t;  // timestamp t + 1 is bit t
     const std::size_t word = static_cast<std::size_t>(bit / 64);
     if (word < first_word || word >= first_word + count) return t;
+    if (bit % 64 == 0 && words[word - first_word] == ~std::uint64_t{0}) {
+      t += 64;  // a whole word finished
+      continue;
+    }
     const bool set = ((words[word - first_word] >> (bit % 64)) & 1) != 0;
     const std::uint64_t retired_from = retired[bit % clients];
     if (!set && (retired_from == 0 || t + 1 < retired_from)) return t;

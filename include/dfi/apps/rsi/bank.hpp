@@ -6,7 +6,9 @@
 // service and the run's statistics words and prints progress and the summary); every other
 // rank runs `threads` clients, one per thread, each on its own worker. A client repeats: pick two
 // different accounts at random, read both, move 1..10 units from one to the other, commit; an
-// aborted transfer is counted and the client goes on with a new one.
+// aborted transfer is counted and the client goes on with a new one. Every whole word of an
+// account's payload holds its balance, so a read mixing two versions is caught (the client stops
+// with an error; the audit counts such records).
 #pragma once
 
 #include <chrono>
@@ -30,7 +32,7 @@ struct BankOptions {
   std::int64_t initial_balance = 1000;
   std::size_t servers = 1;            // ranks 0 .. servers-1
   std::size_t threads = 1;            // clients per client rank
-  std::size_t payload_bytes = 8;      // >= 8: the balance, then filler
+  std::size_t payload_bytes = 8;      // >= 8: the balance, repeated in every whole word
   double seconds = 5;                 // run length (clients stop after it or `transactions`)
   std::uint64_t transactions = 0;     // per client; 0: no limit
   std::uint64_t timestamps = std::uint64_t{1} << 24;  // the timestamp vector's bits

@@ -34,7 +34,8 @@
 // Both use the same timestamp service (the paper does the same for fairness). Return values of
 // every call: ok; Errc::retry (bare, no message: the transaction aborted and is over — a
 // conflict, not a failure); invalid_argument (no transaction open, record id out of range, more
-// than kMaxRecordsPerTxn records, a write to a record not read, timestamps used up); peer_failed /
+// than kMaxRecordsPerTxn records, a write to a record not read, timestamps used up; 2PC: the
+// records of one server do not fit one message, fabric::kMaxAmBytes); peer_failed /
 // timeout naming the storage server or the timestamp service (the transaction is over; the
 // client should stop); protocol (a malformed reply). Nothing on the data path allocates except
 // error messages.
@@ -52,13 +53,7 @@
 #include "dfi/apps/rsi/timestamps.hpp"
 #include "dfi/common/error.hpp"
 
-namespace dfi::fabric {
-class Worker;
-}
-namespace dfi::cluster {
-class Node;
-}
-
+// fabric::Worker and cluster::Node: declared in timestamps.hpp.
 namespace dfi::apps::rsi {
 
 enum class Protocol { rsi, two_pc };
