@@ -12,7 +12,15 @@ namespace dfi::cluster {
 void SharedWords::host(Node& node, const std::string& record, std::size_t count,
                        const std::function<void(std::uint64_t* words)>& fill) {
   region_.emplace(node.fabric(), count * sizeof(std::uint64_t));  // zeroed
-  if (fill) fill(static_cast<std::uint64_t*>(region_->data()));
+  if (fill) {
+    auto* words = static_cast<std::uint64_t*>(region_->data());
+    fill(words);
+    // Peers' operations on these words are applied by this process's threads (the progress
+    // thread, where the transport emulates them) with atomic accesses. The registry record orders
+    // them after the fill, but through other processes; release stores of the filled values make
+    // that order one the memory model (and TSan) can see.
+    for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(words[i], std::memory_order_release);
+  }
   node.registry().publish(record, region_->descriptor().serialize());
 }
 

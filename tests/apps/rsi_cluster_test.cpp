@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ostream>
 #include <regex>
 #include <string>
 
@@ -21,6 +22,9 @@ struct Param {
   std::string transport;
   std::string protocol;
 };
+
+// gtest prints a failing test's parameter with this (not as bytes).
+void PrintTo(const Param& p, std::ostream* os) { *os << p.transport << '/' << p.protocol; }
 
 class RsiCluster : public ::testing::TestWithParam<Param> {};
 
