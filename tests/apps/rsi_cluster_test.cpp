@@ -61,7 +61,7 @@ TEST_P(RsiCluster, AConflictingWriterAbortsAndLeavesNoLockBehind) {
   auto run = run_cluster(3, GetParam().transport, {RSI_NODE, "conflict", GetParam().protocol});
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.out, "rsi conflict (" + GetParam().protocol +
-                                    "): conflicting writer aborted, no lock left behind, snapshot rule held"))
+                                    "): conflicting writer aborted, no lock left behind, snapshot rule held, no dirty read"))
       << run.all();
 }
 

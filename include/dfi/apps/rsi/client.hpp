@@ -26,7 +26,7 @@
 //                     compare-and-swap per record that installs the commit id and releases the
 //                     lock. (The paper installs header and payload with one write; UCX gives no
 //                     byte order inside one put, so a reader could see the new header with half
-//                     the old payload: ../../../../shared/UCX-NOTES.md.)
+//                     the old payload: ../shared/UCX-NOTES.md.)
 //   Protocol::two_pc  traditional SI with two-phase commit over two-sided messages: a read is a
 //                     request the server answers; commit sends one prepare per involved server
 //                     (its CPU validates and locks), then commit (install + unlock) or abort.
@@ -107,7 +107,9 @@ class Client {
   // snapshots back. Errors: peer_failed.
   Status leave();
 
+  // Commits and aborts so far (updated by begin/read/commit; read it from the owning thread).
   const ClientCounters& counters() const noexcept { return counters_; }
+  // The protocol this client runs.
   Protocol protocol() const noexcept { return protocol_; }
   // "rsi client 3", used in every message.
   const std::string& name() const noexcept { return name_; }

@@ -4,7 +4,7 @@
 // read, compare-and-swap and write one-sidedly), writes every record's first version (commit id 0,
 // payload from `init`) and publishes the block. For RSI that is all: the server's CPU does nothing
 // on the data path (over shm none at all; over tcp UCX emulates the one-sided operations with
-// active messages that the process's progress thread applies, see ../../../src/README.md).
+// active messages that the process's progress thread applies, see src/README.md).
 //
 // For the baseline, traditional SI with two-phase commit (Protocol::two_pc), the same server
 // also serves two-sided messages on a worker of its own, from a thread of its own: clients send
@@ -48,6 +48,7 @@ class StorageServer {
   StorageServer(const StorageServer&) = delete;
   StorageServer& operator=(const StorageServer&) = delete;
 
+  // This server's index in the table's server list.
   std::size_t server() const noexcept { return server_; }
   // 2PC requests served so far (0 for RSI: nothing to serve). Thread-safe.
   std::uint64_t requests() const noexcept { return requests_.load(std::memory_order_relaxed); }

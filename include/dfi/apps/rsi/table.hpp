@@ -53,9 +53,10 @@ struct Location {
   std::size_t word = 0;    // the header word's index in that server's block
 };
 
+// Immutable once created; copies are cheap enough for set-up and safe to share between threads.
 class Table {
  public:
-  Table() = default;
+  Table() = default;  // no table; assign one from create() or open()
   // Validates `spec` and publishes it. Throws dfi::Error: invalid_argument (no name, no records,
   // payload size out of range, no server, a server outside the cluster or listed twice; the
   // message names the table and the problem), already_exists (a table of that name exists).
@@ -64,8 +65,10 @@ class Table {
   // (not published within the timeout), protocol (a malformed record).
   static Table open(cluster::Node& node, const std::string& name, std::chrono::milliseconds timeout);
 
+  // The table as created (or as published, for open). An empty spec for a default Table.
   const TableSpec& spec() const noexcept { return spec_; }
   const std::string& name() const noexcept { return spec_.name; }
+  // Number of storage servers.
   std::size_t servers() const noexcept { return spec_.servers.size(); }
   // Words of one slot: the header and the payload.
   std::size_t slot_words() const noexcept { return slot_words_; }

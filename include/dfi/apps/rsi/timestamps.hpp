@@ -47,6 +47,7 @@ class Node;
 
 namespace dfi::apps::rsi {
 
+// The hosting side: owns the words; read_timestamp() is for the host's own thread.
 class TimestampService {
  public:
   // Hosts the service of table `table` for `clients` clients and `bits` timestamps (rounded up to
@@ -56,6 +57,7 @@ class TimestampService {
                                std::uint64_t bits);
   // The highest consecutive finished timestamp, read locally (for progress reports and checks).
   std::uint64_t read_timestamp() const;
+  // Number of clients the service was hosted for.
   std::size_t clients() const noexcept { return clients_; }
 
  private:
@@ -88,6 +90,7 @@ class Timestamps {
   // Leaves: timestamps this client would take from now on count as finished. Errors: peer_failed.
   Status retire();
 
+  // This client's index.
   std::size_t client() const noexcept { return client_; }
 
  private:
