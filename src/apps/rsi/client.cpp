@@ -299,7 +299,7 @@ class TwoPcClient final : public Client {
   void add(std::size_t server, std::uint64_t word, const void* data, std::size_t words) {
     std::vector<std::uint64_t>& r = requests_[server];
     r[lengths_[server]++] = word;
-    std::memcpy(&r[lengths_[server]], data, words * sizeof(std::uint64_t));
+    if (words != 0) std::memcpy(&r[lengths_[server]], data, words * sizeof(std::uint64_t));  // a read has none
     lengths_[server] += words;
     ++r[3];
   }
