@@ -1,6 +1,7 @@
 #include "dfi/cluster/shared_words.hpp"
 
 #include <atomic>
+#include <cstring>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -8,8 +9,18 @@
 
 namespace dfi::cluster {
 
-void SharedWords::host(Node& node, const std::string& record, std::size_t count) {
+void SharedWords::host(Node& node, const std::string& record, std::size_t count,
+                       const std::function<void(std::uint64_t* words)>& fill) {
   region_.emplace(node.fabric(), count * sizeof(std::uint64_t));  // zeroed
+  if (fill) {
+    auto* words = static_cast<std::uint64_t*>(region_->data());
+    fill(words);
+    // Peers' operations on these words are applied by this process's threads (the progress
+    // thread, where the transport emulates them) with atomic accesses. The registry record orders
+    // them after the fill, but through other processes; release stores of the filled values make
+    // that order one the memory model (and TSan) can see.
+    for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(words[i], std::memory_order_release);
+  }
   node.registry().publish(record, region_->descriptor().serialize());
 }
 
@@ -42,22 +53,48 @@ Status SharedWords::fetch_add(std::size_t index, std::uint64_t add, std::uint64_
   return endpoint_.fetch_add(remote_, index * sizeof(std::uint64_t), add, old);
 }
 
+Status SharedWords::compare_swap(std::size_t index, std::uint64_t expected, std::uint64_t desired,
+                                 std::uint64_t* old) {
+  if (!remote_.valid()) return {Errc::invalid_argument, "shared words: not attached"};
+  return endpoint_.compare_swap(remote_, index * sizeof(std::uint64_t), expected, desired, old);
+}
+
+Status SharedWords::read(std::size_t index, void* destination, std::size_t bytes) {
+  const std::size_t offset = index * sizeof(std::uint64_t);
+  if (region_ && !remote_.valid()) {
+    if (offset + bytes > region_->size()) {
+      return {Errc::invalid_argument, "shared words: read of " + std::to_string(bytes) + " bytes at word " +
+                                          std::to_string(index) + " passes the last word"};
+    }
+    std::memcpy(destination, static_cast<const std::byte*>(region_->data()) + offset, bytes);
+    return {};
+  }
+  if (!remote_.valid()) return {Errc::invalid_argument, "shared words: not attached"};
+  return endpoint_.get(destination, bytes, remote_, offset);
+}
+
+Status SharedWords::write(std::size_t index, const void* source, std::size_t bytes) {
+  if (!remote_.valid()) return {Errc::invalid_argument, "shared words: not attached"};
+  return endpoint_.put(source, bytes, remote_, index * sizeof(std::uint64_t));
+}
+
 Status SharedWords::flush() {
   if (!remote_.valid()) return {};
   return endpoint_.flush();
 }
 
-void SharedWords::wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
+bool SharedWords::wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
                                       const Deadline& deadline, const BackoffSettings& backoff) {
   Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));
   for (;;) {
     std::size_t gone = 0;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       std::uint64_t left = 0;
-      if (!load(first + i, left)) return;
+      if (!load(first + i, left)) return false;
       if (left != 0 || !node.fabric().peer_failure(ranks[i]).empty()) ++gone;
     }
-    if (gone >= ranks.size() || deadline.expired()) return;
+    if (gone >= ranks.size()) return true;
+    if (deadline.expired()) return false;
     waiting.pause();
   }
 }

@@ -4,6 +4,7 @@
 //   dfi cluster run --nodes 3 --netns -- dfi fabric check --quick
 //   dfi info --config
 //   dfi bench fabric-bw --transport tcp        (see bench/README.md)
+//   dfi cluster run --nodes 4 -- dfi txn --protocol rsi --servers 2
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "agg_command.hpp"
 #include "join_command.hpp"
 #include "mover.hpp"
+#include "txn.hpp"
 
 namespace {
 
@@ -111,6 +113,25 @@ int main(int argc, char** argv) {
   agg->add_option("--name", agg_options.name, "Name of the aggregation and its flow");
   agg->add_flag("--json", agg_options.json, "Rank 0 prints one JSON object");
 
+  auto* txn = app.add_subcommand(
+      "txn", "Bank transfers with RSI or 2PC snapshot isolation, as every rank of a cluster (under dfi cluster run)");
+  dfi::apps::rsi::BankOptions txn_options;
+  std::string txn_protocol = "rsi";
+  double txn_timeout_s = 30;
+  txn->add_option("--protocol", txn_protocol, "rsi (one-sided) or 2pc (two-phase commit over messages)")
+      ->check(CLI::IsMember({"rsi", "2pc"}));
+  txn->add_option("--servers", txn_options.servers, "Storage servers: ranks 0..N-1 (rank 0 also hosts the timestamps)");
+  txn->add_option("--threads", txn_options.threads, "Client threads on every other rank")->check(CLI::Range(1, 64));
+  txn->add_option("--accounts", txn_options.accounts, "Accounts (records); fewer means more conflicts");
+  txn->add_option("--balance", txn_options.initial_balance, "Initial balance of every account");
+  txn->add_option("--record-bytes", txn_options.payload_bytes, "Payload bytes of a record (>= 8)");
+  txn->add_option("--seconds", txn_options.seconds, "Run length");
+  txn->add_option("--transactions", txn_options.transactions, "Commits per client, then stop (0: run --seconds)");
+  txn->add_option("--timestamps", txn_options.timestamps, "Bits of the timestamp vector (timestamps of the whole run)");
+  txn->add_option("--table", txn_options.table, "Table name (registry records rsi/<table>/...)");
+  txn->add_option("--timeout", txn_timeout_s, "Seconds to wait for set-up and for a 2PC answer");
+  txn->add_flag("!--no-progress", txn_options.progress, "No progress line per second");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -134,6 +155,11 @@ int main(int argc, char** argv) {
     }
     if (*agg) return dfi::tools::run_agg_command(agg_options, std::cout, std::cerr);
     if (*join) return dfi::tools::run_join_command(join_options, std::cout, std::cerr);
+    if (*txn) {
+      txn_options.protocol = dfi::apps::rsi::parse_protocol(txn_protocol);
+      txn_options.timeout = std::chrono::milliseconds(static_cast<long long>(txn_timeout_s * 1000));
+      return dfi::tools::run_txn(txn_options, std::cout, std::cerr);
+    }
     if (*info) return print_config();
   } catch (const dfi::Error& e) {
     std::cerr << "dfi: " << e.what() << '\n';

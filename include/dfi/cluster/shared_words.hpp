@@ -1,6 +1,6 @@
-// cluster::SharedWords — a few 64-bit words in one rank's memory that other ranks read and add to:
-// the one shared-counter service of DFI (the sequencer of ordered replicate flows, barrier
-// counters; a timestamp service or a sequencer of a replicated service next).
+// cluster::SharedWords — 64-bit words in one rank's memory that other ranks read, add to, swap and
+// write: the one shared-counter and remote-word service of DFI (the sequencer of ordered replicate
+// flows, barrier counters, the timestamp bit-vector and the record blocks of apps/rsi).
 //
 //   host rank:   words.host(node, "flow/x/sequencer", 2);
 //   every user:  words.attach(node, worker, "flow/x/sequencer", host_rank, timeout);
@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,9 +42,11 @@ class SharedWords {
   SharedWords(SharedWords&&) = default;
   SharedWords& operator=(SharedWords&&) = default;
 
-  // Allocates `count` zeroed words in this process and publishes them as `record`. Throws
+  // Allocates `count` zeroed words in this process, lets `fill` (if given) set their first
+  // values, and publishes them as `record`: nobody can attach before `fill` returned. Throws
   // dfi::Error(already_exists) when the record exists.
-  void host(Node& node, const std::string& record, std::size_t count);
+  void host(Node& node, const std::string& record, std::size_t count,
+            const std::function<void(std::uint64_t* words)>& fill = {});
   // Connects to the words rank `host_rank` published as `record`, through `worker` (the calling
   // thread's). Waits up to `timeout` for the record. Throws dfi::Error: timeout (naming the
   // record), peer_failed, protocol (a malformed record).
@@ -61,13 +64,34 @@ class SharedWords {
   // Adds `add` to word `index` through the connection; `old` (may be null) receives the value
   // before. Errors: as load().
   Status fetch_add(std::size_t index, std::uint64_t add, std::uint64_t* old = nullptr);
-  // Waits until everything added so far reached the host. Errors: peer_failed.
+  // Compare-and-swap of word `index`: becomes `desired` if it was `expected`; `old` (may be null)
+  // receives the value before (== expected when it swapped). Errors: as load().
+  Status compare_swap(std::size_t index, std::uint64_t expected, std::uint64_t desired,
+                      std::uint64_t* old = nullptr);
+  // Copies `bytes` starting at word `index` into `destination` (Endpoint::get; the host's own
+  // copy where it hosts them). No order among the bytes of one read: a word written meanwhile may
+  // be seen old or new. Errors: as load(), invalid_argument (past the last word).
+  Status read(std::size_t index, void* destination, std::size_t bytes);
+  // Writes `bytes` from `source` starting at word `index` (Endpoint::put: returns when `source`
+  // may be reused; visible at the host after flush()). Errors: as read().
+  Status write(std::size_t index, const void* source, std::size_t bytes);
+  // Waits until everything added or written so far reached the host. Errors: peer_failed.
   Status flush();
+  // The hosted words (host only; null elsewhere): for the host's own CPU, which must use atomic
+  // accesses (std::atomic_ref) on words that peers change concurrently.
+  std::uint64_t* local() const noexcept {
+    return region_ ? static_cast<std::uint64_t*>(region_->data()) : nullptr;
+  }
+  // Number of words: hosted, or of the attached region.
+  std::size_t size() const noexcept {
+    return (region_ ? region_->size() : remote_.size()) / sizeof(std::uint64_t);
+  }
 
   // Host: waits until every user i (0 <= i < ranks.size(), on rank ranks[i]) either set its
-  // departure word `first + i` to non-zero or died, or `deadline` passes. (One word per user, not
-  // one counter: a user that left and then exited must not count twice.)
-  void wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
+  // departure word `first + i` to non-zero or died, or `deadline` passes; true when every user
+  // left. (One word per user, not one counter: a user that left and then exited must not count
+  // twice.)
+  bool wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
                            const Deadline& deadline, const BackoffSettings& backoff);
 
  private:

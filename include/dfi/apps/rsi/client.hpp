@@ -1,0 +1,162 @@
+// apps::rsi::Client — a transaction's client side, where the transaction logic runs (001 §4.2).
+//
+// One Client per thread, on the thread's own fabric::Worker (the 2PC client installs a handler
+// for its replies on that worker: one client per worker). A transaction is
+//
+//   client.begin();                          // takes the snapshot (read timestamp)
+//   client.read(id, &value);                 // Errc::retry: aborted (see below); begin again
+//   client.write(id, &new_value);            // buffered until commit; only records read before
+//   client.commit();                         // ok: committed and visible; Errc::retry: aborted
+//
+// Snapshot isolation with one version per record (n = 1 in the paper): a read that finds the
+// record locked aborts the transaction; so does one that finds a version newer than the
+// snapshot, unless a later snapshot covers it and every record read so far is unchanged (each
+// header is loaded again; then all reads are the latest versions at the later snapshot, and the
+// transaction goes on with it — beyond the paper, which always aborts). Commit takes the
+// client's next timestamp above everything read as commit id, validates and locks every written
+// record, installs the new versions, unlocks, and marks the timestamp finished; a record changed
+// since it was read makes commit release what it locked and abort (first committer wins).
+// Either protocol:
+//
+//   Protocol::rsi     one-sided, the storage servers' CPUs do nothing: a read is a load of the
+//                     header word, a get of the payload and a second load (a version installed
+//                     meanwhile is detected, not returned torn); commit is one compare-and-swap
+//                     per written record (expected: the header read; new: lock bit | same commit
+//                     id), then one put per record's payload, a flush per server, and one
+//                     compare-and-swap per record that installs the commit id and releases the
+//                     lock. (The paper installs header and payload with one write; UCX gives no
+//                     byte order inside one put, so a reader could see the new header with half
+//                     the old payload: ../shared/UCX-NOTES.md.)
+//   Protocol::two_pc  traditional SI with two-phase commit over two-sided messages: a read is a
+//                     request the server answers; commit sends one prepare per involved server
+//                     (its CPU validates and locks), then commit (install + unlock) or abort.
+//
+// Both use the same timestamp service (the paper does the same for fairness). Return values of
+// every call: ok; Errc::retry (bare, no message: the transaction aborted and is over — a
+// conflict, not a failure); invalid_argument (no transaction open, record id out of range, more
+// than kMaxRecordsPerTxn records, a write to a record not read, timestamps used up; 2PC: the
+// records of one server do not fit one message, fabric::kMaxAmBytes); peer_failed /
+// timeout naming the storage server or the timestamp service (the transaction is over; the
+// client should stop); protocol (a malformed reply). Nothing on the data path allocates except
+// error messages.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dfi/apps/rsi/table.hpp"
+#include "dfi/apps/rsi/timestamps.hpp"
+#include "dfi/common/error.hpp"
+
+// fabric::Worker and cluster::Node: declared in timestamps.hpp.
+namespace dfi::apps::rsi {
+
+enum class Protocol { rsi, two_pc };
+
+// "rsi" / "2pc".
+std::string_view protocol_name(Protocol protocol) noexcept;
+// Parses "rsi" / "2pc". Throws dfi::Error(invalid_argument) naming the accepted values.
+Protocol parse_protocol(std::string_view name);
+
+inline constexpr std::size_t kMaxRecordsPerTxn = 16;
+
+struct ClientOptions {
+  std::size_t client = 0;    // this client's index, 0 .. clients-1 (its share of the timestamps)
+  std::size_t clients = 1;   // clients of the table in all
+  int timestamp_rank = 0;    // rank hosting the table's timestamp service
+  std::chrono::milliseconds timeout{30000};  // waits for records and 2PC replies
+};
+
+struct ClientCounters {
+  std::uint64_t commits = 0;
+  std::uint64_t conflicts = 0;   // aborted at commit: a written record had changed or was locked
+  std::uint64_t snapshots = 0;   // aborted at a read: the record was locked or newer than the snapshot
+  std::uint64_t aborts() const noexcept { return conflicts + snapshots; }
+};
+
+class Client {
+ public:
+  // Attaches to `table`'s storage servers and timestamp service. Throws dfi::Error: timeout or
+  // not_found (a server or the service did not publish within the timeout), peer_failed,
+  // invalid_argument (bad options).
+  static std::unique_ptr<Client> open(Protocol protocol, cluster::Node& node, fabric::Worker& worker, const Table& table,
+                                      const ClientOptions& options);
+  virtual ~Client() = default;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Starts a transaction. Errors: invalid_argument (one is open, or after leave()), peer_failed
+  // (the timestamp service).
+  Status begin();
+  // Reads record `id` into `payload` (payload_bytes of the table). A record read before in this
+  // transaction is returned from the transaction's copy (with its writes).
+  Status read(std::uint64_t id, void* payload);
+  // Sets the transaction's new version of record `id` (read before in this transaction).
+  Status write(std::uint64_t id, const void* payload);
+  // Commits. ok: installed and visible to transactions that begin from now on. Also
+  // invalid_argument when this client's timestamps are used up.
+  Status commit();
+  // Abandons the open transaction (nothing was locked yet). Errors: peer_failed (the service).
+  Status abort();
+  // Leaves: no transaction may follow; this client's unused timestamps stop holding others'
+  // snapshots back. Errors: peer_failed.
+  Status leave();
+
+  // Commits and aborts so far (updated by begin/read/commit; read it from the owning thread).
+  const ClientCounters& counters() const noexcept { return counters_; }
+  // The protocol this client runs.
+  Protocol protocol() const noexcept { return protocol_; }
+  // "rsi client 3", used in every message.
+  const std::string& name() const noexcept { return name_; }
+
+ protected:
+  struct Entry {
+    std::uint64_t id = 0;
+    Location where;
+    std::uint64_t header = 0;  // as read (unlocked)
+    bool written = false;
+  };
+
+  Client(Protocol protocol, cluster::Node& node, fabric::Worker& worker, const Table& table,
+         const ClientOptions& options);
+
+  // Reads the record at `where`: its header and, unless locked, its payload (payload_bytes).
+  // Errc::retry when the record changed while it was read.
+  virtual Status fetch(const Location& where, std::uint64_t& header, void* payload) = 0;
+  // Reads the header word of the record at `where`.
+  virtual Status load_header(const Location& where, std::uint64_t& header) = 0;
+  // Validates, locks, installs (commit id `cid`) and unlocks every written entry. Errc::retry:
+  // a conflict; everything this call locked is unlocked again.
+  virtual Status commit_writes(std::uint64_t cid) = 0;
+
+  // The payload copy of entry `e`.
+  std::byte* payload(std::size_t e) noexcept { return payloads_.data() + e * payload_stride_; }
+  // Names server `server` in an error: "rsi client 3: storage server 1 (rank 2): <what>".
+  Status server_error(std::size_t server, const Status& status) const;
+
+  Protocol protocol_;
+  Table table_;
+  ClientOptions options_;
+  std::string name_;
+  std::vector<Entry> entries_;  // the open transaction's records (capacity kMaxRecordsPerTxn)
+  ClientCounters counters_;
+
+ private:
+  Status end(Status status);
+  Status refresh_snapshot(std::uint64_t newest);
+
+  Timestamps timestamps_;
+  std::vector<std::byte> payloads_;
+  std::size_t payload_stride_ = 0;
+  bool open_ = false;
+  bool left_ = false;
+  std::uint64_t timestamp_ = 0;  // the open transaction's commit id, once commit took one
+  std::uint64_t snapshot_ = 0;   // its read timestamp
+};
+
+}  // namespace dfi::apps::rsi

@@ -1,0 +1,418 @@
+#include "dfi/apps/rsi/client.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dfi/cluster/node.hpp"
+#include "dfi/cluster/shared_words.hpp"
+#include "dfi/common/backoff.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/fabric/context.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/apps/rsi/storage.hpp"
+#include "two_pc_wire.hpp"
+
+namespace dfi::apps::rsi {
+
+std::string_view protocol_name(Protocol protocol) noexcept { return protocol == Protocol::rsi ? "rsi" : "2pc"; }
+
+Protocol parse_protocol(std::string_view name) {
+  if (name == "rsi") return Protocol::rsi;
+  if (name == "2pc") return Protocol::two_pc;
+  throw Error(Errc::invalid_argument, "rsi: unknown protocol '" + std::string(name) + "' (expected rsi or 2pc)");
+}
+
+Client::Client(Protocol protocol, cluster::Node& node, fabric::Worker& worker, const Table& table,
+               const ClientOptions& options)
+    : protocol_(protocol),
+      table_(table),
+      options_(options),
+      name_(std::string(protocol_name(protocol)) + " client " + std::to_string(options.client) + " of table '" +
+            table.name() + "'"),
+      timestamps_(node, worker, table.name(), options.timestamp_rank, options.client, options.clients,
+                  options.timeout),
+      payload_stride_((table.spec().payload_bytes + 7) / 8 * 8) {
+  entries_.reserve(kMaxRecordsPerTxn);
+  payloads_.resize(kMaxRecordsPerTxn * payload_stride_);
+}
+
+Status Client::server_error(std::size_t server, const Status& status) const {
+  return {status.code() == Errc::ok ? Errc::fatal : status.code(),
+          name_ + ": storage server " + std::to_string(server) + " (rank " +
+              std::to_string(table_.spec().servers[server]) + "): " + status.message()};
+}
+
+Status Client::begin() {
+  if (left_ || open_) {
+    return {Errc::invalid_argument, name_ + ": begin " + (left_ ? "after leave()" : "while a transaction is open")};
+  }
+  if (Status s = timestamps_.snapshot(snapshot_); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
+  entries_.clear();
+  timestamp_ = 0;
+  open_ = true;
+  return {};
+}
+
+// Closes the open transaction with `status` (an abort is a retry); marks its commit id finished
+// when it took one, unless the client failed.
+Status Client::end(Status status) {
+  open_ = false;
+  if (timestamp_ != 0 && (status.is_ok() || status.code() == Errc::retry)) {
+    if (Status s = timestamps_.finish(timestamp_); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
+  }
+  return status;
+}
+
+// A version newer than the snapshot: a later snapshot serves if it covers `newest` and every
+// record read so far (the new one included) is still the version read — each was then the
+// latest at or below the later snapshot when it was checked again.
+Status Client::refresh_snapshot(std::uint64_t newest) {
+  std::uint64_t later = 0;
+  if (Status s = timestamps_.snapshot(later); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
+  if (later < newest) return Status(Errc::retry);
+  for (const Entry& e : entries_) {
+    std::uint64_t header = 0;
+    if (Status s = load_header(e.where, header); !s) return s;
+    if (header != e.header) return Status(Errc::retry);
+  }
+  snapshot_ = later;
+  return {};
+}
+
+Status Client::read(std::uint64_t id, void* out) {
+  if (!open_) return {Errc::invalid_argument, name_ + ": read of record " + std::to_string(id) + " outside a transaction"};
+  if (id >= table_.spec().records) {
+    return {Errc::invalid_argument, name_ + ": record " + std::to_string(id) + " outside the table's " +
+                                        std::to_string(table_.spec().records)};
+  }
+  const std::size_t bytes = table_.spec().payload_bytes;
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (entries_[e].id == id) {
+      std::memcpy(out, payload(e), bytes);
+      return {};
+    }
+  }
+  if (entries_.size() == kMaxRecordsPerTxn) {
+    return {Errc::invalid_argument, name_ + ": more than " + std::to_string(kMaxRecordsPerTxn) + " records in one transaction"};
+  }
+  Entry entry;
+  entry.id = id;
+  entry.where = table_.locate(id);
+  const std::size_t e = entries_.size();
+  Status s = fetch(entry.where, entry.header, payload(e));
+  if (s.is_ok() && locked(entry.header)) s = Status(Errc::retry);
+  if (s.is_ok()) {
+    entries_.push_back(entry);
+    if (commit_id(entry.header) > snapshot_) s = refresh_snapshot(commit_id(entry.header));
+  }
+  if (!s) {
+    if (s.code() == Errc::retry) ++counters_.snapshots;
+    return end(std::move(s));
+  }
+  std::memcpy(out, payload(e), bytes);
+  return {};
+}
+
+Status Client::write(std::uint64_t id, const void* in) {
+  if (!open_) return {Errc::invalid_argument, name_ + ": write of record " + std::to_string(id) + " outside a transaction"};
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (entries_[e].id == id) {
+      std::memcpy(payload(e), in, table_.spec().payload_bytes);
+      entries_[e].written = true;
+      return {};
+    }
+  }
+  return {Errc::invalid_argument, name_ + ": write of record " + std::to_string(id) + " that the transaction did not read"};
+}
+
+Status Client::commit() {
+  if (!open_) return {Errc::invalid_argument, name_ + ": commit outside a transaction"};
+  bool writes = false;
+  std::uint64_t newest = snapshot_;
+  for (const Entry& e : entries_) {
+    writes = writes || e.written;
+    newest = std::max(newest, commit_id(e.header));
+  }
+  Status s;
+  if (writes) {
+    s = timestamps_.take(newest, timestamp_);
+    if (!s && s.code() != Errc::invalid_argument) s = Status(s.code(), name_ + ": timestamp service: " + s.message());
+    if (s) s = commit_writes(timestamp_);
+  }
+  if (s.is_ok()) ++counters_.commits;
+  if (s.code() == Errc::retry) ++counters_.conflicts;
+  return end(std::move(s));
+}
+
+Status Client::abort() {
+  if (!open_) return {Errc::invalid_argument, name_ + ": abort outside a transaction"};
+  return end(Status());
+}
+
+Status Client::leave() {
+  if (open_) return {Errc::invalid_argument, name_ + ": leave while a transaction is open"};
+  if (left_) return {};
+  left_ = true;
+  if (Status s = timestamps_.retire(); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
+  return {};
+}
+
+namespace {
+
+// RSI: every record operation is one-sided, through one SharedWords per storage server.
+class RsiClient final : public Client {
+ public:
+  RsiClient(cluster::Node& node, fabric::Worker& worker, const Table& table, const ClientOptions& options)
+      : Client(Protocol::rsi, node, worker, table, options), blocks_(table.servers()), touched_(table.servers()) {
+    for (std::size_t s = 0; s < table.servers(); ++s) {
+      blocks_[s].attach(node, worker, Table::block_record(table.name(), s), table.spec().servers[s], options.timeout);
+    }
+  }
+
+ private:
+  Status fetch(const Location& where, std::uint64_t& header, void* out) override {
+    cluster::SharedWords& block = blocks_[where.server];
+    if (Status s = block.load(where.word, header); !s) return server_error(where.server, s);
+    if (locked(header)) return {};
+    if (Status s = block.read(where.word + 1, out, table_.spec().payload_bytes); !s) return server_error(where.server, s);
+    std::uint64_t again = 0;
+    if (Status s = block.load(where.word, again); !s) return server_error(where.server, s);
+    return again == header ? Status() : Status(Errc::retry);  // installed meanwhile: maybe torn
+  }
+
+  Status load_header(const Location& where, std::uint64_t& header) override {
+    if (Status s = blocks_[where.server].load(where.word, header); !s) return server_error(where.server, s);
+    return {};
+  }
+
+  Status commit_writes(std::uint64_t cid) override {
+    // Validate and lock: one compare-and-swap per written record.
+    std::size_t locked_count = 0;
+    Status failure;
+    for (std::size_t e = 0; e < entries_.size() && failure.is_ok(); ++e) {
+      const Entry& entry = entries_[e];
+      if (!entry.written) continue;
+      std::uint64_t old = 0;
+      Status s = blocks_[entry.where.server].compare_swap(entry.where.word, entry.header,
+                                                          kLockBit | commit_id(entry.header), &old);
+      if (!s) {
+        failure = server_error(entry.where.server, s);
+      } else if (old != entry.header) {
+        failure = Status(Errc::retry);
+      } else {
+        locked_count = e + 1;
+      }
+    }
+    if (!failure) {
+      for (std::size_t e = 0; e < locked_count; ++e) {
+        const Entry& entry = entries_[e];
+        if (!entry.written) continue;
+        Status s = blocks_[entry.where.server].compare_swap(entry.where.word, kLockBit | commit_id(entry.header),
+                                                            entry.header);
+        if (!s && failure.code() == Errc::retry) failure = server_error(entry.where.server, s);
+      }
+      return failure;
+    }
+    // Install: the payloads, a flush per server (the payload is complete at the server), then
+    // the header with the new commit id, which releases the lock.
+    std::fill(touched_.begin(), touched_.end(), false);
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      const Entry& entry = entries_[e];
+      if (!entry.written) continue;
+      if (Status s = blocks_[entry.where.server].write(entry.where.word + 1, payload(e), table_.spec().payload_bytes); !s) {
+        return server_error(entry.where.server, s);
+      }
+      touched_[entry.where.server] = true;
+    }
+    for (std::size_t server = 0; server < touched_.size(); ++server) {
+      if (!touched_[server]) continue;
+      if (Status s = blocks_[server].flush(); !s) return server_error(server, s);
+    }
+    for (const Entry& entry : entries_) {
+      if (!entry.written) continue;
+      std::uint64_t old = 0;
+      const std::uint64_t mine = kLockBit | commit_id(entry.header);
+      if (Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine, cid, &old); !s) {
+        return server_error(entry.where.server, s);
+      }
+      if (old != mine) {
+        return server_error(entry.where.server, Status(Errc::fatal, "the lock of record " + std::to_string(entry.id) +
+                                                                        " was lost while installing it"));
+      }
+    }
+    return {};
+  }
+
+  std::vector<cluster::SharedWords> blocks_;
+  std::vector<bool> touched_;
+};
+
+// 2PC: every record operation is a request that the storage server's CPU answers.
+class TwoPcClient final : public Client {
+ public:
+  TwoPcClient(cluster::Node& node, fabric::Worker& worker, const Table& table, const ClientOptions& options)
+      : Client(Protocol::two_pc, node, worker, table, options),
+        worker_(worker),
+        backoff_(BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided)) {
+    const std::size_t servers = table.servers();
+    const std::size_t slot = table.slot_words();
+    requests_.assign(servers, std::vector<std::uint64_t>(wire::kRequestHead + kMaxRecordsPerTxn * std::max<std::size_t>(slot, 2)));
+    replies_.assign(servers, std::vector<std::uint64_t>(wire::kReplyHead + slot));
+    lengths_.assign(servers, 0);
+    answered_.assign(servers, false);
+    involved_.assign(servers, false);
+    voted_yes_.assign(servers, false);
+    scratch_.resize(slot);
+    for (std::size_t s = 0; s < servers; ++s) {
+      const int rank = table.spec().servers[s];
+      const std::string address = node.wait_for(StorageServer::two_pc_record(table.name(), s), options.timeout);
+      endpoints_.push_back(worker.connect(rank, address));
+    }
+    worker.set_am_handler(wire::kReplyAm, [this](const fabric::AmMessage& message, fabric::AmReplier&) {
+      const std::size_t n = message.data.size() / sizeof(std::uint64_t);
+      if (n < wire::kReplyHead) return;
+      std::uint64_t head[wire::kReplyHead];
+      std::memcpy(head, message.data.data(), sizeof head);
+      if (head[0] != tag_ || head[1] >= replies_.size() || answered_[head[1]]) return;  // stale or foreign
+      std::vector<std::uint64_t>& reply = replies_[head[1]];
+      std::memcpy(reply.data(), message.data.data(), std::min(n, reply.size()) * sizeof(std::uint64_t));
+      answered_[head[1]] = true;
+      ++answers_;
+    });
+  }
+  ~TwoPcClient() override {
+    // The worker may outlive this client: its handler must not reach a destroyed one.
+    worker_.set_am_handler(wire::kReplyAm, [](const fabric::AmMessage&, fabric::AmReplier&) {});
+  }
+
+ private:
+  // Request buffer of `server`, started for `op`.
+  void start(std::size_t server, wire::Op op, std::uint64_t cid) {
+    std::vector<std::uint64_t>& r = requests_[server];
+    r[0] = op;
+    r[1] = tag_;
+    r[2] = cid;
+    r[3] = 0;
+    lengths_[server] = wire::kRequestHead;
+  }
+  void add(std::size_t server, std::uint64_t word, const void* data, std::size_t words) {
+    std::vector<std::uint64_t>& r = requests_[server];
+    r[lengths_[server]++] = word;
+    if (words != 0) std::memcpy(&r[lengths_[server]], data, words * sizeof(std::uint64_t));  // a read has none
+    lengths_[server] += words;
+    ++r[3];
+  }
+  // Sends the started requests of the involved servers and waits for all their answers.
+  Status exchange() {
+    answers_ = 0;
+    std::size_t expected = 0;
+    for (std::size_t s = 0; s < involved_.size(); ++s) {
+      answered_[s] = false;
+      if (!involved_[s]) continue;
+      ++expected;
+      if (lengths_[s] * sizeof(std::uint64_t) > fabric::kMaxAmBytes) {
+        return {Errc::invalid_argument, name_ + ": a request of " + std::to_string(lengths_[s] * sizeof(std::uint64_t)) +
+                                            " bytes to storage server " + std::to_string(s) + " exceeds one message (" +
+                                            std::to_string(fabric::kMaxAmBytes) + " bytes): fewer or smaller records"};
+      }
+      if (Status st = endpoints_[s].am_send(wire::kRequestAm, std::as_bytes(std::span(requests_[s].data(), lengths_[s]))); !st) {
+        return server_error(s, st);
+      }
+    }
+    const Deadline deadline(options_.timeout);
+    Backoff backoff(backoff_, tag_);
+    for (unsigned rounds = 1; answers_ < expected; ++rounds) {
+      if (worker_.progress() != 0) continue;
+      if (rounds % 64 == 0) {
+        for (std::size_t s = 0; s < involved_.size(); ++s) {
+          if (!involved_[s] || answered_[s]) continue;
+          if (Status st = endpoints_[s].status(); !st) return server_error(s, st);
+          if (deadline.expired()) {
+            return server_error(s, Status(Errc::timeout, "no answer within " + std::to_string(options_.timeout.count()) + " ms"));
+          }
+        }
+      }
+      backoff.pause([this](std::chrono::microseconds d) { worker_.wait_for_event(d, /*idle=*/true); });
+    }
+    for (std::size_t s = 0; s < involved_.size(); ++s) {
+      if (involved_[s] && replies_[s][2] == wire::kBadRequest) {
+        return server_error(s, Status(Errc::protocol, "the server rejected a request as malformed"));
+      }
+    }
+    return {};
+  }
+
+  Status fetch(const Location& where, std::uint64_t& header, void* out) override {
+    ++tag_;
+    std::fill(involved_.begin(), involved_.end(), false);
+    involved_[where.server] = true;
+    start(where.server, wire::kRead, 0);
+    add(where.server, where.word, nullptr, 0);
+    if (Status s = exchange(); !s) return s;
+    const std::vector<std::uint64_t>& reply = replies_[where.server];
+    header = reply[wire::kReplyHead];
+    std::memcpy(out, &reply[wire::kReplyHead + 1], table_.spec().payload_bytes);
+    return {};
+  }
+
+  Status load_header(const Location& where, std::uint64_t& header) override {
+    return fetch(where, header, scratch_.data());
+  }
+
+  Status commit_writes(std::uint64_t cid) override {
+    // Phase 1: prepare every involved server (its CPU validates and locks).
+    ++tag_;
+    std::fill(involved_.begin(), involved_.end(), false);
+    for (const Entry& e : entries_) {
+      if (!e.written) continue;
+      if (!involved_[e.where.server]) start(e.where.server, wire::kPrepare, cid);
+      involved_[e.where.server] = true;
+      add(e.where.server, e.where.word, &e.header, 1);
+    }
+    if (Status s = exchange(); !s) return s;
+    bool yes = true;
+    for (std::size_t s = 0; s < involved_.size(); ++s) yes = yes && (!involved_[s] || replies_[s][2] == wire::kOk);
+    // Phase 2: commit everywhere, or abort where the server locked.
+    ++tag_;
+    const std::size_t payload_words = table_.slot_words() - 1;
+    for (std::size_t s = 0; s < involved_.size(); ++s) voted_yes_[s] = involved_[s] && replies_[s][2] == wire::kOk;
+    std::fill(involved_.begin(), involved_.end(), false);
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      if (!e.written || !voted_yes_[e.where.server]) continue;
+      if (!involved_[e.where.server]) start(e.where.server, yes ? wire::kCommit : wire::kAbort, cid);
+      involved_[e.where.server] = true;
+      if (yes) {
+        add(e.where.server, e.where.word, payload(i), payload_words);
+      } else {
+        add(e.where.server, e.where.word, &e.header, 1);
+      }
+    }
+    if (Status s = exchange(); !s) return s;
+    return yes ? Status() : Status(Errc::retry);
+  }
+
+  fabric::Worker& worker_;
+  BackoffSettings backoff_;
+  std::vector<fabric::Endpoint> endpoints_;
+  std::vector<std::vector<std::uint64_t>> requests_;
+  std::vector<std::size_t> lengths_;  // words of each server's request
+  std::vector<std::vector<std::uint64_t>> replies_;
+  std::vector<bool> answered_;
+  std::vector<bool> involved_;
+  std::vector<bool> voted_yes_;
+  std::vector<std::uint64_t> scratch_;  // a payload load_header does not need
+  std::uint64_t tag_ = 0;
+  std::size_t answers_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Client> Client::open(Protocol protocol, cluster::Node& node, fabric::Worker& worker, const Table& table,
+                                     const ClientOptions& options) {
+  if (protocol == Protocol::rsi) return std::make_unique<RsiClient>(node, worker, table, options);
+  return std::make_unique<TwoPcClient>(node, worker, table, options);
+}
+
+}  // namespace dfi::apps::rsi

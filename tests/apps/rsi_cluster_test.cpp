@@ -1,0 +1,96 @@
+// Multi-process tests of apps/rsi: the bank workload under `dfi txn` with RSI and with the 2PC
+// baseline (2 storage servers, 4 clients on 2 ranks, 16 accounts: many conflicts), the
+// conflict scenario of rsi_node, and a storage server killed mid-run. Every body runs over shm
+// and over TCP.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ostream>
+#include <regex>
+#include <string>
+
+#include "cluster_run.hpp"
+
+namespace dfi {
+namespace {
+
+using testing::contains;
+using testing::run_cluster;
+using testing::RunOptions;
+
+struct Param {
+  std::string transport;
+  std::string protocol;
+};
+
+// gtest prints a failing test's parameter with this (not as bytes).
+void PrintTo(const Param& p, std::ostream* os) { *os << p.transport << '/' << p.protocol; }
+
+class RsiCluster : public ::testing::TestWithParam<Param> {};
+
+std::uint64_t commits_in(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("txn: (\\d+) commits"))) return 0;
+  return std::stoull(m[1]);
+}
+
+TEST_P(RsiCluster, BankTransfersKeepTheTotalUnderFourConflictingClients) {
+  auto run = run_cluster(4, GetParam().transport,
+                         {DFI_BINARY, "txn", "--protocol", GetParam().protocol, "--servers", "2", "--threads", "2",
+                          "--accounts", "16", "--seconds", "3"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "4 client(s)")) << run.all();
+  EXPECT_TRUE(contains(run.out, "txn: bank invariant holds: total 16000 = 16 accounts x 1000")) << run.all();
+  EXPECT_TRUE(contains(run.out, "txn: no record left locked")) << run.all();
+  EXPECT_GT(commits_in(run.out), 0u) << run.all();
+}
+
+// Records of 1 KiB (the paper's size): payloads of many words, so a reader that raced an install
+// and kept a torn payload would break the total.
+TEST_P(RsiCluster, BankTransfersWithKilobyteRecordsKeepTheTotal) {
+  auto run = run_cluster(4, GetParam().transport,
+                         {DFI_BINARY, "txn", "--protocol", GetParam().protocol, "--servers", "2", "--threads", "2",
+                          "--accounts", "64", "--record-bytes", "1024", "--seconds", "2", "--no-progress"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "txn: bank invariant holds: total 64000 = 64 accounts x 1000")) << run.all();
+  EXPECT_TRUE(contains(run.out, "txn: no record left locked")) << run.all();
+  EXPECT_GT(commits_in(run.out), 0u) << run.all();
+}
+
+TEST_P(RsiCluster, AConflictingWriterAbortsAndLeavesNoLockBehind) {
+  auto run = run_cluster(3, GetParam().transport, {RSI_NODE, "conflict", GetParam().protocol});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "rsi conflict (" + GetParam().protocol +
+                                    "): conflicting writer aborted, no lock left behind, snapshot rule held, no dirty read"))
+      << run.all();
+}
+
+// Rank 1, a storage server, is killed 2 s into a 60 s run: every client stops with an error naming
+// it, rank 0's audit names it too, and the run ends long before its length.
+TEST_P(RsiCluster, AKilledStorageServerGivesClientsAnErrorNamingIt) {
+  const std::string txn = std::string(DFI_BINARY) + " txn --protocol " + GetParam().protocol +
+                          " --servers 2 --threads 2 --accounts 1000 --seconds 60 --no-progress";
+  const std::string script = "if [ \"$DFI_RANK\" = 1 ]; then " + txn + " & pid=$!; sleep 2; kill -9 $pid; exit 0; else exec " +
+                             txn + "; fi";
+  RunOptions options;
+  options.timeout = std::chrono::seconds(40);
+  auto run = run_cluster(4, GetParam().transport, {"/bin/sh", "-c", script}, options);
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_LT(run.seconds, 35) << run.all();
+  EXPECT_TRUE(contains(run.err, "dfi txn (rank 2): " + GetParam().protocol + " client 0 of table 'bank': storage server 1 (rank 1)"))
+      << run.all();
+  EXPECT_TRUE(contains(run.err, "dfi txn (rank 3): " + GetParam().protocol + " client 2 of table 'bank': storage server 1 (rank 1)"))
+      << run.all();
+  EXPECT_TRUE(contains(run.err, "storage server 1 (rank 1)")) << run.all();
+  EXPECT_FALSE(contains(run.out, "bank invariant")) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(TransportsAndProtocols, RsiCluster,
+                         ::testing::Values(Param{"shm", "rsi"}, Param{"shm", "2pc"}, Param{"tcp", "rsi"},
+                                           Param{"tcp", "2pc"}),
+                         [](const auto& param_info) {
+                           return param_info.param.transport + "_" + (param_info.param.protocol == "rsi" ? "rsi" : "twopc");
+                         });
+
+}  // namespace
+}  // namespace dfi
