@@ -76,13 +76,7 @@ void AggregationSpec::validate(int cluster_size) const {
   auto bad = [&](const std::string& what) {
     return Error(Errc::invalid_argument, "aggregation '" + name + "': " + what);
   };
-  if (name.empty() || name.find('/') != std::string::npos || name.find('.') != std::string::npos) {
-    throw bad("the name must be non-empty and contain no '/' or '.'");
-  }
-  if (threads < 1) throw bad("threads must be at least 1 (got " + std::to_string(threads) + ")");
-  if (ranks < 0 || ranks > cluster_size) {
-    throw bad("ranks " + std::to_string(ranks) + " outside a cluster of " + std::to_string(cluster_size));
-  }
+  detail::check_common("aggregation", name, threads, ranks, cluster_size);
   if (cache_groups < 1) throw bad("cache_groups must be at least 1");
   if (schema.column_count() == 0) throw bad("no input schema");
   // The flow's own validation names the rest (key column, aggregates, ring shape).

@@ -248,14 +248,7 @@ void JoinSpec::validate(int cluster_size) const {
   auto bad = [&](const std::string& what) {
     return Error(Errc::invalid_argument, "join '" + name + "': " + what);
   };
-  if (name.empty() || name.find('/') != std::string::npos || name.find('.') != std::string::npos) {
-    throw bad("the name must be non-empty and contain no '/' or '.'");
-  }
-  if (threads < 1) throw bad("threads must be at least 1 (got " + std::to_string(threads) + ")");
-  if (ranks < 0 || ranks > cluster_size) {
-    throw bad("ranks " + std::to_string(ranks) + " outside a cluster of " +
-              std::to_string(cluster_size));
-  }
+  detail::check_common("join", name, threads, ranks, cluster_size);
   if (flow_options.mode != flow::Mode::bandwidth) throw bad("its flows must be in bandwidth mode");
   auto key_column = [&](const Relation& relation, const char* side) -> const flow::Column& {
     if (relation.schema.column_count() == 0) throw bad(std::string(side) + " relation has no schema");

@@ -1,5 +1,6 @@
-// How an operator's ranks add up their results: each rank publishes one registry record of
-// numbers, and every rank reads all of them (not on any data path).
+// What every operator of ops/ shares outside its data path: the checks of its spec's common
+// fields, and how its ranks add up their results (each rank publishes one registry record of
+// numbers, and every rank reads all of them).
 #pragma once
 
 #include <string>
@@ -10,6 +11,10 @@ class Node;
 }
 
 namespace dfi::ops::detail {
+
+// Checks an operator's name (its flows are "<name>.<part>"), threads per rank and ranks; throws
+// dfi::Error(invalid_argument, "<kind> '<name>': <problem>").
+void check_common(const char* kind, const std::string& name, int threads, int ranks, int cluster_size);
 
 // Publishes `mine` (space-separated numbers) as record `<prefix><this rank>` and returns the
 // records of ranks 0 .. ranks-1, waiting for each up to the registry timeout. Throws
