@@ -43,11 +43,9 @@ flow::FlowSpec flow_spec(const AggregationSpec& spec, int cluster_size) {
   return f;
 }
 
-void check(const AggregationSpec& spec, int rank, const Status& status, const std::string& what) {
-  if (!status) {
-    throw Error(status.code(), "aggregation '" + spec.name + "' (rank " + std::to_string(rank) +
-                                   "): " + what + ": " + status.message());
-  }
+void check(const AggregationSpec& spec, int rank, const Status& status, const char* action,
+           const std::string& flow) {
+  detail::check_call(status, "aggregation", spec.name, rank, action, flow);
 }
 
 }  // namespace
@@ -128,7 +126,7 @@ AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& sp
       AggregationResult part;
       flow::TupleBatch batch;
       for (;;) {
-        check(spec, node.rank(), in.consume(batch), "consuming flow '" + name + "'");
+        check(spec, node.rank(), in.consume(batch), "consuming", name);
         if (batch.empty()) break;
         for (std::size_t i = 0; i < batch.count; ++i) {
           part.checksum += kernels::fold_tuple(batch.tuple(i), row_width);
@@ -151,8 +149,8 @@ AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& sp
                                         ? spec.cache_groups
                                         : std::numeric_limits<std::size_t>::max();
       flow::CombinerSource out(node, worker, name, t, source_options);
-      check(spec, node.rank(), out.push_bulk(input[t].tuples, input[t].count), "pushing into flow '" + name + "'");
-      check(spec, node.rank(), out.close(), "closing flow '" + name + "'");
+      check(spec, node.rank(), out.push_bulk(input[t].tuples, input[t].count), "pushing into", name);
+      check(spec, node.rank(), out.close(), "closing", name);
       AggregationResult part;
       part.input_tuples = out.counters().tuples;
       part.shipped_rows = out.counters().rows;

@@ -46,12 +46,9 @@ struct RankJoin {
   std::mutex results_mutex;
   JoinResult result;  // guarded by results_mutex
 
-  // Throws the join's error for a failed data-path call.
-  void check(const Status& status, const std::string& what) const {
-    if (!status) {
-      throw Error(status.code(), "join '" + spec.name + "' (rank " + std::to_string(node.rank()) +
-                                     "): " + what + ": " + status.message());
-    }
+  // Throws the join's error for a failed data-path call on `flow` ("consuming", "pushing into").
+  void check(const Status& status, const char* action, const std::string& flow) const {
+    detail::check_call(status, "join", spec.name, node.rank(), action, flow);
   }
   void add(const JoinResult& part) {
     std::lock_guard lock(results_mutex);
@@ -106,8 +103,8 @@ void radix_partition(RankJoin& join, int thread, const Fragment& build, const Fr
     options.open_timeout = join.options.open_timeout;
     flow::ShuffleSource source(join.node, worker, side.flow, thread, options);
     join.check(source.push_bulk(side.fragment.tuples, side.fragment.count),
-               "pushing into flow '" + side.flow + "'");
-    join.check(source.close(), "closing flow '" + side.flow + "'");
+               "pushing into", side.flow);
+    join.check(source.close(), "closing", side.flow);
   }
 }
 
@@ -124,7 +121,7 @@ void radix_join(RankJoin& join, int thread) {
   kernels::JoinTable table(join.build_layout);
   flow::TupleBatch batch;
   for (;;) {
-    join.check(build_in.consume(batch), "consuming flow '" + build_name + "'");
+    join.check(build_in.consume(batch), "consuming", build_name);
     if (batch.empty()) break;
     table.add(batch.data, batch.count);
   }
@@ -134,7 +131,7 @@ void radix_join(RankJoin& join, int thread) {
   part.build_seconds = join.since_start();
   std::vector<Match> pairs;
   for (;;) {
-    join.check(probe_in.consume(batch), "consuming flow '" + probe_name + "'");
+    join.check(probe_in.consume(batch), "consuming", probe_name);
     if (batch.empty()) break;
     probe_batch(join, table, batch.data, batch.count, thread, pairs, part);
   }
@@ -149,8 +146,8 @@ void replicate_partition(RankJoin& join, int thread, const Fragment& build) {
   options.expected_schema = join.spec.build.schema;
   options.open_timeout = join.options.open_timeout;
   flow::ReplicateSource source(join.node, worker, name, thread, options);
-  join.check(source.push_bulk(build.tuples, build.count), "pushing into flow '" + name + "'");
-  join.check(source.close(), "closing flow '" + name + "'");
+  join.check(source.push_bulk(build.tuples, build.count), "pushing into", name);
+  join.check(source.close(), "closing", name);
 }
 
 // Join thread 0 of the fragment-and-replicate join: the rank's table from the whole build side.
@@ -162,10 +159,10 @@ void replicate_build(RankJoin& join, kernels::JoinTable& table) {
   flow::ReplicateTarget in(join.node, name, 0, options);
   flow::ReplicateBatch batch;
   for (;;) {
-    join.check(in.consume(batch), "consuming flow '" + name + "'");
+    join.check(in.consume(batch), "consuming", name);
     if (batch.end) break;
     if (batch.gap()) {  // unordered flows have no sequence numbers; never expected
-      join.check(Status(Errc::protocol, "a gap event in an unordered flow"), "consuming flow '" + name + "'");
+      join.check(Status(Errc::protocol, "a gap event in an unordered flow"), "consuming", name);
     }
     table.add(batch.data, batch.count);
   }

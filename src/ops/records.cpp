@@ -23,6 +23,12 @@ void check_common(const char* kind, const std::string& name, int threads, int ra
   }
 }
 
+void fail_call(const Status& status, const char* kind, const std::string& name, int rank,
+               const char* action, const std::string& flow) {
+  throw Error(status.code(), std::string(kind) + " '" + name + "' (rank " + std::to_string(rank) + "): " +
+                                 action + " flow '" + flow + "': " + status.message());
+}
+
 std::vector<std::string> exchange_records(cluster::Node& node, const std::string& prefix, int ranks,
                                           const std::string& mine) {
   node.registry().publish(prefix + std::to_string(node.rank()), mine);
