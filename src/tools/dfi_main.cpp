@@ -24,6 +24,7 @@
 #include "agg_command.hpp"
 #include "join_command.hpp"
 #include "mover.hpp"
+#include "kv_command.hpp"
 #include "txn.hpp"
 
 namespace {
@@ -132,6 +133,29 @@ int main(int argc, char** argv) {
   txn->add_option("--timeout", txn_timeout_s, "Seconds to wait for set-up and for a 2PC answer");
   txn->add_flag("!--no-progress", txn_options.progress, "No progress line per second");
 
+  auto* kv = app.add_subcommand("kv", "The replicated key-value store (Multi-Paxos on flows)");
+  kv->require_subcommand(1);
+  auto* kv_bench = kv->add_subcommand(
+      "bench", "YCSB-style load on the replicated store, as every rank of a cluster (under dfi cluster run)");
+  dfi::apps::kv::BenchOptions kv_options;
+  std::string kv_protocol = "paxos";
+  double kv_timeout_s = 30;
+  kv_bench->add_option("--protocol", kv_protocol, "paxos or unreplicated")->check(CLI::IsMember({"paxos", "unreplicated"}));
+  kv_bench->add_option("--replicas", kv_options.service.replicas, "Replicas: ranks 0..N-1 (rank 0 leads)");
+  kv_bench->add_option("--threads", kv_options.service.client_threads, "Client threads on every other rank")
+      ->check(CLI::Range(1, 64));
+  kv_bench->add_option("--window", kv_options.service.window, "Outstanding requests per client thread");
+  kv_bench->add_option("--keys", kv_options.keys, "Keys the requests draw from (uniform)");
+  kv_bench->add_option("--reads", kv_options.read_ratio, "Share of gets (YCSB B: 0.95)");
+  kv_bench->add_option("--deletes", kv_options.delete_ratio, "Share of the writes that are deletes");
+  kv_bench->add_option("--seconds", kv_options.seconds, "Run length of every client");
+  kv_bench->add_option("--requests", kv_options.requests, "Requests per client, then stop (0: run --seconds)");
+  kv_bench->add_option("--history", kv_options.history_dir, "Directory for the clients' histories (kv-<rank>.history)");
+  kv_bench->add_option("--seed", kv_options.seed, "Seed of the workload");
+  kv_bench->add_option("--name", kv_options.service.name, "Service name (its flows are <name>.requests, ...)");
+  kv_bench->add_option("--timeout", kv_timeout_s, "Seconds to wait for set-up and for a silent peer");
+  kv_bench->add_flag("!--no-progress", kv_options.progress, "No progress line per second");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -159,6 +183,15 @@ int main(int argc, char** argv) {
       txn_options.protocol = dfi::apps::rsi::parse_protocol(txn_protocol);
       txn_options.timeout = std::chrono::milliseconds(static_cast<long long>(txn_timeout_s * 1000));
       return dfi::tools::run_txn(txn_options, std::cout, std::cerr);
+    }
+    if (*kv_bench) {
+      kv_options.service.protocol = dfi::apps::kv::parse_protocol(kv_protocol);
+      if (kv_options.service.protocol == dfi::apps::kv::Protocol::unreplicated &&
+          kv_bench->count("--replicas") == 0) {
+        kv_options.service.replicas = 1;
+      }
+      kv_options.service.timeout = std::chrono::milliseconds(static_cast<long long>(kv_timeout_s * 1000));
+      return dfi::tools::run_kv_bench(kv_options, std::cout, std::cerr);
     }
     if (*info) return print_config();
   } catch (const dfi::Error& e) {

@@ -1,0 +1,44 @@
+// apps::kv bench — a YCSB-style workload against the replicated key-value service, as every rank
+// of a cluster (`dfi kv bench` is this function behind a command line).
+//
+// Roles by rank: ranks 0 .. replicas-1 run the replicas (rank 0 leads and creates the service's
+// flows); every other rank runs `client_threads` clients, each on its own worker, each keeping
+// `window` requests outstanding. A request is a get with probability read_ratio, else a put (or,
+// with probability delete_ratio among the writes, a delete) of a key drawn uniformly from
+// 0 .. keys-1. Every put writes a value no other put writes (its first 8 bytes are a unique id, the
+// rest a pattern derived from it), so a history names exactly which write a get saw, and a get
+// that returns a torn or unknown value is caught at once.
+//
+// After the run every rank reports to all (cluster::exchange_records): rank 0 prints throughput,
+// latency percentiles, and checks that every replica applied the same writes (same key count and
+// digest) and that the leader answered exactly the requests the clients completed. With
+// `history_dir`, every client rank writes its clients' histories there (history.hpp), for the
+// Porcupine checker (tests/porcupine).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "dfi/apps/kv/service.hpp"
+
+namespace dfi::apps::kv {
+
+struct BenchOptions {
+  ServiceOptions service;
+  std::uint64_t keys = 1000;
+  double read_ratio = 0.95;
+  double delete_ratio = 0.0;      // share of the writes that are deletes
+  double seconds = 3;             // run length of every client
+  std::uint64_t requests = 0;     // per client, then stop (0: run `seconds`)
+  std::string history_dir;        // non-empty: write histories there
+  std::uint64_t seed = 1;
+  bool progress = true;           // the first client rank prints a line per second
+};
+
+// Runs this rank's role. Returns 0 when the run completed and (rank 0) the replicas agree; 1
+// otherwise, with the reason on `err` naming the rank, flow or peer. Throws dfi::Error for bad
+// options (invalid_argument).
+int run_bench(cluster::Node& node, const BenchOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace dfi::apps::kv

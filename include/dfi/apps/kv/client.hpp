@@ -1,0 +1,76 @@
+// apps::kv::Client — one client thread of the replicated key-value store (service.hpp).
+//
+// Owns the thread's source in <name>.requests and its target in <name>.replies. Requests may be
+// pipelined: submit() up to ServiceOptions::window of them, then take their completions with
+// poll(); the synchronous calls do both for one request.
+//
+//   kv::Client client(node, worker, options, thread);
+//   client.put(42, value).throw_if_error();
+//   kv::Value out; bool found = false;
+//   client.get(42, out, found).throw_if_error();
+//   client.close().throw_if_error();          // when done: lets the service end
+//
+// Errors of every call name the service, the flow and the peer: peer_failed (the leader died),
+// timeout (no reply within ServiceOptions::timeout), invalid_argument (window full, bad op),
+// protocol (a reply to no outstanding request). Nothing on the request path allocates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dfi/apps/kv/service.hpp"
+#include "dfi/common/error.hpp"
+
+namespace dfi::fabric {
+class Worker;
+}
+
+namespace dfi::apps::kv {
+
+// A finished request.
+struct Completion {
+  std::uint64_t seq = 0;  // what submit() returned
+  Op op = Op::get;
+  std::uint64_t key = 0;
+  bool found = false;     // get: the key had a value; delete: the key existed
+  Value value{};          // get: the value read
+};
+
+class Client {
+ public:
+  // Opens client `thread` of this rank (its index follows client_threads()). `worker` must be the
+  // calling thread's own. Throws dfi::Error: invalid_argument (this rank is a replica, no such
+  // thread), and what opening the flows throws (not_found, timeout, peer_failed).
+  Client(cluster::Node& node, fabric::Worker& worker, const ServiceOptions& options, int thread);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends one request (value: for put, else ignored; may be null) and returns its number in
+  // `seq`. Buffered until flush() or poll(). invalid_argument when window requests are
+  // outstanding.
+  Status submit(Op op, std::uint64_t key, const Value* value, std::uint64_t& seq);
+  // Sends what submit() buffered.
+  Status flush();
+  // Flushes, then waits for one completion (up to the service timeout).
+  Status poll(Completion& done);
+  // One request, synchronously.
+  Status get(std::uint64_t key, Value& value, bool& found);
+  Status put(std::uint64_t key, const Value& value);
+  Status del(std::uint64_t key, bool& found);
+
+  std::size_t outstanding() const noexcept;
+  std::size_t index() const noexcept;  // this client's index
+  // Waits for every outstanding reply, closes the request source, then drains the replies flow to
+  // its end (the leader closes it once every client closed). Idempotent.
+  Status close();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dfi::apps::kv

@@ -1,0 +1,158 @@
+// apps::kv service — a key-value store replicated over flows (003 §4.3.2, Fig 3).
+//
+// Ranks 0 .. replicas-1 are the replicas (rank 0 leads); clients are threads of the other ranks.
+// A request is one fixed-width tuple (key, operation, 64 B value); so is a reply. The service is
+// four flows, all created by create_service:
+//
+//   <name>.requests   shuffle  every client thread -> the leader          (Request)
+//   <name>.accept     replicate the leader -> every follower              (Accept; Multi-Paxos)
+//   <name>.accepted   shuffle  every follower -> the leader               (Accepted; Multi-Paxos)
+//   <name>.replies    shuffle  the leader -> client thread i, by its index (Reply)
+//
+// Protocols:
+//   unreplicated  the leader executes each request and replies: the baseline of the benchmark.
+//   paxos         Multi-Paxos, normal case with a stable leader (view 0). The leader takes the
+//                 requests that arrived, gives every write the next log slot and sends the whole
+//                 batch as one *round* of Accept tuples on the replicate flow (a read-only round
+//                 sends one heartbeat tuple). A follower appends what it consumes to its log and
+//                 answers each consumed batch with one Accepted tuple naming the last round and
+//                 slot it holds (the rings keep each pair in order, so the answer covers every
+//                 earlier round). A round is chosen once a majority of the replicas (the leader
+//                 and replicas/2 followers) hold it; the leader then applies its writes in slot
+//                 order and replies. Every Accept carries the leader's commit slot, and followers
+//                 apply their log up to it. Rounds are pipelined: up to max_rounds_in_flight are
+//                 outstanding, which bounds every ring's fill (no flow can block another).
+//
+// Reads are linearizable through a quorum round, not through the log (Raft's "read index"): a
+// read that arrived before round r started is answered once round r is chosen and every write of
+// rounds <= r is applied. It sees every write that completed before it was invoked (those were
+// applied earlier) and nothing that was not chosen. Reads need no log slot and no payload on the
+// replicate flow (95 % of the YCSB mix), and — unlike a leader lease — no assumption about clock
+// drift; the quorum round is what will make them safe once views change (a deposed leader cannot
+// complete a round).
+//
+// Not yet (issue 12, later slices): view change when the leader dies, log catch-up for a
+// replica that fell behind, NOPaxos over the ordered replicate flow. A dead replica or client
+// now ends the run with an error naming it: a shuffle target fails for good once one of its
+// sources died, so surviving a dead follower needs the flows of a new view.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dfi/flow/schema.hpp"
+#include "dfi/flow/spec.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
+
+namespace dfi::apps::kv {
+
+inline constexpr std::size_t kValueBytes = 64;
+using Value = std::array<char, kValueBytes>;
+
+enum class Op : std::uint32_t { get = 1, put = 2, del = 3 };
+enum class Protocol { unreplicated, paxos };
+
+// "unreplicated" / "paxos".
+std::string_view protocol_name(Protocol protocol) noexcept;
+// Parses the names above; throws dfi::Error(invalid_argument) naming the accepted values.
+Protocol parse_protocol(std::string_view name);
+
+// A client's request. `client` is the client's index (its target in <name>.replies), `seq` its
+// request counter; `value` is used by put.
+struct Request {
+  std::uint64_t client = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t key = 0;
+  std::uint32_t op = 0;  // Op
+  std::uint32_t pad = 0;
+  Value value{};
+};
+static_assert(sizeof(Request) == 96);
+
+enum class ReplyStatus : std::uint32_t { ok = 0, not_found = 1 };
+
+// The answer to request (client, seq): for get, the value or not_found; put and delete: ok
+// (delete of an absent key: not_found).
+struct Reply {
+  std::uint64_t client = 0;
+  std::uint64_t seq = 0;
+  std::uint32_t status = 0;  // ReplyStatus
+  std::uint32_t pad = 0;
+  Value value{};
+};
+static_assert(sizeof(Reply) == 88);
+
+// Multi-Paxos: the leader's proposal of one write for `slot` in `round` (slot 0: a heartbeat,
+// no write), with the leader's commit slot.
+struct Accept {
+  std::uint64_t view = 0;
+  std::uint64_t round = 0;
+  std::uint64_t slot = 0;
+  std::uint64_t commit = 0;
+  Request request;
+};
+static_assert(sizeof(Accept) == 128);
+
+// Multi-Paxos: follower `follower` (its index among the followers) holds every round up to
+// `round` and every slot up to `slot`.
+struct Accepted {
+  std::uint64_t view = 0;
+  std::uint64_t follower = 0;
+  std::uint64_t round = 0;
+  std::uint64_t slot = 0;
+};
+
+// The flows' schemas (C layout of the structs above).
+flow::Schema request_schema();
+flow::Schema reply_schema();
+flow::Schema accept_schema();
+flow::Schema accepted_schema();
+
+struct ServiceOptions {
+  std::string name = "kv";        // flows "<name>.requests" ...; a name per run
+  Protocol protocol = Protocol::paxos;
+  int replicas = 3;               // ranks 0 .. replicas-1; rank 0 leads (unreplicated: 1)
+  int client_threads = 1;         // client threads on every rank >= replicas
+  std::size_t window = 16;        // outstanding requests per client thread (sizes the rings)
+  std::size_t max_rounds_in_flight = 8;  // Multi-Paxos pipelining depth
+  std::size_t round_requests = 512;      // most requests the leader takes into one round
+  std::chrono::milliseconds timeout{30000};  // set-up waits; a peer silent this long is an error
+};
+
+// The clients, in index order: thread t of rank r is client (r - replicas) * client_threads + t.
+std::vector<flow::SourceRef> client_threads(const ServiceOptions& options, int cluster_size);
+// Throws dfi::Error(invalid_argument, "kv service '<name>': <problem>") for bad options on a
+// cluster of `cluster_size` ranks (at least one client rank, replicas 1..size-1, unreplicated with
+// one replica, a non-empty name, window and round sizes >= 1).
+void check_options(const ServiceOptions& options, int cluster_size);
+
+// Creates the service's flows. Call once, from any one rank (the bench calls it on rank 0).
+// Throws what flow::create_flow throws, and invalid_argument as check_options.
+void create_service(cluster::Node& node, const ServiceOptions& options);
+
+struct ReplicaStats {
+  std::uint64_t writes = 0;   // applied
+  std::uint64_t reads = 0;    // answered (leader)
+  std::uint64_t rounds = 0;   // Multi-Paxos rounds sent (leader) or consumed (follower)
+  std::uint64_t slots = 0;    // highest slot applied
+  std::uint64_t keys = 0;     // keys in the store at the end
+  std::uint64_t digest = 0;   // order-independent digest of the store at the end: replicas that
+                              // applied the same writes agree
+};
+
+// Runs this rank's replica (leader on rank 0, follower on ranks 1 .. replicas-1) on the calling
+// thread until every client closed its requests: then the leader closes the accept flow, the
+// followers close theirs, and the leader closes the replies. Throws dfi::Error naming the service,
+// the flow and the peer: peer_failed (a client died; the leader: fewer than a majority of the
+// replicas alive), timeout, protocol (a malformed tuple).
+ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options);
+
+}  // namespace dfi::apps::kv

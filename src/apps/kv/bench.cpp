@@ -1,0 +1,321 @@
+#include "dfi/apps/kv/bench.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dfi/apps/kv/client.hpp"
+#include "dfi/apps/kv/history.hpp"
+#include "dfi/cluster/node.hpp"
+#include "dfi/cluster/records.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "names.hpp"
+
+namespace dfi::apps::kv {
+namespace {
+
+using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: one clock for every process
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Latencies in log-linear buckets: 8 per power of two (12.5 % wide), merged by adding.
+class LatencyHistogram {
+ public:
+  static constexpr std::size_t kBuckets = 64 * 8;
+
+  void add(std::uint64_t ns) {
+    ++counts_[bucket(ns)];
+    ++total_;
+  }
+  void merge(const LatencyHistogram& other) {
+    for (std::size_t i = 0; i < kBuckets; ++i) counts_[i] += other.counts_[i];
+    total_ += other.total_;
+  }
+  // The upper bound of the bucket holding the p-th percentile (0 when empty).
+  std::uint64_t percentile_ns(double p) const {
+    if (total_ == 0) return 0;
+    const auto rank = static_cast<std::uint64_t>(p / 100.0 * static_cast<double>(total_ - 1)) + 1;
+    std::uint64_t seen = 0;
+    for (std::size_t i = 0; i < kBuckets; ++i) {
+      seen += counts_[i];
+      if (seen >= rank) return upper(i);
+    }
+    return upper(kBuckets - 1);
+  }
+  // "index:count" of every non-empty bucket, and back.
+  std::string encode() const {
+    std::string s;
+    for (std::size_t i = 0; i < kBuckets; ++i) {
+      if (counts_[i] != 0) s += " " + std::to_string(i) + ":" + std::to_string(counts_[i]);
+    }
+    return s;
+  }
+  void decode_add(std::istream& in) {
+    std::string item;
+    while (in >> item) {
+      const auto colon = item.find(':');
+      const std::size_t i = std::stoull(item.substr(0, colon));
+      const std::uint64_t n = std::stoull(item.substr(colon + 1));
+      if (i < kBuckets) counts_[i] += n;
+      total_ += n;
+    }
+  }
+
+ private:
+  static std::size_t bucket(std::uint64_t ns) {
+    if (ns < 8) return static_cast<std::size_t>(ns);
+    const int log = 63 - std::countl_zero(ns);
+    return static_cast<std::size_t>(log) * 8 + static_cast<std::size_t>((ns >> (log - 3)) & 7);
+  }
+  static std::uint64_t upper(std::size_t i) {
+    if (i < 8) return i;
+    const std::size_t log = i / 8;
+    return (std::uint64_t{8} + (i % 8) + 1) << (log - 3);
+  }
+
+  std::array<std::uint64_t, kBuckets> counts_{};
+  std::uint64_t total_ = 0;
+};
+
+struct ClientResult {
+  std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0;
+  double seconds = 0;
+  LatencyHistogram latency;
+  std::vector<HistoryEntry> history;
+  std::string error;
+};
+
+void check_bench(const cluster::Node& node, const BenchOptions& o) {
+  check_options(o.service, node.size());
+  auto bad = [&](const std::string& what) {
+    return Error(Errc::invalid_argument, "kv bench '" + o.service.name + "': " + what);
+  };
+  if (o.keys < 1) throw bad("keys must be at least 1");
+  if (!(o.read_ratio >= 0 && o.read_ratio <= 1)) throw bad("read ratio must be in [0, 1]");
+  if (!(o.delete_ratio >= 0 && o.delete_ratio <= 1)) throw bad("delete ratio must be in [0, 1]");
+  if (!(o.seconds > 0) && o.requests == 0) throw bad("give a positive run length or a request count");
+}
+
+// One client thread: keeps the window full until the run ends, then closes.
+void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::atomic<std::uint64_t>& progress,
+                ClientResult& result) {
+  try {
+    fabric::Worker worker(node.fabric(), "kv-client-" + std::to_string(thread));
+    Client client(node, worker, o.service, thread);
+    const std::uint64_t index = client.index();
+    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + index + 1);
+    std::uniform_int_distribution<std::uint64_t> key_of(0, o.keys - 1);
+    std::uniform_real_distribution<double> coin(0.0, 1.0);
+    struct Pending {
+      std::uint64_t seq = 0;
+      std::uint64_t input = 0;
+      std::int64_t call_ns = 0;
+    };
+    std::vector<Pending> pending(o.service.window);
+    std::uint64_t put_count = 0;
+    const bool record = !o.history_dir.empty();
+
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    std::uint64_t submitted = 0;
+    for (;;) {
+      // The clock is read once per poll round, not per request.
+      const bool stop = o.requests != 0 ? submitted >= o.requests : Clock::now() >= end;
+      while (!stop && client.outstanding() < o.service.window && (o.requests == 0 || submitted < o.requests)) {
+        Op op = Op::get;
+        if (coin(rng) >= o.read_ratio) op = coin(rng) < o.delete_ratio ? Op::del : Op::put;
+        const std::uint64_t key = key_of(rng);
+        std::uint64_t input = 0;
+        Value value{};
+        if (op == Op::put) {
+          input = ((index + 1) << 40) | ++put_count;  // unique over the run
+          value = value_of(input);
+        }
+        std::uint64_t seq = 0;
+        const std::int64_t call = now_ns();
+        client.submit(op, key, op == Op::put ? &value : nullptr, seq).throw_if_error();
+        for (Pending& p : pending) {
+          if (p.seq != 0) continue;
+          p = {seq, input, call};
+          break;
+        }
+        ++submitted;
+      }
+      if (client.outstanding() == 0) break;
+      Completion done;
+      client.poll(done).throw_if_error();
+      const std::int64_t ret = now_ns();
+      auto it = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.seq == done.seq; });
+      const Pending p = *it;
+      it->seq = 0;
+      std::uint64_t output = 0;
+      if (done.op == Op::get && done.found) {
+        output = id_of(done.value);
+        if (output == 0) {
+          throw Error(Errc::protocol, "kv bench: client " + std::to_string(index) + " read a value of key " +
+                                          std::to_string(done.key) + " that no put wrote (torn or corrupted)");
+        }
+      } else if (done.op == Op::del) {
+        output = done.found ? 1 : 0;
+      }
+      ++result.ops;
+      (done.op == Op::get ? result.gets : done.op == Op::put ? result.puts : result.dels)++;
+      result.latency.add(static_cast<std::uint64_t>(ret - p.call_ns));
+      if (record) result.history.push_back({index, done.op, done.key, p.input, output, p.call_ns, ret});
+      progress.store(result.ops, std::memory_order_relaxed);
+    }
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    client.close().throw_if_error();
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+}
+
+std::string fmt_us(std::uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f us", static_cast<double>(ns) / 1000.0);
+  return buf;
+}
+
+// Rank 0: adds up every rank's report and checks the replicas against each other.
+int summarize(const BenchOptions& o, const std::vector<std::string>& reports, std::ostream& out, std::ostream& err) {
+  const ServiceOptions& s = o.service;
+  std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0, clients = 0;
+  double rate = 0;
+  LatencyHistogram latency;
+  struct Replica {
+    std::uint64_t writes, reads, rounds, slots, keys, digest;
+  };
+  std::vector<Replica> replicas;
+  for (std::size_t rank = 0; rank < reports.size(); ++rank) {
+    std::istringstream in(reports[rank]);
+    std::string kind;
+    in >> kind;
+    if (kind == "r") {
+      Replica r{};
+      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest;
+      replicas.push_back(r);
+    } else {
+      std::uint64_t n = 0, g = 0, p = 0, d = 0, c = 0;
+      double r = 0;
+      in >> n >> g >> p >> d >> c >> r;
+      ops += n, gets += g, puts += p, dels += d, clients += c, rate += r;
+      latency.decode_add(in);
+    }
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "kv: %s, %d replica(s), %" PRIu64 " client(s) (window %zu): %" PRIu64
+                " requests (%" PRIu64 " get, %" PRIu64 " put, %" PRIu64 " del), %.0f req/s\n",
+                std::string(protocol_name(s.protocol)).c_str(), s.replicas, clients, s.window, ops, gets, puts, dels,
+                rate);
+  out << line;
+  out << "kv: latency p50 " << fmt_us(latency.percentile_ns(50)) << ", p95 " << fmt_us(latency.percentile_ns(95))
+      << ", p99 " << fmt_us(latency.percentile_ns(99)) << "\n";
+  int status = 0;
+  const Replica& leader = replicas.front();
+  if (leader.reads + leader.writes != ops) {
+    err << "kv bench: the leader answered " << leader.reads + leader.writes << " requests, the clients completed "
+        << ops << "\n";
+    status = 1;
+  }
+  for (std::size_t r = 1; r < replicas.size(); ++r) {
+    if (replicas[r].slots != leader.slots || replicas[r].keys != leader.keys || replicas[r].digest != leader.digest) {
+      err << "kv bench: replica " << r << " applied " << replicas[r].slots << " slots (" << replicas[r].keys
+          << " keys, digest " << replicas[r].digest << "), the leader " << leader.slots << " (" << leader.keys
+          << " keys, digest " << leader.digest << ")\n";
+      status = 1;
+    }
+  }
+  if (status == 0) {
+    out << "kv: replicas agree: " << replicas.size() << " of " << replicas.size() << " applied " << leader.slots
+        << " writes, " << leader.keys << " keys, digest " << std::hex << leader.digest << std::dec << "\n";
+  }
+  return status;
+}
+
+}  // namespace
+
+int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std::ostream& err) {
+  check_bench(node, o);
+  const Names names(o.service.name);
+  std::string report;
+  std::string failure;
+  if (node.rank() < o.service.replicas) {
+    if (node.rank() == 0) create_service(node, o.service);
+    try {
+      const ReplicaStats r = run_replica(node, o.service);
+      report = "r " + std::to_string(r.writes) + " " + std::to_string(r.reads) + " " + std::to_string(r.rounds) + " " +
+               std::to_string(r.slots) + " " + std::to_string(r.keys) + " " + std::to_string(r.digest);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  } else {
+    const auto threads = static_cast<std::size_t>(o.service.client_threads);
+    std::vector<ClientResult> results(threads);
+    std::vector<std::atomic<std::uint64_t>> progress(threads);
+    std::atomic<std::size_t> finished{0};
+    std::vector<std::thread> workers;
+    for (std::size_t t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        run_client(node, o, static_cast<int>(t), progress[t], results[t]);
+        finished.fetch_add(1, std::memory_order_release);
+      });
+    }
+    if (o.progress && node.rank() == o.service.replicas) {
+      // The first client rank shows its own clients' pace once a second while they run.
+      std::uint64_t last = 0;
+      auto next = Clock::now() + std::chrono::seconds(1);
+      for (int second = 1; finished.load(std::memory_order_acquire) < threads;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (Clock::now() < next) continue;
+        next += std::chrono::seconds(1);
+        std::uint64_t sum = 0;
+        for (auto& p : progress) sum += p.load(std::memory_order_relaxed);
+        out << "kv: rank " << node.rank() << ": " << second++ << " s, " << (sum - last) << " req/s\n" << std::flush;
+        last = sum;
+      }
+    }
+    for (std::thread& w : workers) w.join();
+    ClientResult total;
+    double rate = 0;
+    for (ClientResult& r : results) {
+      if (!r.error.empty() && failure.empty()) failure = r.error;
+      total.ops += r.ops, total.gets += r.gets, total.puts += r.puts, total.dels += r.dels;
+      if (r.seconds > 0) rate += static_cast<double>(r.ops) / r.seconds;
+      total.latency.merge(r.latency);
+      total.history.insert(total.history.end(), r.history.begin(), r.history.end());
+    }
+    if (!o.history_dir.empty()) {
+      write_history(o.history_dir + "/kv-" + std::to_string(node.rank()) + ".history", total.history);
+    }
+    report = "c " + std::to_string(total.ops) + " " + std::to_string(total.gets) + " " + std::to_string(total.puts) +
+             " " + std::to_string(total.dels) + " " + std::to_string(threads) + " " + std::to_string(rate) +
+             total.latency.encode();
+  }
+  if (!failure.empty()) {
+    err << "dfi kv (rank " << node.rank() << "): " << failure << "\n";
+    return 1;
+  }
+  try {
+    const std::vector<std::string> reports = cluster::exchange_records(node, names.reports, node.size(), report);
+    if (node.rank() != 0) return 0;
+    return summarize(o, reports, out, err);
+  } catch (const Error& e) {
+    err << "dfi kv (rank " << node.rank() << "): " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace dfi::apps::kv
