@@ -120,7 +120,7 @@ Status Client::poll(Completion& done) {
     if (!c) return c;
     if (s.batch.empty()) {
       return Status(Errc::protocol, std::string(kKind) + " " + std::to_string(s.index) + " of service '" + s.o.name +
-                                        "': flow '" + s.names.replies + "' ended with " +
+                                        "': flow '" + s.names.replies + "' ended (the leader, rank 0, stopped) with " +
                                         std::to_string(s.outstanding) + " request(s) unanswered");
     }
   }

@@ -1,0 +1,5 @@
+module dfi/tests/porcupine/kvcheck
+
+go 1.19
+
+require github.com/anishathalye/porcupine v1.3.1
