@@ -56,11 +56,11 @@ class LatencyHistogram {
   }
   // "index:count" of every non-empty bucket, and back.
   std::string encode() const {
-    std::string s;
+    std::ostringstream s;
     for (std::size_t i = 0; i < kBuckets; ++i) {
-      if (counts_[i] != 0) s += " " + std::to_string(i) + ":" + std::to_string(counts_[i]);
+      if (counts_[i] != 0) s << ' ' << i << ':' << counts_[i];
     }
-    return s;
+    return s.str();
   }
   void decode_add(std::istream& in) {
     std::string item;
@@ -190,7 +190,8 @@ std::string fmt_us(std::uint64_t ns) {
 }
 
 // Rank 0: adds up every rank's report and checks the replicas against each other.
-int summarize(const BenchOptions& o, const std::vector<std::string>& reports, std::ostream& out, std::ostream& err) {
+int summarize(const BenchOptions& o, const std::vector<std::string>& reports, std::ostream& out, std::ostream& err,
+              BenchSummary& summary) {
   const ServiceOptions& s = o.service;
   std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0, clients = 0;
   double rate = 0;
@@ -238,6 +239,13 @@ int summarize(const BenchOptions& o, const std::vector<std::string>& reports, st
       status = 1;
     }
   }
+  summary.requests = ops;
+  summary.clients = clients;
+  summary.requests_per_second = rate;
+  summary.p50_us = static_cast<double>(latency.percentile_ns(50)) / 1000.0;
+  summary.p95_us = static_cast<double>(latency.percentile_ns(95)) / 1000.0;
+  summary.p99_us = static_cast<double>(latency.percentile_ns(99)) / 1000.0;
+  summary.replicas_agree = status == 0;
   if (status == 0) {
     out << "kv: replicas agree: " << replicas.size() << " of " << replicas.size() << " applied " << leader.slots
         << " writes, " << leader.keys << " keys, digest " << std::hex << leader.digest << std::dec << "\n";
@@ -247,7 +255,8 @@ int summarize(const BenchOptions& o, const std::vector<std::string>& reports, st
 
 }  // namespace
 
-int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std::ostream& err) {
+int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std::ostream& err,
+              BenchSummary* summary) {
   check_bench(node, o);
   const Names names(o.service.name);
   std::string report;
@@ -256,8 +265,9 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     if (node.rank() == 0) create_service(node, o.service);
     try {
       const ReplicaStats r = run_replica(node, o.service);
-      report = "r " + std::to_string(r.writes) + " " + std::to_string(r.reads) + " " + std::to_string(r.rounds) + " " +
-               std::to_string(r.slots) + " " + std::to_string(r.keys) + " " + std::to_string(r.digest);
+      std::ostringstream line;
+      line << "r " << r.writes << ' ' << r.reads << ' ' << r.rounds << ' ' << r.slots << ' ' << r.keys << ' ' << r.digest;
+      report = line.str();
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -300,9 +310,10 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     if (!o.history_dir.empty()) {
       write_history(o.history_dir + "/kv-" + std::to_string(node.rank()) + ".history", total.history);
     }
-    report = "c " + std::to_string(total.ops) + " " + std::to_string(total.gets) + " " + std::to_string(total.puts) +
-             " " + std::to_string(total.dels) + " " + std::to_string(threads) + " " + std::to_string(rate) +
-             total.latency.encode();
+    std::ostringstream line;
+    line << "c " << total.ops << ' ' << total.gets << ' ' << total.puts << ' ' << total.dels << ' ' << threads << ' '
+         << rate << total.latency.encode();
+    report = line.str();
   }
   if (!failure.empty()) {
     err << "dfi kv (rank " << node.rank() << "): " << failure << "\n";
@@ -311,7 +322,10 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
   try {
     const std::vector<std::string> reports = cluster::exchange_records(node, names.reports, node.size(), report);
     if (node.rank() != 0) return 0;
-    return summarize(o, reports, out, err);
+    BenchSummary mine;
+    const int status = summarize(o, reports, out, err, mine);
+    if (summary != nullptr) *summary = mine;
+    return status;
   } catch (const Error& e) {
     err << "dfi kv (rank " << node.rank() << "): " << e.what() << "\n";
     return 1;

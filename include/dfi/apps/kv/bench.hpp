@@ -36,9 +36,19 @@ struct BenchOptions {
   bool progress = true;           // the first client rank prints a line per second
 };
 
+// What rank 0 adds up after a run.
+struct BenchSummary {
+  std::uint64_t requests = 0;       // completed by all clients
+  std::uint64_t clients = 0;
+  double requests_per_second = 0;   // sum over clients of requests / their run time
+  double p50_us = 0, p95_us = 0, p99_us = 0;  // request latency (bucket upper bounds, 12.5 %)
+  bool replicas_agree = false;
+};
+
 // Runs this rank's role. Returns 0 when the run completed and (rank 0) the replicas agree; 1
-// otherwise, with the reason on `err` naming the rank, flow or peer. Throws dfi::Error for bad
-// options (invalid_argument).
-int run_bench(cluster::Node& node, const BenchOptions& options, std::ostream& out, std::ostream& err);
+// otherwise, with the reason on `err` naming the rank, flow or peer. Rank 0 fills `summary` when
+// given. Throws dfi::Error for bad options (invalid_argument).
+int run_bench(cluster::Node& node, const BenchOptions& options, std::ostream& out, std::ostream& err,
+              BenchSummary* summary = nullptr);
 
 }  // namespace dfi::apps::kv

@@ -1,0 +1,137 @@
+#include "etcd_baseline.hpp"
+
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "dfi/common/error.hpp"
+#include "paths.hpp"
+#include "process.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kInstallHint =
+    "install Debian's etcd-server and etcd-client (scripts/dev bench installs them) and Go (>= the "
+    "version in bench/etcd/ycsb/go.mod)";
+
+std::optional<std::string> go_binary() {
+  if (auto go = launch::find_program("go")) return go;
+  if (fs::exists("/usr/local/go/bin/go")) return std::string("/usr/local/go/bin/go");
+  return std::nullopt;
+}
+
+// Builds bench/etcd/ycsb unless the binary is newer than its sources; returns its path.
+std::string build_ycsb() {
+  const std::optional<std::string> go = go_binary();
+  if (!go) throw Error(Errc::not_found, std::string("bench: no Go for the etcd load generator: ") + kInstallHint);
+  const fs::path source = fs::path(bench_source_dir()) / "etcd" / "ycsb";
+  const fs::path binary = fs::path(bench_build_dir()) / "etcd" / "ycsb";
+  std::error_code ec;
+  if (fs::exists(binary, ec)) {
+    fs::file_time_type newest{};
+    for (const char* f : {"main.go", "go.mod", "go.sum"}) newest = std::max(newest, fs::last_write_time(source / f));
+    if (fs::last_write_time(binary, ec) >= newest) return binary.string();
+  }
+  fs::create_directories(binary.parent_path(), ec);
+  const std::vector<std::string> argv = {*go, "-C", source.string(), "build", "-buildvcs=false", "-o", binary.string(), "."};
+  launch::ChildResult r = launch::run_child({argv, {}}, std::chrono::minutes(5));
+  if (r.exit_code != 0 || r.timed_out) {
+    throw Error(Errc::io, "bench: building the etcd load generator failed: " + shell_join(argv) + "\n" +
+                              tail_lines(r.output, 20));
+  }
+  return binary.string();
+}
+
+}  // namespace
+
+std::string etcd_unavailable() {
+  for (const char* program : {"etcd", "etcdctl"}) {
+    if (!launch::find_program(program)) return std::string(program) + " not found in PATH: " + kInstallHint;
+  }
+  if (!go_binary()) return std::string("go not found: ") + kInstallHint;
+  return {};
+}
+
+EtcdCluster::EtcdCluster(int members, EtcdData data, std::chrono::milliseconds bound) {
+  const fs::path root = data == EtcdData::tmpfs ? fs::path("/dev/shm") : fs::path(bench_build_dir());
+  data_dir_ = (root / ("dfi-etcd-" + std::to_string(::getpid()))).string();
+  std::error_code ec;
+  fs::remove_all(data_dir_, ec);
+  fs::create_directories(data_dir_, ec);
+  if (ec) throw Error(Errc::io, "bench: cannot create " + data_dir_ + ": " + ec.message());
+  std::vector<int> client(static_cast<std::size_t>(members)), peer(static_cast<std::size_t>(members));
+  std::ostringstream initial, endpoints;
+  for (std::size_t i = 0; i < client.size(); ++i) {
+    client[i] = launch::pick_free_port();
+    peer[i] = launch::pick_free_port();
+    initial << (i ? "," : "") << 'm' << i << "=http://127.0.0.1:" << peer[i];
+    endpoints << (i ? "," : "") << "127.0.0.1:" << client[i];
+  }
+  endpoints_ = endpoints.str();
+  for (std::size_t i = 0; i < client.size(); ++i) {
+    const std::string c = "http://127.0.0.1:" + std::to_string(client[i]);
+    const std::string p = "http://127.0.0.1:" + std::to_string(peer[i]);
+    std::vector<std::string> argv = {"etcd",
+                                     "--name", "m" + std::to_string(i),
+                                     "--data-dir", data_dir_ + "/m" + std::to_string(i),
+                                     "--listen-client-urls", c, "--advertise-client-urls", c,
+                                     "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                                     "--initial-cluster", initial.str(), "--initial-cluster-state", "new",
+                                     "--log-level", "error"};
+    if (i == 0) command_ = shell_join(argv);
+    members_.push_back(launch::ChildProcess::start({argv, {}}));
+  }
+  const auto limit = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (!members_[i].running()) {
+        throw Error(Errc::io, "bench: etcd member " + std::to_string(i) + " exited: " + command_ + "\n" +
+                                  tail_lines(members_[i].output(), 20));
+      }
+    }
+    launch::ChildResult health = launch::run_child(
+        {{"etcdctl", "--endpoints", endpoints_, "endpoint", "health"}, {{"ETCDCTL_API", "3"}}}, std::chrono::seconds(10));
+    if (health.exit_code == 0) return;
+    if (std::chrono::steady_clock::now() > limit) {
+      throw Error(Errc::io, "bench: the etcd cluster (" + endpoints_ + ") did not become healthy:\n" +
+                                tail_lines(health.output, 10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+EtcdCluster::~EtcdCluster() {
+  members_.clear();  // a ChildProcess kills its group when it goes away
+  std::error_code ec;
+  fs::remove_all(data_dir_, ec);
+}
+
+nlohmann::json run_etcd_ycsb(const EtcdCluster& cluster, const EtcdLoad& load, std::string* command) {
+  const std::string binary = build_ycsb();
+  std::ostringstream reads, seconds;
+  reads << load.reads;
+  seconds << load.seconds;
+  const std::vector<std::string> argv = {binary,         "-endpoints", cluster.endpoints(),
+                                         "-clients",     std::to_string(load.clients),
+                                         "-window",      std::to_string(load.window),
+                                         "-keys",        std::to_string(load.keys),
+                                         "-reads",       reads.str(),
+                                         "-value-bytes", std::to_string(load.value_bytes),
+                                         "-seconds",     seconds.str()};
+  if (command != nullptr) *command = shell_join(argv);
+  launch::ChildResult r = launch::run_child({argv, {}}, std::chrono::seconds(static_cast<long>(load.seconds) + 120));
+  std::istringstream lines(r.output);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  if (r.exit_code != 0 || r.timed_out || last.empty()) {
+    throw Error(Errc::io, "bench: the etcd load generator failed: " + shell_join(argv) + "\n" + tail_lines(r.output, 20));
+  }
+  return nlohmann::json::parse(last);
+}
+
+}  // namespace dfi::tools::bench

@@ -1,0 +1,274 @@
+// Scenario kv (003 Fig 15): the replicated key-value store (apps/kv) under YCSB 95/5 with 64 B
+// values, Multi-Paxos vs the unreplicated store, over offered load (requests each client keeps
+// outstanding). One fresh cluster per run: `replicas` replica ranks and 2 client ranks of
+// `threads` client threads each; the two protocols alternate at every load. Throughput is the
+// sum over clients of completed requests over their run time; latency percentiles are over every
+// request of the run. A run whose replicas disagree fails the scenario.
+//
+// Scenario kv-etcd: the same load on Multi-Paxos and on etcd (Debian's etcd-server, as many
+// members as replicas, its log on tmpfs and, in full runs, on disk) through the real etcd Go client
+// (etcd_baseline.hpp), with linearizable reads on both. DFI's clients are 2 ranks of `threads`
+// threads with `window` requests outstanding each; etcd's load generator opens 2 x `threads`
+// client connections with `window` goroutines each: the same offered load.
+#include <algorithm>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dfi/apps/kv/bench.hpp"
+#include "cluster_job.hpp"
+#include "etcd_baseline.hpp"
+#include "dfi/cluster/node.hpp"
+#include "dfi/common/error.hpp"
+#include "scenarios.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kClientRanks = 2;
+
+struct KvLoad {
+  int threads = 2;
+  std::uint64_t window = 1;
+  std::uint64_t keys = 100000;
+  double seconds = 1;
+  std::chrono::milliseconds timeout{120000};
+};
+
+// One `dfi kv bench` cluster run: rank 0's summary (fails when the replicas disagree).
+json run_dfi_kv(RunContext& context, const std::string& scenario, const std::string& protocol, int replicas,
+                const KvLoad& load, std::string& command) {
+  RankJob job;
+  job.nodes = replicas + kClientRanks;
+  job.scenario = scenario;
+  job.timeout = load.timeout;
+  job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
+                {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds}};
+  command = rank_job_command(job, context);
+  std::map<int, json> reports = run_rank_job(job, context);
+  if (!reports.count(0)) throw Error(Errc::protocol, "bench " + scenario + ": rank 0 reported no result");
+  const json& r = reports.at(0);
+  if (!r.at("replicas_agree").get<bool>()) {
+    throw Error(Errc::protocol, "bench " + scenario + ": the replicas disagree (" + protocol + ", window " +
+                                    std::to_string(load.window) + ")");
+  }
+  return r;
+}
+
+// Every rank of a `dfi kv bench` run of either scenario.
+int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
+  apps::kv::BenchOptions options;
+  options.service.protocol = apps::kv::parse_protocol(params.at("protocol").get<std::string>());
+  options.service.replicas = params.at("replicas");
+  options.service.client_threads = params.at("threads");
+  options.service.window = params.at("window");
+  options.keys = params.at("keys");
+  options.seconds = params.at("seconds");
+  options.progress = false;
+  try {
+    cluster::Node node;
+    apps::kv::BenchSummary summary;
+    const int status = apps::kv::run_bench(node, options, err, err, &summary);
+    if (status != 0) return status;
+    if (node.rank() == 0) {
+      report_rank_result(out, {{"requests", summary.requests},
+                               {"requests_per_second", summary.requests_per_second},
+                               {"p50_us", summary.p50_us},
+                               {"p95_us", summary.p95_us},
+                               {"p99_us", summary.p99_us},
+                               {"replicas_agree", summary.replicas_agree}});
+    }
+    node.finish();
+  } catch (const Error& e) {
+    err << "bench kv rank: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
+
+class KvScenario : public Scenario {
+ public:
+  std::string name() const override { return "kv"; }
+  std::string title() const override {
+    return "Replicated key-value store: Multi-Paxos on flows vs unreplicated, YCSB 95/5, 64 B values";
+  }
+  std::string description() const override {
+    return "apps/kv under a YCSB-B-like load (95 % gets, 5 % puts, 64 B values, uniform keys): "
+           "`replicas` replica ranks (rank 0 leads) and 2 client ranks of `threads` client threads, "
+           "each keeping `window` requests outstanding (the offered load). paxos: Multi-Paxos over "
+           "four flows (requests shuffle, accept replicate, accepted shuffle, replies shuffle) with "
+           "pipelined rounds and quorum-round reads. unreplicated: the leader alone executes and "
+           "replies, same flows otherwise. Every run checks that all replicas applied the same writes.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"replicas", 5, 5, "replica ranks of the Multi-Paxos runs"},
+        {"threads", 2, 3, "client threads per client rank"},
+        {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
+        {"keys", 100000, 1000000, "keys the requests draw from"},
+        {"seconds", 1.0, 3.0, "run length of every client"},
+        {"timeout_s", 120, 300, "bound of each cluster run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"unreplicated",
+             "the same store and flows without replication: the leader executes each request at once "
+             "(the upper bound of any replication protocol on this transport)"}};
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const int replicas = context.param("replicas");
+    const int threads = context.param("threads");
+    const std::vector<std::uint64_t> windows = context.param("windows");
+    const std::uint64_t keys = context.param("keys");
+    const double seconds = context.param("seconds");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    result.set_parameters(context.resolved_parameters());
+    result.add_baseline("unreplicated", baselines()[0].description);
+    result.add_note("etcd and NOPaxos, the issue's other baselines, are not measured yet; the ratio here is "
+                    "the cost of replication on the same flows.");
+    Panel& tput = result.panel("throughput", "Throughput vs offered load", {"window", "requests/client", "log2"},
+                               {"throughput", "k req/s"}, Better::higher);
+    Panel& p99 = result.panel("p99", "p99 latency vs offered load", {"window", "requests/client", "log2"},
+                              {"p99 latency", "us"}, Better::lower);
+    Panel& p50 = result.panel("p50", "Median latency vs offered load", {"window", "requests/client", "log2"},
+                              {"median latency", "us"}, Better::lower);
+    for (Panel* p : {&tput, &p99, &p50}) {
+      p->series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas");
+      p->series("unreplicated", Role::baseline, "unreplicated (1 replica)");
+    }
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      for (std::uint64_t window : windows) {
+        auto one = [&](const std::string& protocol) {
+          const int n = protocol == "paxos" ? replicas : 1;
+          const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
+                                    ", window " + std::to_string(window) + ", " + protocol;
+          context.say(round);
+          std::string command;
+          const json r = run_dfi_kv(context, name(), protocol, n, {threads, window, keys, seconds, timeout}, command);
+          const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
+          context.say(round + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
+          tput.add(protocol, window, kreq);
+          p99.add(protocol, window, r.at("p99_us").get<double>());
+          p50.add(protocol, window, r.at("p50_us").get<double>());
+          for (Panel* p : {&tput, &p99, &p50}) p->add_command(protocol, command);
+        };
+        run_alternating(rep, [&] { one("paxos"); }, [&] { one("unreplicated"); });
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return run_kv_rank(params, out, err);
+  }
+};
+
+class KvEtcdScenario : public Scenario {
+ public:
+  std::string name() const override { return "kv-etcd"; }
+  std::string title() const override {
+    return "Replicated key-value store: Multi-Paxos on flows vs etcd, YCSB 95/5, 64 B values";
+  }
+  std::string description() const override {
+    return "The kv scenario's load (95 % gets, 5 % puts, 64 B values, uniform keys, linearizable reads) "
+           "on DFI's Multi-Paxos store with `replicas` replicas and on an etcd cluster of as many members "
+           "on loopback (Debian's etcd-server 3.4, driven by the Go client go.etcd.io/etcd/client/v3: "
+           "bench/etcd/ycsb), its log on tmpfs (fsync free) and, when data includes disk, on disk. Same "
+           "offered load: 2 x `threads` clients with `window` requests outstanding each.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"replicas", 5, 5, "replicas of DFI's store and members of the etcd cluster"},
+        {"threads", 2, 2, "client threads per client rank (etcd: 2 x threads client connections)"},
+        {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
+        {"keys", 10000, 100000, "keys the requests draw from (etcd preloads them)"},
+        {"seconds", 1.0, 3.0, "run length of every client"},
+        {"data", json::array({"tmpfs"}), json::array({"tmpfs", "disk"}), "where etcd keeps its log: tmpfs, disk"},
+        {"timeout_s", 120, 300, "bound of each cluster run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"etcd-tmpfs", "etcd 3.4 (Debian etcd-server), log on tmpfs, real Go client, linearizable reads"},
+            {"etcd-disk", "etcd 3.4 (Debian etcd-server), log on disk (fsync per commit), real Go client"}};
+  }
+  std::string unavailable(const RunContext&) const override {
+    const std::string why = etcd_unavailable();
+    return why.empty() ? why : "the etcd baseline cannot run: " + why;
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const int replicas = context.param("replicas");
+    const int threads = context.param("threads");
+    const std::vector<std::uint64_t> windows = context.param("windows");
+    const std::uint64_t keys = context.param("keys");
+    const double seconds = context.param("seconds");
+    const std::vector<std::string> data = context.param("data");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    result.set_parameters(context.resolved_parameters());
+    for (const BaselineInfo& b : baselines()) {
+      if (std::find(data.begin(), data.end(), b.name.substr(5)) != data.end()) result.add_baseline(b.name, b.description);
+    }
+    result.add_note("etcd runs on loopback TCP whatever the transport of DFI's run; its members use the CPU "
+                    "the DFI ranks use in their runs (the same 2 cores).");
+    Panel& tput = result.panel("throughput", "Throughput vs offered load", {"window", "requests/client", "log2"},
+                               {"throughput", "k req/s"}, Better::higher);
+    Panel& p99 = result.panel("p99", "p99 latency vs offered load", {"window", "requests/client", "log2"},
+                              {"p99 latency", "us"}, Better::lower);
+    for (Panel* p : {&tput, &p99}) {
+      p->series("paxos", Role::dfi, "DFI Multi-Paxos, " + std::to_string(replicas) + " replicas");
+      for (const std::string& d : data) {
+        p->series("etcd-" + d, Role::baseline, "etcd, " + std::to_string(replicas) + " members, log on " + d);
+      }
+    }
+    tput.compare("paxos", "etcd-tmpfs", 10.0);
+    p99.compare("paxos", "etcd-tmpfs", 1.0);
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      for (std::uint64_t window : windows) {
+        const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
+                                  ", window " + std::to_string(window);
+        auto dfi = [&] {
+          context.say(round + ", paxos");
+          std::string command;
+          const json r = run_dfi_kv(context, name(), "paxos", replicas, {threads, window, keys, seconds, timeout}, command);
+          const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
+          context.say(round + ", paxos: " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
+          tput.add("paxos", window, kreq);
+          p99.add("paxos", window, r.at("p99_us").get<double>());
+          for (Panel* p : {&tput, &p99}) p->add_command("paxos", command);
+        };
+        auto etcd = [&] {
+          for (const std::string& d : data) {
+            context.say(round + ", etcd (" + d + ")");
+            EtcdCluster cluster(replicas, d == "disk" ? EtcdData::disk : EtcdData::tmpfs);
+            std::string command;
+            const json r = run_etcd_ycsb(cluster,
+                                         {.clients = kClientRanks * threads, .window = window, .keys = keys,
+                                          .reads = 0.95, .value_bytes = 64, .seconds = seconds},
+                                         &command);
+            const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
+            context.say(round + ", etcd (" + d + "): " + std::to_string(kreq) + " k req/s, p99 " +
+                        r.at("p99_us").dump() + " us");
+            tput.add("etcd-" + d, window, kreq);
+            p99.add("etcd-" + d, window, r.at("p99_us").get<double>());
+            for (Panel* p : {&tput, &p99}) p->add_command("etcd-" + d, cluster.command() + " (x" + std::to_string(replicas) + "); " + command);
+          }
+        };
+        run_alternating(rep, dfi, etcd);
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return run_kv_rank(params, out, err);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Scenario> make_kv_scenario() { return std::make_unique<KvScenario>(); }
+std::unique_ptr<Scenario> make_kv_etcd_scenario() { return std::make_unique<KvEtcdScenario>(); }
+
+}  // namespace dfi::tools::bench
