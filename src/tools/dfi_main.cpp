@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   dfi::apps::kv::BenchOptions kv_options;
   std::string kv_protocol = "paxos";
   double kv_timeout_s = 30;
-  kv_bench->add_option("--protocol", kv_protocol, "paxos or unreplicated")->check(CLI::IsMember({"paxos", "unreplicated"}));
+  kv_bench->add_option("--protocol", kv_protocol, "paxos, nopaxos or unreplicated")->check(CLI::IsMember({"paxos", "nopaxos", "unreplicated"}));
   kv_bench->add_option("--replicas", kv_options.service.replicas, "Replicas: ranks 0..N-1 (rank 0 leads)");
   kv_bench->add_option("--threads", kv_options.service.client_threads, "Client threads on every other rank")
       ->check(CLI::Range(1, 64));

@@ -63,6 +63,15 @@ TEST_P(KvCluster, MultiPaxosHistoriesAreLinearizableAndReplicasAgree) {
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
 }
 
+TEST_P(KvCluster, NOPaxosHistoriesAreLinearizableAndReplicasAgree) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  auto run = run_cluster(5, GetParam(), conflicting_load("nopaxos", "3", dir_));
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 6000 requests")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
+}
+
 TEST_P(KvCluster, UnreplicatedHistoriesAreLinearizable) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
   auto run = run_cluster(3, GetParam(), conflicting_load("unreplicated", "1", dir_));
@@ -71,13 +80,15 @@ TEST_P(KvCluster, UnreplicatedHistoriesAreLinearizable) {
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
 }
 
-// The paper's shape: five replicas, YCSB 95/5 on 64 B values, for a second.
+// The paper's shape: five replicas, YCSB 95/5 on 64 B values, for a second, both protocols.
 TEST_P(KvCluster, FiveReplicasApplyTheSameWrites) {
-  auto run = run_cluster(6, GetParam(),
-                         {DFI_BINARY, "kv", "bench", "--replicas", "5", "--threads", "2", "--seconds", "1",
-                          "--no-progress"});
-  ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 5 of 5 applied")) << run.all();
+  for (const char* protocol : {"paxos", "nopaxos"}) {
+    auto run = run_cluster(6, GetParam(),
+                           {DFI_BINARY, "kv", "bench", "--protocol", protocol, "--replicas", "5", "--threads", "2",
+                            "--seconds", "1", "--no-progress"});
+    ASSERT_EQ(run.code, 0) << protocol << "\n" << run.all();
+    EXPECT_TRUE(contains(run.out, "kv: replicas agree: 5 of 5 applied")) << protocol << "\n" << run.all();
+  }
 }
 
 TEST_P(KvCluster, BadOptionsAreNamed) {

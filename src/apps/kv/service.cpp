@@ -22,13 +22,20 @@
 namespace dfi::apps::kv {
 
 std::string_view protocol_name(Protocol protocol) noexcept {
-  return protocol == Protocol::paxos ? "paxos" : "unreplicated";
+  switch (protocol) {
+    case Protocol::paxos: return "paxos";
+    case Protocol::nopaxos: return "nopaxos";
+    case Protocol::unreplicated: break;
+  }
+  return "unreplicated";
 }
 
 Protocol parse_protocol(std::string_view name) {
   if (name == "paxos") return Protocol::paxos;
+  if (name == "nopaxos") return Protocol::nopaxos;
   if (name == "unreplicated") return Protocol::unreplicated;
-  throw Error(Errc::invalid_argument, "kv: unknown protocol '" + std::string(name) + "' (paxos or unreplicated)");
+  throw Error(Errc::invalid_argument,
+              "kv: unknown protocol '" + std::string(name) + "' (paxos, nopaxos or unreplicated)");
 }
 
 namespace {
@@ -110,8 +117,9 @@ void check_options(const ServiceOptions& o, int cluster_size) {
   if (o.protocol == Protocol::unreplicated && o.replicas != 1) {
     throw bad("the unreplicated service has exactly one replica (got " + std::to_string(o.replicas) + ")");
   }
-  if (o.protocol == Protocol::paxos && o.replicas < 2) {
-    throw bad("Multi-Paxos needs at least 2 replicas (got " + std::to_string(o.replicas) + ")");
+  if (o.protocol != Protocol::unreplicated && o.replicas < 2) {
+    throw bad(std::string(o.protocol == Protocol::paxos ? "Multi-Paxos" : "NOPaxos") +
+              " needs at least 2 replicas (got " + std::to_string(o.replicas) + ")");
   }
   if (o.client_threads < 1) throw bad("client threads must be at least 1");
   if (o.window < 1 || o.window > 4096) throw bad("window must be 1 .. 4096 (got " + std::to_string(o.window) + ")");
@@ -131,16 +139,24 @@ void create_service(cluster::Node& node, const ServiceOptions& o) {
   // the leader's replies to one client, max_rounds_in_flight rounds to a follower, and a
   // follower's answers (one per consumed segment) to everything it may consume between two
   // drains of the leader.
-  flow::FlowSpec requests = spec(names.requests, flow::FlowType::shuffle, request_schema());
+  const bool nopaxos = o.protocol == Protocol::nopaxos;
+  flow::FlowSpec requests = spec(names.requests, nopaxos ? flow::FlowType::replicate : flow::FlowType::shuffle,
+                                 request_schema());
   requests.sources = clients;
   requests.targets = {leader_target};
+  if (nopaxos) {
+    // The ordered unreliable multicast: every replica, one global order from the sequencer.
+    for (int r = 1; r < o.replicas; ++r) requests.targets.push_back({r, 0});
+    requests.type_options.get<flow::ReplicateOptions>().ordered = true;
+  }
   requests.options.segments = static_cast<std::uint32_t>(o.window + 1);
-  requests.options.segment_bytes = segment_for(o.window, sizeof(Request));
+  requests.options.segment_bytes = segment_for(o.window, sizeof(Request)) + (nopaxos ? 8 : 0);  // + sequence word
   requests.options.stall_timeout = o.timeout;
   flow::create_flow(node, requests);
 
   flow::FlowSpec replies = spec(names.replies, flow::FlowType::shuffle, reply_schema());
   replies.sources = {leader_source};
+  for (int r = 1; nopaxos && r < o.replicas; ++r) replies.sources.push_back({r, 0});
   for (const flow::SourceRef& c : clients) replies.targets.push_back({c.rank, c.thread});
   replies.options.segments = static_cast<std::uint32_t>(o.window + 1);
   replies.options.segment_bytes = segment_for(o.window, sizeof(Reply));
@@ -512,6 +528,73 @@ ReplicaStats run_follower(cluster::Node& node, const ServiceOptions& o, const Na
   return stats;
 }
 
+// A NOPaxos replica (every rank 0 .. replicas-1; rank 0 leads) on the calling thread: consumes the
+// requests in the ordered flow's global order, applies every write, and answers every request:
+// the leader with its result, a follower with an acknowledgement.
+ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o, const Names& names) {
+  const bool leader = node.rank() == 0;
+  const std::size_t clients = client_threads(o, node.size()).size();
+  fabric::Worker worker(node.fabric(), "kv-replica");
+  flow::ReplicateTarget requests(node, names.requests, 0,
+                                 {.expected_schema = request_schema(), .open_timeout = o.timeout, .worker = &worker});
+  flow::ShuffleSource replies(node, worker, names.replies, 0, source_options(reply_schema(), o));
+  auto check = [&](const Status& s, const char* action, const std::string& flow) {
+    cluster::check_call(s, kKind, o.name, node.rank(), action, flow);
+  };
+  Store store;
+  ReplicaStats stats;
+  std::uint64_t next_sequence = 1;
+  for (;;) {
+    flow::ReplicateBatch batch;
+    Status s = requests.consume(batch, o.timeout);
+    if (s.code() == Errc::timeout) continue;  // the clients are quiet; a dead peer is peer_failed
+    check(s, "consume from", names.requests);
+    if (batch.end) break;
+    if (batch.gap()) {
+      throw Error(Errc::gap, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
+                                 "): sequence numbers " + std::to_string(batch.sequence) + " .. " +
+                                 std::to_string(batch.sequence + batch.gap_count - 1) + " of flow '" +
+                                 names.requests + "' reached no replica (NOPaxos gap agreement is not built yet)");
+    }
+    if (batch.sequence != next_sequence) [[unlikely]] {
+      throw Error(Errc::protocol, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
+                                      "): sequence number " + std::to_string(batch.sequence) + " where " +
+                                      std::to_string(next_sequence) + " was due on flow '" + names.requests + "'");
+    }
+    ++next_sequence;
+    for (const Request& r : batch.as<Request>()) {
+      if (r.client >= clients || r.op < 1 || r.op > 3) [[unlikely]] {
+        throw Error(Errc::protocol, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
+                                        "): malformed request with client " + std::to_string(r.client) + " and op " +
+                                        std::to_string(r.op) + " on flow '" + names.requests + "'");
+      }
+      Reply reply{.client = r.client, .seq = r.seq};
+      if (is_write(r.op)) {
+        const bool existed = store.apply(r);
+        if (r.op == static_cast<std::uint32_t>(Op::del) && !existed) {
+          reply.status = static_cast<std::uint32_t>(ReplyStatus::not_found);
+        }
+        ++stats.writes;
+      } else if (leader) {
+        if (const Value* v = store.find(r.key)) {
+          reply.value = *v;
+        } else {
+          reply.status = static_cast<std::uint32_t>(ReplyStatus::not_found);
+        }
+        ++stats.reads;
+      }
+      check(replies.push_to(r.client, &reply, sizeof reply), "push to", names.replies);
+    }
+    check(replies.flush(), "flush", names.replies);
+    ++stats.rounds;
+  }
+  check(replies.close(), "close", names.replies);
+  stats.slots = stats.writes;
+  stats.keys = store.size();
+  stats.digest = store.digest();
+  return stats;
+}
+
 }  // namespace
 
 ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options) {
@@ -521,6 +604,7 @@ ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options) {
                                             std::to_string(node.rank()) + " is a client, not a replica");
   }
   const Names names(options.name);
+  if (options.protocol == Protocol::nopaxos) return run_nopaxos_replica(node, options, names);
   if (node.rank() == 0) return Leader(node, options, names).run();
   return run_follower(node, options, names);
 }

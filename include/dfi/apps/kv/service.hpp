@@ -23,6 +23,19 @@
 //                 apply their log up to it. Rounds are pipelined: up to max_rounds_in_flight are
 //                 outstanding, which bounds every ring's fill (no flow can block another).
 //
+//   nopaxos       NOPaxos (Li et al., OSDI 2016), normal case: <name>.requests is an *ordered*
+//                 replicate flow from every client to every replica — the ordered unreliable
+//                 multicast, whose sequencer (a counter in rank 0's memory that every client's
+//                 segment takes a number from) stands in for the paper's switch — and
+//                 <name>.replies has every replica as a source. Every replica consumes the
+//                 requests in the one global order and applies the writes; the leader also answers
+//                 the reads and sends every result, the followers send acknowledgements. A client
+//                 completes a request once it holds the leader's reply and replicas/2
+//                 followers' (a majority). No accept/accepted flows: one fewer message delay than
+//                 Multi-Paxos. A gap event (a sequence number that reached no replica: its client
+//                 died while sending) ends the run with an error naming it — gap agreement, view
+//                 change and synchronisation are the next slice.
+//
 // Reads are linearizable through a quorum round, not through the log (Raft's "read index"): a
 // read that arrived before round r started is answered once round r is chosen and every write of
 // rounds <= r is applied. It sees every write that completed before it was invoked (those were
@@ -58,9 +71,9 @@ inline constexpr std::size_t kValueBytes = 64;
 using Value = std::array<char, kValueBytes>;
 
 enum class Op : std::uint32_t { get = 1, put = 2, del = 3 };
-enum class Protocol { unreplicated, paxos };
+enum class Protocol { unreplicated, paxos, nopaxos };
 
-// "unreplicated" / "paxos".
+// "unreplicated" / "paxos" / "nopaxos".
 std::string_view protocol_name(Protocol protocol) noexcept;
 // Parses the names above; throws dfi::Error(invalid_argument) naming the accepted values.
 Protocol parse_protocol(std::string_view name);
