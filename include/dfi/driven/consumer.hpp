@@ -1,7 +1,8 @@
 // driven::Consumer — a processing unit's receiving side of a driven flow (flow.hpp).
 //
 // The consumer owns one segment ring, in a region registered with the fabric and published for
-// the mover, which fills it from every producer of the flow (round robin). consume() hands out
+// the mover, which fills it from the flow's producers as the pattern says (flow.hpp: shuffle,
+// balance, replicate); each producer's segments arrive in the order pushed. consume() hands out
 // the next segment's tuples in place and gives the previous segment back by raising the ring's
 // released tail: local loads and stores only, no fabric call, no worker, no system call while
 // data is there.
