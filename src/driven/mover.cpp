@@ -28,6 +28,17 @@ using Writer = memory::SegmentWriter<memory::RemoteRing>;
 // One flow as the mover sees it: the writer of every consumer's ring and readers of the
 // producers' rings. Shuffle: readers[c][p] is producer p's ring for consumer c. Balance and
 // replicate: one row, readers[0][p] is producer p's one ring, which every consumer's turn reads.
+namespace {
+
+// How often the mover of a balance flow looks for consumers that joined or asked to leave.
+constexpr std::chrono::milliseconds kMemberPoll{20};
+
+std::string consumer_name(const flow::TargetRef& t) {
+  return "consumer (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ")";
+}
+
+}  // namespace
+
 struct Mover::Flow {
   flow::FlowSpec spec;
   DrivenOptions options;
@@ -46,7 +57,19 @@ struct Mover::Flow {
   // Replicate: the endpoints of consumers whose rings are written with puts, flushed before any
   // consumer's ring shows a segment.
   std::vector<fabric::Endpoint*> put_endpoints;
-  std::size_t consumers_open = 0;
+  std::size_t consumers_open = 0;     // consumers attached and not closed
+  memory::RingLayout layout;
+  memory::SegmentWriterOptions writer_options;
+  // Balance: writers[c] is null until consumer c opened; leaving[c] once it asked to leave.
+  std::vector<bool> leaving;
+  std::chrono::steady_clock::time_point next_poll{};  // of the registry, for joins and leaves
+  bool final_poll = false;  // made after every producer ended
+
+  // True once the flow ended: every producer's end-of-stream taken and every consumer attached
+  // closed (balance), every consumer closed (the others).
+  bool ended_all() const {
+    return consumers_open == 0 && (options.pattern != Pattern::balance || (open[0] == 0 && final_poll));
+  }
 
   // One pass of the flow's pattern; `moved` grows by the payload bytes written into consumers.
   Status step_shuffle(MoverCounters& counters, std::uint64_t& moved);
@@ -79,30 +102,19 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   f->spec = flow::detail::open_spec(node_, name, kDriven, std::nullopt, deadline);
   f->options = f->spec.type_options.get<DrivenOptions>();
   f->label = "driven flow '" + f->spec.name + "' mover (rank " + std::to_string(node_.rank()) + ")";
-  const memory::RingLayout layout = f->spec.layout();
   const std::size_t producers = f->spec.sources.size();
   const std::size_t consumers = f->spec.targets.size();
 
-  auto endpoint = [&](int rank) -> fabric::Endpoint& {
-    std::unique_ptr<fabric::Endpoint>& ep = f->endpoints[rank];
-    if (!ep) ep = std::make_unique<fabric::Endpoint>(node_.connect(worker_, rank));
-    return *ep;
-  };
   auto attach = [&](const std::string& record, int rank, const std::string& who) -> fabric::RemoteMemory& {
-    std::string descriptor;
     try {
-      descriptor = node_.wait_for(record, flow::detail::time_left(deadline));
+      return this->attach(*f, rank, node_.wait_for(record, flow::detail::time_left(deadline)));
     } catch (const Error& e) {
       throw Error(e.code(), f->label + ": " + who + " did not open the flow: " + e.what());
     }
-    f->regions.push_back(
-        std::make_unique<fabric::RemoteMemory>(endpoint(rank).attach(fabric::RegionDescriptor::parse(descriptor))));
-    return *f->regions.back();
   };
 
-  memory::SegmentWriterOptions writer_options;
-  writer_options.stall_timeout = flow::detail::stall_timeout(f->spec);
-  memory::RemoteRingOptions access;  // mapped where UCX maps the PU's memory, else puts and gets
+  f->layout = f->spec.layout();
+  f->writer_options.stall_timeout = flow::detail::stall_timeout(f->spec);
   std::vector<fabric::RemoteMemory*> producer_regions;
   for (std::size_t p = 0; p < producers; ++p) {
     const flow::SourceRef s = f->spec.sources[p];
@@ -111,26 +123,24 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
                                            std::to_string(s.thread) + ")"));
   }
   const bool shuffle = f->options.pattern == Pattern::shuffle;
+  // A balance flow's consumers come and go while it runs (poll_members): none is waited for.
+  const bool elastic = f->options.pattern == Pattern::balance;
   const std::size_t rows = shuffle ? consumers : 1;
-  for (std::size_t c = 0; c < consumers; ++c) {
+  f->writers.resize(consumers);
+  f->leaving.assign(consumers, false);
+  for (std::size_t c = 0; c < consumers && !elastic; ++c) {
     const flow::TargetRef t = f->spec.targets[c];
-    const std::string consumer = "consumer (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ")";
-    fabric::RemoteMemory& region = attach(detail::consumer_record(f->spec.name, c), t.rank, consumer);
-    f->writers.push_back(std::make_unique<Writer>(writer_options, worker_, endpoint(t.rank), region, 0, layout,
-                                                  access, f->label + " -> " + consumer));
-    fabric::Endpoint* ep = &endpoint(t.rank);
-    if (!f->writers.back()->in_place() &&
-        std::find(f->put_endpoints.begin(), f->put_endpoints.end(), ep) == f->put_endpoints.end()) {
-      f->put_endpoints.push_back(ep);
-    }
-    if (c >= rows) continue;
+    attach_consumer(*f, c, attach(detail::consumer_record(f->spec.name, c), t.rank, consumer_name(t)));
+  }
+  for (std::size_t row = 0; row < rows; ++row) {
     f->readers.emplace_back();
     for (std::size_t p = 0; p < producers; ++p) {
       const flow::SourceRef s = f->spec.sources[p];
       f->readers.back().push_back(std::make_unique<Reader>(
-          worker_, endpoint(s.rank), *producer_regions[p], c * layout.bytes(), layout, access,
+          worker_, endpoint(*f, s.rank), *producer_regions[p], row * f->layout.bytes(), f->layout,
+          memory::RemoteRingOptions{},
           f->label + " <- producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")" +
-              (shuffle ? " for " + consumer : std::string())));
+              (shuffle ? " for " + consumer_name(f->spec.targets[row]) : std::string())));
     }
   }
   try {
@@ -145,23 +155,73 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   f->cursor.assign(rows, 0);
   f->free.assign(consumers, 0);
   f->budget.assign(consumers, 0);
-  f->consumers_open = consumers;
   flows_.push_back(std::move(f));
 }
 
+fabric::Endpoint& Mover::endpoint(Flow& f, int rank) {
+  std::unique_ptr<fabric::Endpoint>& ep = f.endpoints[rank];
+  if (!ep) ep = std::make_unique<fabric::Endpoint>(node_.connect(worker_, rank));
+  return *ep;
+}
+
+fabric::RemoteMemory& Mover::attach(Flow& f, int rank, const std::string& descriptor) {
+  f.regions.push_back(
+      std::make_unique<fabric::RemoteMemory>(endpoint(f, rank).attach(fabric::RegionDescriptor::parse(descriptor))));
+  return *f.regions.back();
+}
+
+void Mover::attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region) {
+  const flow::TargetRef t = f.spec.targets[c];
+  fabric::Endpoint& ep = endpoint(f, t.rank);
+  // mapped where UCX maps the PU's memory, else puts and gets
+  f.writers[c] = std::make_unique<Writer>(f.writer_options, worker_, ep, region, 0, f.layout,
+                                          memory::RemoteRingOptions{}, f.label + " -> " + consumer_name(t));
+  if (!f.writers[c]->in_place() && std::find(f.put_endpoints.begin(), f.put_endpoints.end(), &ep) == f.put_endpoints.end()) {
+    f.put_endpoints.push_back(&ep);
+  }
+  ++f.consumers_open;
+}
+
+Status Mover::poll_members(Flow& f, bool now_or_never) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < f.next_poll && !now_or_never) return {};
+  f.next_poll = now + kMemberPoll;
+  for (std::size_t c = 0; c < f.writers.size(); ++c) {
+    try {
+      if (!f.writers[c]) {
+        if (auto descriptor = node_.registry().try_lookup(detail::consumer_record(f.spec.name, c))) {
+          attach_consumer(f, c, attach(f, f.spec.targets[c].rank, *descriptor));
+        }
+      } else if (!f.leaving[c] && !f.writers[c]->closed()) {
+        f.leaving[c] = node_.registry().try_lookup(detail::leave_record(f.spec.name, c)).has_value();
+      }
+    } catch (const Error& e) {
+      return {e.code(), f.label + ": " + consumer_name(f.spec.targets[c]) + ": " + e.what()};
+    }
+  }
+  return {};
+}
+
 bool Mover::done() const noexcept {
-  return std::all_of(flows_.begin(), flows_.end(), [](const auto& f) { return f->consumers_open == 0; });
+  return std::all_of(flows_.begin(), flows_.end(), [](const auto& f) { return f->ended_all(); });
 }
 
 Status Mover::step(std::uint64_t& moved) {
   moved = 0;
   for (auto& owned : flows_) {
     Flow& f = *owned;
-    if (f.consumers_open == 0) continue;
+    if (f.ended_all()) continue;
     Status s;
     switch (f.options.pattern) {
       case Pattern::shuffle: s = f.step_shuffle(counters_, moved); break;
-      case Pattern::balance: s = f.step_balance(counters_, moved); break;
+      case Pattern::balance:
+        // Once every producer ended, one last look for consumers that joined since the last one
+        // (each must get its end-of-stream) before the flow may end.
+        if (const bool last_look = f.open[0] == 0 && !f.final_poll; (s = poll_members(f, last_look))) {
+          f.final_poll = last_look || f.final_poll;
+          s = f.step_balance(counters_, moved);
+        }
+        break;
       case Pattern::replicate: s = f.step_replicate(counters_, moved); break;
     }
     if (!s) return s;
@@ -200,7 +260,7 @@ Status Mover::Flow::refresh_free() {
   for (std::size_t c = 0; c < writers.size(); ++c) {
     free[c] = 0;
     budget[c] = options.batch_bytes;
-    if (writers[c]->closed()) continue;
+    if (!writers[c] || writers[c]->closed()) continue;
     if (Status s = writers[c]->free_slots(free[c]); !s) return s;
   }
   return {};
@@ -208,14 +268,15 @@ Status Mover::Flow::refresh_free() {
 
 Status Mover::Flow::finish_consumers() {
   for (std::size_t c = 0; c < writers.size(); ++c) {
+    if (!writers[c] || writers[c]->closed()) continue;
     Writer& writer = *writers[c];
-    if (writer.closed()) continue;
-    if (open[0] > 0 || free[c] == 0) {
+    if ((open[0] > 0 && !leaving[c]) || free[c] == 0) {
       if (Status s = writer.drain(); !s) return s;  // on its way before the mover looks elsewhere
       continue;
     }
-    // Every producer ended and the consumer has room for end-of-stream: close it without waiting
-    // for a full ring (a slow consumer does not hold up the others).
+    // Every producer ended (or the consumer leaves) and the consumer has room for end-of-stream:
+    // close it without waiting for a full ring (a slow consumer does not hold up the others). A
+    // leaving consumer drains what it was given, then sees end-of-stream.
     if (Status s = writer.close(); !s) return s;  // waits until everything reached the consumer
     --consumers_open;
   }
@@ -280,7 +341,7 @@ Status Mover::Flow::step_balance(MoverCounters& counters, std::uint64_t& moved) 
     any = false;
     for (std::size_t k = 0; k < consumers; ++k) {
       const std::size_t c = (first_consumer + k) % consumers;
-      if (free[c] == 0 || budget[c] == 0 || writers[c]->closed()) continue;
+      if (free[c] == 0 || budget[c] == 0 || leaving[c] || writers[c]->closed()) continue;
       for (std::size_t j = 0; j < producers; ++j) {
         const std::size_t p = (cursor[0] + j) % producers;
         std::optional<memory::SegmentView> segment;
@@ -362,7 +423,7 @@ Status Mover::run(std::chrono::milliseconds timeout) {
     if (deadline.expired()) {
       std::string open;
       for (const auto& f : flows_) {
-        if (f->consumers_open > 0) open += (open.empty() ? "'" : ", '") + f->spec.name + "'";
+        if (!f->ended_all()) open += (open.empty() ? "'" : ", '") + f->spec.name + "'";
       }
       return {Errc::timeout, "mover (rank " + std::to_string(node_.rank()) + "): flows " + open +
                                  " still open after " + std::to_string(timeout.count()) + " ms"};

@@ -9,6 +9,8 @@
 //       slow: every tuple exactly once, per-producer order at each consumer, the slow one gets fewer
 //   driven_node replicate SEGMENTS SEGMENT_BYTES TUPLES a 2:3 ordered replication flow: every
 //       consumer gets every tuple exactly once, all consumers in the same order
+//   driven_node elastic TUPLES                          a 2:3 load-balancing flow whose consumers
+//       join and leave while it runs: every tuple exactly once, every consumer got some
 //   driven_node explicit TUPLES                         a 1:1 flow with explicit routing
 //   driven_node errors                                  user errors give clear errors
 //   driven_node kill-mover                              the mover dies mid-flow: the producer
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -76,13 +79,17 @@ struct Seen {
   }
 };
 
+// Called after each batch with the number of batches consumed so far.
+using AfterBatch = std::function<void(std::uint64_t batches, driven::Consumer& in)>;
+
 // Consumes until end of stream; `pause` after each batch makes a slow consumer.
 Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size_t consumer_index,
                  std::size_t consumers, std::size_t producers, bool key_routed,
-                 std::chrono::microseconds pause = 0us) {
+                 std::chrono::microseconds pause = 0us, const AfterBatch& after = {}) {
   Seen seen;
   driven::Consumer in(node, name, id);
   std::vector<std::uint64_t> next(producers, 0);
+  std::uint64_t batches = 0;
   flow::TupleBatch batch;
   for (;;) {
     if (Status s = in.consume(batch, 30s); !s) {
@@ -102,6 +109,7 @@ Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size
       }
     }
     if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    if (after) after(++batches, in);
   }
   if (!in.end()) fail("consumer " + std::to_string(consumer_index) + " ended without end of stream");
   return seen;
@@ -254,7 +262,7 @@ flow::FlowSpec two_producers(const std::string& name, driven::Pattern pattern, s
 }
 
 // Load balancing: producers on ranks 0 and 1, a fast consumer (rank 0) and a slow one (rank 1,
-// sleeping 2 ms after each batch). Every tuple reaches exactly one consumer, each consumer sees
+// sleeping 20 ms after each batch: slower than the mover on a loaded machine too). Every tuple reaches exactly one consumer, each consumer sees
 // each producer's tuples in order, and the slow consumer gets fewer.
 int run_balance(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples) {
   const std::string name = "driven-balance";
@@ -265,7 +273,7 @@ int run_balance(cluster::Node& node, std::uint32_t segments, std::uint32_t segme
     run_mover(node, name);
   } else {
     const std::size_t consumer = static_cast<std::size_t>(node.rank());
-    const std::chrono::microseconds pause = consumer == 1 ? 2000us : 0us;
+    const std::chrono::microseconds pause = consumer == 1 ? 20000us : 0us;
     Seen seen;
     std::thread consumer_thread([&] { seen = consume_all(node, name, 0, consumer, 2, 2, false, pause); });
     produce_all(node, name, 0, consumer, tuples, false);
@@ -347,6 +355,79 @@ int run_replicate(cluster::Node& node, std::uint32_t segments, std::uint32_t seg
       std::printf("driven replicate: %zu consumers, each %llu of %llu tuples exactly once, all in one order\n",
                   kConsumers, static_cast<unsigned long long>(all[0].count),
                   static_cast<unsigned long long>(2 * tuples));
+    }
+  }
+  return 0;
+}
+
+// Elastic load balancing: producers on ranks 0 and 1 push all the time; consumer 0 (rank 0) is
+// there from the start, consumer 1 (rank 1, id 0) joins after consumer 0 took 50 batches,
+// consumer 2 (rank 1, id 1) joins after consumer 1 took 20 and leaves after 30 of its own,
+// draining what it was given. Consumers sleep 1 ms per batch so the flow outlasts the joins.
+// Every tuple reaches exactly one consumer, and every consumer got some.
+int run_elastic(cluster::Node& node, std::uint64_t tuples) {
+  const std::string name = "driven-elastic";
+  constexpr std::size_t kConsumers = 3;
+  if (node.rank() == 0) {
+    flow::create_flow(node, two_producers(name, driven::Pattern::balance, {{0, 0}, {1, 0}, {1, 1}}, 4, 1024));
+  }
+  auto signal = [&](const std::string& what) { node.registry().publish("test/" + name + "/" + what, ""); };
+  auto await = [&](const std::string& what) { (void)node.wait_for("test/" + name + "/" + what, 60s); };
+  if (node.rank() == 2) {
+    run_mover(node, name);
+  } else {
+    std::vector<std::thread> consumers;
+    std::vector<Seen> seen(kConsumers);
+    if (node.rank() == 0) {
+      consumers.emplace_back([&] {
+        seen[0] = consume_all(node, name, 0, 0, kConsumers, 2, false, 1000us, [&](std::uint64_t b, driven::Consumer&) {
+          if (b == 50) signal("joined-0");
+        });
+      });
+    } else {
+      consumers.emplace_back([&] {
+        await("joined-0");
+        seen[1] = consume_all(node, name, 0, 1, kConsumers, 2, false, 1000us, [&](std::uint64_t b, driven::Consumer&) {
+          if (b == 20) signal("joined-1");
+        });
+      });
+      consumers.emplace_back([&] {
+        await("joined-1");
+        seen[2] = consume_all(node, name, 1, 2, kConsumers, 2, false, 1000us, [&](std::uint64_t b, driven::Consumer& in) {
+          if (b == 30) {
+            if (Status s = in.leave(); !s) fail("leave: " + s.message());
+            signal("left-2");
+          }
+        });
+      });
+    }
+    produce_all(node, name, 0, static_cast<std::uint64_t>(node.rank()), tuples, false);
+    for (auto& t : consumers) t.join();
+    for (std::size_t c = 0; c < kConsumers; ++c) {
+      if ((node.rank() == 0) == (c == 0)) seen[c].publish(node, name, c);
+    }
+  }
+  if (node.rank() == 0) {
+    std::uint64_t count = 0, key_sum = 0, out_of_order = 0;
+    std::string counts;
+    for (std::size_t c = 0; c < kConsumers; ++c) {
+      const Seen s = Seen::wait_for(node, name, c);
+      count += s.count;
+      key_sum += s.key_sum;
+      out_of_order += s.out_of_order;
+      counts += (c == 0 ? "" : ", ") + std::to_string(s.count);
+      if (s.count == 0) fail("consumer " + std::to_string(c) + " got nothing");
+    }
+    const std::uint64_t expected_sum = expected_key_sum(2, tuples);
+    if (count != 2 * tuples || key_sum != expected_sum) {
+      fail("received " + std::to_string(count) + " tuples (key sum " + std::to_string(key_sum) + "), expected " +
+           std::to_string(2 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
+    }
+    if (out_of_order != 0) fail(std::to_string(out_of_order) + " tuples out of their producer's order");
+    if (failures == 0) {
+      std::printf("driven elastic: %llu of %llu tuples, all exactly once, consumers joined and left (got %s)\n",
+                  static_cast<unsigned long long>(count), static_cast<unsigned long long>(2 * tuples),
+                  counts.c_str());
     }
   }
   return 0;
@@ -498,6 +579,8 @@ int main(int argc, char** argv) {
       auto run = mode == "balance" ? run_balance : run_replicate;
       run(node, static_cast<std::uint32_t>(std::stoul(argv[2])), static_cast<std::uint32_t>(std::stoul(argv[3])),
           std::stoull(argv[4]));
+    } else if (mode == "elastic" && argc == 3) {
+      run_elastic(node, std::stoull(argv[2]));
     } else if (mode == "explicit" && argc == 3) {
       run_explicit(node, std::stoull(argv[2]));
     } else if (mode == "errors") {
@@ -507,7 +590,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
-                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | explicit TUPLES | errors | "
+                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | errors | "
                    "kill-mover\n");
       return 2;
     }

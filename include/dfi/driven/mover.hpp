@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "dfi/common/error.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/memory.hpp"
 #include "dfi/fabric/worker.hpp"
 
 namespace dfi::cluster {
@@ -86,6 +88,15 @@ class Mover {
 
  private:
   struct Flow;
+
+  fabric::Endpoint& endpoint(Flow& f, int rank);
+  // Attaches the region a PU published (`descriptor`) on `rank`.
+  fabric::RemoteMemory& attach(Flow& f, int rank, const std::string& descriptor);
+  // Builds the writer of consumer c's ring in `region`.
+  void attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region);
+  // Balance: attaches consumers that opened, marks those that asked to leave (registry lookups,
+  // at most every few milliseconds unless `now_or_never`). Errors: as the registry's.
+  Status poll_members(Flow& f, bool now_or_never);
 
   cluster::Node& node_;
   fabric::Worker worker_;
