@@ -62,6 +62,7 @@ struct Mover::Flow {
   memory::SegmentWriterOptions writer_options;
   // Balance: writers[c] is null until consumer c opened; leaving[c] once it asked to leave.
   std::vector<bool> leaving;
+  std::vector<std::string> join_records, leave_records;  // [consumer]: built once
   std::chrono::steady_clock::time_point next_poll{};  // of the registry, for joins and leaves
   bool final_poll = false;  // made after every producer ended
 
@@ -128,9 +129,13 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   const std::size_t rows = shuffle ? consumers : 1;
   f->writers.resize(consumers);
   f->leaving.assign(consumers, false);
+  for (std::size_t c = 0; c < consumers; ++c) {
+    f->join_records.push_back(detail::consumer_record(f->spec.name, c));
+    f->leave_records.push_back(detail::leave_record(f->spec.name, c));
+  }
   for (std::size_t c = 0; c < consumers && !elastic; ++c) {
     const flow::TargetRef t = f->spec.targets[c];
-    attach_consumer(*f, c, attach(detail::consumer_record(f->spec.name, c), t.rank, consumer_name(t)));
+    attach_consumer(*f, c, attach(f->join_records[c], t.rank, consumer_name(t)));
   }
   for (std::size_t row = 0; row < rows; ++row) {
     f->readers.emplace_back();
@@ -189,11 +194,11 @@ Status Mover::poll_members(Flow& f, bool now_or_never) {
   for (std::size_t c = 0; c < f.writers.size(); ++c) {
     try {
       if (!f.writers[c]) {
-        if (auto descriptor = node_.registry().try_lookup(detail::consumer_record(f.spec.name, c))) {
+        if (auto descriptor = node_.registry().try_lookup(f.join_records[c])) {
           attach_consumer(f, c, attach(f, f.spec.targets[c].rank, *descriptor));
         }
       } else if (!f.leaving[c] && !f.writers[c]->closed()) {
-        f.leaving[c] = node_.registry().try_lookup(detail::leave_record(f.spec.name, c)).has_value();
+        f.leaving[c] = node_.registry().try_lookup(f.leave_records[c]).has_value();
       }
     } catch (const Error& e) {
       return {e.code(), f.label + ": " + consumer_name(f.spec.targets[c]) + ": " + e.what()};

@@ -28,6 +28,9 @@
 //               serves each consumer from every producer at the consumer's own pace — a consumer
 //               with room gets the next segments of any producer, round robin — and takes each
 //               producer segment exactly once, for one consumer. A slow consumer gets less.
+//               Consumers are elastic: the mover serves a consumer from when it opens (it need
+//               not be there when the flow starts) until it leaves (Consumer::leave: it drains
+//               what it was given, then sees end-of-stream); the producers do not notice.
 //   replicate   every producer's segments to every consumer (one ring each, N + M), in one global
 //               order the mover chooses: a segment is written into every consumer's ring before
 //               any consumer's ring shows it (all-or-nothing), so all consumers see the same

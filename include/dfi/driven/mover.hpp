@@ -67,19 +67,20 @@ class Mover {
   Mover& operator=(const Mover&) = delete;
 
   // Takes over driven flow `name`: waits (up to `timeout`, 0: the registry_timeout_ms setting)
-  // until it exists and every producer and consumer has published its buffers, then connects to
-  // their ranks. Throws dfi::Error: not_found, invalid_argument (not a driven flow, added
+  // until it exists and every producer and consumer has published its buffers (a balance flow's
+  // consumers are not waited for: step() attaches them when they open), then connects to their
+  // ranks. Throws dfi::Error: not_found, invalid_argument (not a driven flow, added
   // twice), timeout (naming who did not appear), peer_failed.
   void add_flow(std::string_view name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // One pass over every flow: moves what is published and fits. `moved` gets the payload bytes
-  // written into consumer rings. Errors: peer_failed (naming the flow and the rank), timeout (a remote operation did
-  // not complete within op_timeout_ms).
+  // written into consumer rings. Errors: peer_failed (naming the flow and the rank), timeout (a
+  // remote operation did not complete within op_timeout_ms).
   Status step(std::uint64_t& moved);
   // Calls step() until every flow has ended (all producers closed, everything moved into the
-  // consumers and their end-of-stream published), waiting between empty steps as the flows'
-  // poll_interval says. Errors: as step(); timeout when the flows have not ended by `timeout`
-  // (naming what is still open).
+  // consumers and their end-of-stream published; in a balance flow, into the consumers that
+  // joined), waiting between empty steps as the flows' poll_interval says. Errors: as step();
+  // timeout when the flows have not ended by `timeout` (naming what is still open).
   Status run(std::chrono::milliseconds timeout);
   // True when every flow added has ended.
   bool done() const noexcept;
