@@ -45,9 +45,9 @@ TEST_P(DrivenCluster, DfiMoverServesTheFlowAsARankOfTheCluster) {
 // consumer at its pace; the slow one (20 ms per batch) gets fewer tuples, and every tuple
 // reaches exactly one consumer.
 TEST_P(DrivenCluster, LoadBalancingServesEachConsumerAtItsPaceExactlyOnce) {
-  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "balance", "4", "1024", "20000"});
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "balance", "4", "1024", "10000"});
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "40000 of 40000 tuples, all exactly once, in producer order per consumer")) << run.all();
+  EXPECT_TRUE(contains(run.out, "20000 of 20000 tuples, all exactly once, in producer order per consumer")) << run.all();
 }
 
 // Elastic load balancing: one consumer from the start, a second joins, a third joins and leaves
