@@ -304,9 +304,6 @@ Status SegmentWriter<Access>::free_slots(std::uint64_t& free) {
   std::uint64_t tail = 0;
   if (Status s = released(tail); !s) return labelled(std::move(s));
   free = access_.layout().free_slots(next_ - 1, tail);
-  // What was just learned is credit too: the acquire() after it need not ask again (on the put
-  // path, a round trip). Never below the count held: the tail only rises.
-  credits_ = std::max(credits_, free);
   return {};
 }
 
