@@ -424,6 +424,9 @@ int run_elastic(cluster::Node& node, std::uint64_t tuples) {
            std::to_string(2 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
     }
     if (out_of_order != 0) fail(std::to_string(out_of_order) + " tuples out of their producer's order");
+    // Staying, consumer 2 would get about a third of what was left when it joined; having left,
+    // only what it took before the mover saw the leave and what was in its ring.
+    if (Seen::wait_for(node, name, 2).count * 8 > 2 * tuples) fail("consumer 2 kept getting tuples after it left");
     if (failures == 0) {
       std::printf("driven elastic: %llu of %llu tuples, all exactly once, consumers joined and left (got %s)\n",
                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(2 * tuples),
@@ -513,6 +516,10 @@ int run_errors(cluster::Node& node) {
     fail("push_to in a balance flow: got '" + routed.message() + "'");
   }
   if (unrouted.ring_count() != 1) fail("a balance producer has " + std::to_string(unrouted.ring_count()) + " rings");
+  Status leave = consumer.leave();
+  if (leave.code() != Errc::invalid_argument || leave.message().find("only a consumer of a balance flow") == std::string::npos) {
+    fail("leave from a shuffle flow: got '" + leave.message() + "'");
+  }
   if (failures == 0) std::printf("driven errors: all clear\n");
   return 0;
 }
