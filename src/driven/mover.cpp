@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <span>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 
@@ -25,9 +25,6 @@ namespace dfi::driven {
 using Reader = memory::SegmentReader<memory::RemoteRing>;
 using Writer = memory::SegmentWriter<memory::RemoteRing>;
 
-// One flow as the mover sees it: the writer of every consumer's ring and readers of the
-// producers' rings. Shuffle: readers[c][p] is producer p's ring for consumer c. Balance and
-// replicate: one row, readers[0][p] is producer p's one ring, which every consumer's turn reads.
 namespace {
 
 // How often the mover of a balance flow looks for consumers that joined or asked to leave.
@@ -39,6 +36,9 @@ std::string consumer_name(const flow::TargetRef& t) {
 
 }  // namespace
 
+// One flow as the mover sees it: the writer of every consumer's ring and readers of the
+// producers' rings. Shuffle: readers[c][p] is producer p's ring for consumer c. Balance and
+// replicate: one row, readers[0][p] is producer p's one ring, which every consumer's turn reads.
 struct Mover::Flow {
   flow::FlowSpec spec;
   DrivenOptions options;
