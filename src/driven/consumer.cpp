@@ -10,10 +10,12 @@
 
 namespace dfi::driven {
 
-Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chrono::milliseconds open_timeout) {
+Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chrono::milliseconds open_timeout)
+    : node_(node) {
   const Deadline deadline = flow::detail::open_deadline(open_timeout);
   spec_ = flow::detail::open_spec(node, name, kDriven, std::nullopt, deadline);
   const std::size_t index = flow::detail::target_index(spec_, node.rank(), id);
+  index_ = index;
   label_ = "driven flow '" + spec_.name + "' consumer (rank " + std::to_string(node.rank()) + ", id " +
            std::to_string(id) + ")";
   const memory::RingLayout layout = spec_.layout();
@@ -55,6 +57,20 @@ bool Consumer::take(flow::TupleBatch& batch) {
     counters_.tuples += batch.count;
     return true;
   }
+}
+
+Status Consumer::leave() {
+  if (spec_.type_options.get<DrivenOptions>().pattern != Pattern::balance) {
+    return {Errc::invalid_argument, label_ + ": only a consumer of a balance flow can leave while it runs"};
+  }
+  if (left_) return {};
+  try {
+    node_.registry().publish(detail::leave_record(spec_.name, index_), "");
+  } catch (const Error& e) {
+    return {e.code(), label_ + ": leave: " + e.what()};
+  }
+  left_ = true;
+  return {};
 }
 
 Status Consumer::try_consume(flow::TupleBatch& batch) {

@@ -15,6 +15,11 @@ inline std::string consumer_record(const std::string& flow, std::size_t consumer
   return "driven/" + flow + "/consumer/" + std::to_string(consumer);
 }
 
+// Published (empty) by a consumer of a balance flow that leaves it (Consumer::leave).
+inline std::string leave_record(const std::string& flow, std::size_t consumer) {
+  return consumer_record(flow, consumer) + "/leave";
+}
+
 // The rank of the mover that serves the flow (published by Mover::add_flow; one mover per flow).
 inline std::string mover_record(const std::string& flow) { return "driven/" + flow + "/mover"; }
 

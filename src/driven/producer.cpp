@@ -22,21 +22,29 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
            std::to_string(thread) + ")";
   const memory::RingLayout layout = spec_.layout();
   stall_timeout_ = flow::detail::stall_timeout(spec_);
-  region_ = fabric::MemoryRegion(node.fabric(), spec_.targets.size() * layout.bytes());
+  // A shuffle producer routes: one ring per consumer. Balance and replicate producers have one
+  // ring; the mover decides which consumers get its segments.
+  const DrivenOptions& options = spec_.type_options.get<DrivenOptions>();
+  pattern_ = options.pattern;
+  const std::size_t rings = pattern_ == Pattern::shuffle ? spec_.targets.size() : 1;
+  region_ = fabric::MemoryRegion(node.fabric(), rings * layout.bytes());
   peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producers=*/false);
   peer_status_ = [this] { return peers_->check(""); };  // the ring prefixes its label
-  memory::SegmentWriterOptions options;
-  options.stall_timeout = stall_timeout_;
+  memory::SegmentWriterOptions writer_options;
+  writer_options.stall_timeout = stall_timeout_;
   auto* base = static_cast<std::byte*>(region_.data());
-  for (std::size_t t = 0; t < spec_.targets.size(); ++t) {
+  for (std::size_t t = 0; t < rings; ++t) {
     const flow::TargetRef target = spec_.targets[t];
-    rings_.push_back(std::make_unique<Ring>(
-        memory::RingMode::bandwidth, options, base + t * layout.bytes(), layout,
-        label_ + " -> consumer (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")",
-        &peer_status_));
+    std::string ring = pattern_ == Pattern::shuffle ? " -> consumer (rank " + std::to_string(target.rank) + ", id " +
+                                                          std::to_string(target.id) + ")"
+                                                    : std::string(" (") + pattern_name(pattern_) + ")";
+    rings_.push_back(std::make_unique<Ring>(memory::RingMode::bandwidth, writer_options, base + t * layout.bytes(),
+                                            layout, label_ + ring, &peer_status_));
   }
   tuple_bytes_ = spec_.schema.tuple_bytes();
-  if (spec_.routing == flow::Routing::key_hash) {
+  if (pattern_ != Pattern::shuffle) {
+    push_width_ = tuple_bytes_;
+  } else if (spec_.routing == flow::Routing::key_hash) {
     const std::size_t key = spec_.schema.index_of(spec_.key_column);
     key_offset_ = spec_.schema.offset(key);
     key_bytes_ = spec_.schema.column_bytes(key);
@@ -59,7 +67,7 @@ Status Producer::latch(Status status) {
 Status Producer::push_error(std::size_t bytes) const {
   if (failure_.failed()) return failure_.again(label_);
   if (closed_) return {Errc::flow_failed, label_ + ": push after close"};
-  if (spec_.routing != flow::Routing::key_hash) {
+  if (pattern_ == Pattern::shuffle && spec_.routing != flow::Routing::key_hash) {
     return {Errc::invalid_argument, label_ + ": the flow routes explicitly; use push_to(target, ...)"};
   }
   return {Errc::invalid_argument, label_ + ": tuple of " + std::to_string(bytes) + " B does not match the schema's " +
@@ -69,6 +77,10 @@ Status Producer::push_error(std::size_t bytes) const {
 Status Producer::push_to(std::size_t target, const void* tuple, std::size_t bytes) {
   if (failure_.failed()) return failure_.again(label_);
   if (closed_) return {Errc::flow_failed, label_ + ": push after close"};
+  if (pattern_ != Pattern::shuffle) {
+    return {Errc::invalid_argument, label_ + ": a " + pattern_name(pattern_) +
+                                        " flow does not route (the mover chooses the consumers); use push()"};
+  }
   if (bytes != tuple_bytes_) [[unlikely]] {
     return {Errc::invalid_argument, label_ + ": tuple of " + std::to_string(bytes) +
                                         " B does not match the schema's " + std::to_string(tuple_bytes_) + " B"};

@@ -78,6 +78,15 @@ Error FlowSpec::invalid(const std::string& what) const {
   return Error(Errc::invalid_argument, "flow '" + name + "': " + what);
 }
 
+void FlowSpec::check_key_column() const {
+  if (key_column.empty()) throw invalid("needs a key column");
+  try {
+    (void)schema.index_of(key_column);
+  } catch (const Error&) {
+    throw invalid("the key column '" + key_column + "' is not in the schema {" + schema.describe() + "}");
+  }
+}
+
 void FlowSpec::validate(int cluster_size) const {
   const FlowTypeTraits& traits = type.traits();
   auto bad = [&](const std::string& what) { throw invalid(what); };
@@ -103,12 +112,7 @@ void FlowSpec::validate(int cluster_size) const {
   }
   if (traits.key_column == KeyColumn::required ||
       (traits.key_column == KeyColumn::for_key_hash && routing == Routing::key_hash)) {
-    if (key_column.empty()) bad("needs a key column");
-    try {
-      (void)schema.index_of(key_column);
-    } catch (const Error&) {
-      bad("the key column '" + key_column + "' is not in the schema {" + schema.describe() + "}");
-    }
+    check_key_column();
   }
   memory::RingLayout ring;
   try {

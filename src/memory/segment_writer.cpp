@@ -174,13 +174,65 @@ Status SegmentWriter<Access>::acquire(std::span<std::byte>& payload) {
 }
 
 template <class Access>
+Status SegmentWriter<Access>::check_fill(std::size_t fill, const char* what) const {
+  const std::size_t capacity = access_.layout().payload_capacity();
+  if (acquired_ == nullptr) {
+    return {Errc::invalid_argument, access_.label() + ": " + what + " without an acquired segment"};
+  }
+  if (fill > capacity) {
+    return {Errc::invalid_argument, access_.label() + ": " + what + " of " + std::to_string(fill) +
+                                        " B into a segment payload of " + std::to_string(capacity) + " B"};
+  }
+  return {};
+}
+
+template <class Access>
+void SegmentWriter<Access>::put_payload(Staging& staging, std::size_t fill, std::uint64_t sequence) {
+  if constexpr (Access::kRemote) {
+    const RingLayout& layout = access_.layout();
+    const std::size_t capacity = layout.payload_capacity();
+    fabric::Endpoint& endpoint = access_.endpoint();
+    std::byte* footer = staging.base + capacity;
+    const std::uint64_t fill_word = fill;
+    std::memcpy(footer, &fill_word, 8);
+    const std::size_t slot = access_.offset() + layout.slot_offset(sequence);
+    const fabric::RemoteMemory& remote = access_.remote();
+    if (fill == capacity) {  // payload and fill word are contiguous: one put
+      staging.sends.push_back(endpoint.put_async(staging.base, capacity + 8, remote, slot));
+    } else {
+      if (fill > 0) staging.sends.push_back(endpoint.put_async(staging.base, fill, remote, slot));
+      staging.sends.push_back(endpoint.put_async(footer, 8, remote, slot + capacity));
+    }
+  }
+}
+
+template <class Access>
+Status SegmentWriter<Access>::write(std::size_t fill) {
+  if (Status s = check_fill(fill, "write"); !s) return s;
+  if (written_) return {Errc::invalid_argument, access_.label() + ": segment " + std::to_string(next_) + " written twice"};
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::active_message) {
+      return {Errc::invalid_argument,
+              access_.label() + ": a two-phase publication needs one-sided writes (the active-message path "
+                                "sends a segment with its state)"};
+    }
+    if (ring_base() == nullptr) {
+      put_payload(stagings_[next_ % stagings_.size()], fill, next_);
+      if (Status s = access_.endpoint().status(); !s) return labelled(std::move(s));
+    }
+  }
+  written_ = fill;
+  return {};
+}
+
+template <class Access>
 Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
   const RingLayout& layout = access_.layout();
   const std::size_t capacity = layout.payload_capacity();
-  if (acquired_ == nullptr) return {Errc::invalid_argument, access_.label() + ": publish without an acquired segment"};
-  if (fill > capacity) {
-    return {Errc::invalid_argument, access_.label() + ": publish of " + std::to_string(fill) +
-                                        " B into a segment payload of " + std::to_string(capacity) + " B"};
+  if (Status s = check_fill(fill, "publish"); !s) return s;
+  if (written_ && *written_ != fill) {
+    return {Errc::invalid_argument, access_.label() + ": publish of " + std::to_string(fill) + " B after a write of " +
+                                        std::to_string(*written_) + " B"};
   }
   const std::uint64_t sequence = next_;
   const std::uint64_t state = state_word(sequence, flags);
@@ -195,18 +247,11 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
       staging.sends.push_back(endpoint.am_send_async(kSegmentAm, std::as_bytes(std::span(staging.header)),
                                                      std::span(staging.base, fill)));
     } else {
+      if (!written_) put_payload(staging, fill, sequence);
       std::byte* footer = staging.base + capacity;
-      const std::uint64_t fill_word = fill;
-      std::memcpy(footer, &fill_word, 8);
       std::memcpy(footer + 8, &state, 8);
       const std::size_t slot = access_.offset() + layout.slot_offset(sequence);
       const fabric::RemoteMemory& remote = access_.remote();
-      if (fill == capacity) {  // payload and fill word are contiguous: one put
-        staging.sends.push_back(endpoint.put_async(staging.base, capacity + 8, remote, slot));
-      } else {
-        if (fill > 0) staging.sends.push_back(endpoint.put_async(staging.base, fill, remote, slot));
-        staging.sends.push_back(endpoint.put_async(footer, 8, remote, slot + capacity));
-      }
       // The head is a hint for third parties (the state word stays the truth): after the state,
       // except for end-of-stream, where it goes before the fence, since the reader may free the
       // ring as soon as it sees that state (ring.hpp).
@@ -236,6 +281,7 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
   if ((flags & kEndOfStream) == 0 && credits_ == layout.segments / 2) refresh_ahead();
   ++next_;
   acquired_ = nullptr;
+  written_.reset();
   return {};
 }
 

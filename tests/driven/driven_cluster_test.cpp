@@ -41,6 +41,31 @@ TEST_P(DrivenCluster, DfiMoverServesTheFlowAsARankOfTheCluster) {
   EXPECT_TRUE(contains(run.out, "dfi mover (rank 2): 1 flow(s) ended")) << run.all();
 }
 
+// Load balancing with 4-segment rings (about 40 tuples a segment): the mover serves each
+// consumer at its pace; the slow one (20 ms per batch) gets fewer tuples, and every tuple
+// reaches exactly one consumer.
+TEST_P(DrivenCluster, LoadBalancingServesEachConsumerAtItsPaceExactlyOnce) {
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "balance", "4", "1024", "10000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "20000 of 20000 tuples, all exactly once, in producer order per consumer")) << run.all();
+}
+
+// Elastic load balancing: one consumer from the start, a second joins, a third joins and leaves
+// (draining what it was given) while the producers push on, unaware.
+TEST_P(DrivenCluster, LoadBalancingConsumersJoinAndLeaveWhileItRuns) {
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "elastic", "20000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "40000 of 40000 tuples, all exactly once, consumers joined and left")) << run.all();
+}
+
+// Ordered replication, 2 producers to 3 consumers: every consumer sees every tuple once, all in
+// one order (small rings, one consumer slower: the mover waits for room at every consumer).
+TEST_P(DrivenCluster, OrderedReplicationGivesEveryConsumerEveryTupleInOneOrder) {
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "replicate", "4", "1024", "10000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "3 consumers, each 20000 of 20000 tuples exactly once, all in one order")) << run.all();
+}
+
 TEST_P(DrivenCluster, ExplicitOneToOneWithAPollInterval) {
   auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "explicit", "50000"});
   ASSERT_EQ(run.code, 0) << run.all();

@@ -5,6 +5,12 @@
 //       and 1, consumer 0; rank 1: producer 0, consumer 0); every tuple arrives exactly once, at
 //       the consumer its key routes to, and each producer's tuples in the order pushed
 //   driven_node shuffle ... external-mover              the same, rank 2 running `dfi mover`
+//   driven_node balance SEGMENTS SEGMENT_BYTES TUPLES   a 2:2 load-balancing flow, one consumer
+//       slow: every tuple exactly once, per-producer order at each consumer, the slow one gets fewer
+//   driven_node replicate SEGMENTS SEGMENT_BYTES TUPLES a 2:3 ordered replication flow: every
+//       consumer gets every tuple exactly once, all consumers in the same order
+//   driven_node elastic TUPLES                          a 2:3 load-balancing flow whose consumers
+//       join and leave while it runs: every tuple exactly once, every consumer got some
 //   driven_node explicit TUPLES                         a 1:1 flow with explicit routing
 //   driven_node errors                                  user errors give clear errors
 //   driven_node kill-mover                              the mover dies mid-flow: the producer
@@ -17,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -56,14 +63,33 @@ struct Seen {
   std::uint64_t count = 0;
   std::uint64_t key_sum = 0;
   std::uint64_t misrouted = 0;
-  std::uint64_t out_of_order = 0;
+  std::uint64_t out_of_order = 0;  // a tuple not after the last one of its producer seen here
+  std::uint64_t order = 0;         // fingerprint of the sequence of (producer, seq) seen
+
+  void publish(cluster::Node& node, const std::string& flow, std::size_t consumer) const {
+    std::ostringstream text;
+    text << count << ' ' << key_sum << ' ' << misrouted << ' ' << out_of_order << ' ' << order;
+    node.registry().publish("test/" + flow + "/seen/" + std::to_string(consumer), text.str());
+  }
+  static Seen wait_for(cluster::Node& node, const std::string& flow, std::size_t consumer) {
+    std::istringstream text(node.wait_for("test/" + flow + "/seen/" + std::to_string(consumer), 60s));
+    Seen s;
+    text >> s.count >> s.key_sum >> s.misrouted >> s.out_of_order >> s.order;
+    return s;
+  }
 };
 
+// Called after each batch with the number of batches consumed so far.
+using AfterBatch = std::function<void(std::uint64_t batches, driven::Consumer& in)>;
+
+// Consumes until end of stream; `pause` after each batch makes a slow consumer.
 Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size_t consumer_index,
-                 std::size_t consumers, std::size_t producers, bool key_routed) {
+                 std::size_t consumers, std::size_t producers, bool key_routed,
+                 std::chrono::microseconds pause = 0us, const AfterBatch& after = {}) {
   Seen seen;
   driven::Consumer in(node, name, id);
   std::vector<std::uint64_t> next(producers, 0);
+  std::uint64_t batches = 0;
   flow::TupleBatch batch;
   for (;;) {
     if (Status s = in.consume(batch, 30s); !s) {
@@ -74,6 +100,7 @@ Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size
     for (const Tuple& t : batch.as<Tuple>()) {
       ++seen.count;
       seen.key_sum += t.key;
+      seen.order = kernels::mix64(seen.order ^ (t.producer << 40 | t.seq));
       if (key_routed && kernels::route(t.key, consumers) != consumer_index) ++seen.misrouted;
       if (t.producer >= producers || t.seq < next[t.producer]) {
         ++seen.out_of_order;
@@ -81,9 +108,29 @@ Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size
         next[t.producer] = t.seq + 1;
       }
     }
+    if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    if (after) after(++batches, in);
   }
   if (!in.end()) fail("consumer " + std::to_string(consumer_index) + " ended without end of stream");
   return seen;
+}
+
+// The sum of the keys that `producers` producers of `tuples` each push.
+std::uint64_t expected_key_sum(std::uint64_t producers, std::uint64_t tuples) {
+  std::uint64_t sum = 0;
+  for (std::uint64_t p = 0; p < producers; ++p) {
+    for (std::uint64_t i = 0; i < tuples; ++i) sum += key_of(p, i);
+  }
+  return sum;
+}
+
+// Rank 2: the mover of flow `name` until it ended.
+void run_mover(cluster::Node& node, const std::string& name) {
+  driven::Mover mover(node);
+  mover.add_flow(name, 30s);
+  if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+  std::printf("mover: %llu segments, %llu bytes moved\n", static_cast<unsigned long long>(mover.counters().segments),
+              static_cast<unsigned long long>(mover.counters().bytes));
 }
 
 void produce_all(cluster::Node& node, const std::string& name, int thread, std::uint64_t producer,
@@ -137,12 +184,7 @@ int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segme
   if (node.rank() == 2 && external_mover) {
     return 0;  // `dfi mover driven-shuffle` runs on rank 2 instead of this program
   } else if (node.rank() == 2) {
-    driven::Mover mover(node);
-    mover.add_flow(name, 30s);
-    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
-    std::printf("mover: %llu segments, %llu bytes moved\n",
-                static_cast<unsigned long long>(mover.counters().segments),
-                static_cast<unsigned long long>(mover.counters().bytes));
+    run_mover(node, name);
   } else {
     const std::size_t consumer = static_cast<std::size_t>(node.rank());
     Seen seen;
@@ -156,25 +198,18 @@ int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segme
     }
     for (auto& t : producers) t.join();
     consumer_thread.join();
-    std::ostringstream text;
-    text << seen.count << ' ' << seen.key_sum << ' ' << seen.misrouted << ' ' << seen.out_of_order;
-    node.registry().publish("test/" + name + "/seen/" + std::to_string(consumer), text.str());
+    seen.publish(node, name, consumer);
   }
   if (node.rank() == 0) {
     std::uint64_t count = 0, key_sum = 0, misrouted = 0, out_of_order = 0;
-    for (int c = 0; c < 2; ++c) {
-      std::istringstream text(node.wait_for("test/" + name + "/seen/" + std::to_string(c), 60s));
-      Seen s;
-      text >> s.count >> s.key_sum >> s.misrouted >> s.out_of_order;
+    for (std::size_t c = 0; c < 2; ++c) {
+      const Seen s = Seen::wait_for(node, name, c);
       count += s.count;
       key_sum += s.key_sum;
       misrouted += s.misrouted;
       out_of_order += s.out_of_order;
     }
-    std::uint64_t expected_sum = 0;
-    for (std::uint64_t p = 0; p < 3; ++p) {
-      for (std::uint64_t i = 0; i < tuples; ++i) expected_sum += key_of(p, i);
-    }
+    const std::uint64_t expected_sum = expected_key_sum(3, tuples);
     if (count != 3 * tuples || key_sum != expected_sum) {
       fail("received " + std::to_string(count) + " tuples (key sum " + std::to_string(key_sum) + "), expected " +
            std::to_string(3 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
@@ -205,9 +240,198 @@ int run_explicit(cluster::Node& node, std::uint64_t tuples) {
       std::printf("driven explicit: %llu tuples in order\n", static_cast<unsigned long long>(seen.count));
     }
   } else {
-    driven::Mover mover(node);
-    mover.add_flow(name, 30s);
-    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+    run_mover(node, name);
+  }
+  return 0;
+}
+
+// A driven flow of Tuples with `pattern` from producers (rank 0, thread 0) and (rank 1, thread 0)
+// to `targets`, rings of SEGMENTS x SEGMENT_BYTES.
+flow::FlowSpec two_producers(const std::string& name, driven::Pattern pattern, std::vector<flow::TargetRef> targets,
+                             std::uint32_t segments, std::uint32_t segment_bytes) {
+  flow::FlowSpec spec;
+  spec.name = name;
+  spec.type = driven::kDriven;
+  spec.sources = {{0, 0}, {1, 0}};
+  spec.targets = std::move(targets);
+  spec.schema = tuple_schema();
+  spec.options.segments = segments;
+  spec.options.segment_bytes = segment_bytes;
+  spec.type_options = driven::DrivenOptions{.pattern = pattern};
+  return spec;
+}
+
+// Load balancing: producers on ranks 0 and 1, a fast consumer (rank 0) and a slow one (rank 1,
+// sleeping 20 ms after each batch: slower than the mover on a loaded machine too). Every tuple reaches exactly one consumer, each consumer sees
+// each producer's tuples in order, and the slow consumer gets fewer.
+int run_balance(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples) {
+  const std::string name = "driven-balance";
+  if (node.rank() == 0) {
+    flow::create_flow(node, two_producers(name, driven::Pattern::balance, {{0, 0}, {1, 0}}, segments, segment_bytes));
+  }
+  if (node.rank() == 2) {
+    run_mover(node, name);
+  } else {
+    const std::size_t consumer = static_cast<std::size_t>(node.rank());
+    const std::chrono::microseconds pause = consumer == 1 ? 20000us : 0us;
+    Seen seen;
+    std::thread consumer_thread([&] { seen = consume_all(node, name, 0, consumer, 2, 2, false, pause); });
+    produce_all(node, name, 0, consumer, tuples, false);
+    consumer_thread.join();
+    seen.publish(node, name, consumer);
+  }
+  if (node.rank() == 0) {
+    const Seen fast = Seen::wait_for(node, name, 0);
+    const Seen slow = Seen::wait_for(node, name, 1);
+    const std::uint64_t count = fast.count + slow.count;
+    const std::uint64_t key_sum = fast.key_sum + slow.key_sum;
+    const std::uint64_t expected_sum = expected_key_sum(2, tuples);
+    if (count != 2 * tuples || key_sum != expected_sum) {
+      fail("received " + std::to_string(count) + " tuples (key sum " + std::to_string(key_sum) + "), expected " +
+           std::to_string(2 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
+    }
+    if (fast.out_of_order + slow.out_of_order != 0) {
+      fail(std::to_string(fast.out_of_order + slow.out_of_order) + " tuples out of their producer's order");
+    }
+    if (slow.count >= fast.count) {
+      fail("the slow consumer got " + std::to_string(slow.count) + " tuples, the fast one " +
+           std::to_string(fast.count) + ": not balanced by pace");
+    }
+    if (failures == 0) {
+      std::printf("driven balance: %llu of %llu tuples, all exactly once, in producer order per consumer; "
+                  "fast consumer %llu, slow consumer %llu\n",
+                  static_cast<unsigned long long>(count), static_cast<unsigned long long>(2 * tuples),
+                  static_cast<unsigned long long>(fast.count), static_cast<unsigned long long>(slow.count));
+    }
+  }
+  return 0;
+}
+
+// Ordered replication: producers on ranks 0 and 1, consumers (rank 0, id 0), (rank 1, id 0) and
+// (rank 1, id 1). Every consumer gets every tuple exactly once, and all in the same order.
+int run_replicate(cluster::Node& node, std::uint32_t segments, std::uint32_t segment_bytes, std::uint64_t tuples) {
+  const std::string name = "driven-replicate";
+  constexpr std::size_t kConsumers = 3;
+  if (node.rank() == 0) {
+    flow::create_flow(node, two_producers(name, driven::Pattern::replicate, {{0, 0}, {1, 0}, {1, 1}}, segments,
+                                          segment_bytes));
+  }
+  if (node.rank() == 2) {
+    run_mover(node, name);
+  } else {
+    // consumer index = rank + id: (0, 0) -> 0, (1, 0) -> 1, (1, 1) -> 2
+    const int ids = node.rank() == 0 ? 1 : 2;
+    std::vector<Seen> seen(static_cast<std::size_t>(ids));
+    std::vector<std::thread> consumers;
+    for (int id = 0; id < ids; ++id) {
+      const std::size_t index = static_cast<std::size_t>(node.rank() + id);
+      // one consumer sleeps now and then: the others wait for it (the mover moves a segment only
+      // when every consumer has room)
+      const std::chrono::microseconds pause = index == 2 ? 200us : 0us;
+      consumers.emplace_back([&, id, index, pause] {
+        seen[static_cast<std::size_t>(id)] = consume_all(node, name, id, index, kConsumers, 2, false, pause);
+      });
+    }
+    produce_all(node, name, 0, static_cast<std::uint64_t>(node.rank()), tuples, false);
+    for (auto& t : consumers) t.join();
+    for (int id = 0; id < ids; ++id) {
+      seen[static_cast<std::size_t>(id)].publish(node, name, static_cast<std::size_t>(node.rank() + id));
+    }
+  }
+  if (node.rank() == 0) {
+    const std::uint64_t expected_sum = expected_key_sum(2, tuples);
+    std::vector<Seen> all;
+    for (std::size_t c = 0; c < kConsumers; ++c) all.push_back(Seen::wait_for(node, name, c));
+    for (std::size_t c = 0; c < kConsumers; ++c) {
+      const Seen& s = all[c];
+      if (s.count != 2 * tuples || s.key_sum != expected_sum || s.out_of_order != 0) {
+        fail("consumer " + std::to_string(c) + " received " + std::to_string(s.count) + " tuples (key sum " +
+             std::to_string(s.key_sum) + ", " + std::to_string(s.out_of_order) + " out of order), expected " +
+             std::to_string(2 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
+      }
+      if (s.order != all[0].order) fail("consumer " + std::to_string(c) + " saw another order than consumer 0");
+    }
+    if (failures == 0) {
+      std::printf("driven replicate: %zu consumers, each %llu of %llu tuples exactly once, all in one order\n",
+                  kConsumers, static_cast<unsigned long long>(all[0].count),
+                  static_cast<unsigned long long>(2 * tuples));
+    }
+  }
+  return 0;
+}
+
+// Elastic load balancing: producers on ranks 0 and 1 push all the time; consumer 0 (rank 0) is
+// there from the start, consumer 1 (rank 1, id 0) joins after consumer 0 took 50 batches,
+// consumer 2 (rank 1, id 1) joins after consumer 1 took 20 and leaves after 30 of its own,
+// draining what it was given. Consumers sleep 1 ms per batch so the flow outlasts the joins.
+// Every tuple reaches exactly one consumer, and every consumer got some.
+int run_elastic(cluster::Node& node, std::uint64_t tuples) {
+  const std::string name = "driven-elastic";
+  constexpr std::size_t kConsumers = 3;
+  if (node.rank() == 0) {
+    flow::create_flow(node, two_producers(name, driven::Pattern::balance, {{0, 0}, {1, 0}, {1, 1}}, 4, 1024));
+  }
+  auto signal = [&](const std::string& what) { node.registry().publish("test/" + name + "/" + what, ""); };
+  auto await = [&](const std::string& what) { (void)node.wait_for("test/" + name + "/" + what, 60s); };
+  if (node.rank() == 2) {
+    run_mover(node, name);
+  } else {
+    std::vector<std::thread> consumers;
+    std::vector<Seen> seen(kConsumers);
+    if (node.rank() == 0) {
+      consumers.emplace_back([&] {
+        seen[0] = consume_all(node, name, 0, 0, kConsumers, 2, false, 1000us, [&](std::uint64_t b, driven::Consumer&) {
+          if (b == 50) signal("joined-0");
+        });
+      });
+    } else {
+      consumers.emplace_back([&] {
+        await("joined-0");
+        seen[1] = consume_all(node, name, 0, 1, kConsumers, 2, false, 1000us, [&](std::uint64_t b, driven::Consumer&) {
+          if (b == 20) signal("joined-1");
+        });
+      });
+      consumers.emplace_back([&] {
+        await("joined-1");
+        seen[2] = consume_all(node, name, 1, 2, kConsumers, 2, false, 1000us, [&](std::uint64_t b, driven::Consumer& in) {
+          if (b == 30) {
+            if (Status s = in.leave(); !s) fail("leave: " + s.message());
+            signal("left-2");
+          }
+        });
+      });
+    }
+    produce_all(node, name, 0, static_cast<std::uint64_t>(node.rank()), tuples, false);
+    for (auto& t : consumers) t.join();
+    for (std::size_t c = 0; c < kConsumers; ++c) {
+      if ((node.rank() == 0) == (c == 0)) seen[c].publish(node, name, c);
+    }
+  }
+  if (node.rank() == 0) {
+    std::uint64_t count = 0, key_sum = 0, out_of_order = 0;
+    std::string counts;
+    for (std::size_t c = 0; c < kConsumers; ++c) {
+      const Seen s = Seen::wait_for(node, name, c);
+      count += s.count;
+      key_sum += s.key_sum;
+      out_of_order += s.out_of_order;
+      counts += (c == 0 ? "" : ", ") + std::to_string(s.count);
+      if (s.count == 0) fail("consumer " + std::to_string(c) + " got nothing");
+    }
+    const std::uint64_t expected_sum = expected_key_sum(2, tuples);
+    if (count != 2 * tuples || key_sum != expected_sum) {
+      fail("received " + std::to_string(count) + " tuples (key sum " + std::to_string(key_sum) + "), expected " +
+           std::to_string(2 * tuples) + " (key sum " + std::to_string(expected_sum) + ")");
+    }
+    if (out_of_order != 0) fail(std::to_string(out_of_order) + " tuples out of their producer's order");
+    // Staying, consumer 2 would get about a third of what was left when it joined; having left,
+    // only what it took before the mover saw the leave and what was in its ring.
+    if (Seen::wait_for(node, name, 2).count * 8 > 2 * tuples) fail("consumer 2 kept getting tuples after it left");
+    if (failures == 0) {
+      std::printf("driven elastic: %llu of %llu tuples, all exactly once, consumers joined and left (got %s)\n",
+                  static_cast<unsigned long long>(count), static_cast<unsigned long long>(2 * tuples),
+                  counts.c_str());
+    }
   }
   return 0;
 }
@@ -280,6 +504,22 @@ int run_errors(cluster::Node& node) {
   if (timeout.code() != Errc::timeout || timeout.message().find("is the mover running") == std::string::npos) {
     fail("consume without a mover: got '" + timeout.message() + "'");
   }
+
+  // A balance flow needs no key column and does not route: push_to is refused.
+  flow::FlowSpec balance = two_producers("driven-balance-errors", driven::Pattern::balance, {{0, 0}}, 4, 256);
+  balance.sources = {{0, 0}};
+  balance.options.stall_timeout = 300ms;
+  flow::create_flow(node, balance);
+  driven::Producer unrouted(node, "driven-balance-errors", 0, 2s);
+  Status routed = unrouted.push_to(0, &t, sizeof t);
+  if (routed.code() != Errc::invalid_argument || routed.message().find("does not route") == std::string::npos) {
+    fail("push_to in a balance flow: got '" + routed.message() + "'");
+  }
+  if (unrouted.ring_count() != 1) fail("a balance producer has " + std::to_string(unrouted.ring_count()) + " rings");
+  Status leave = consumer.leave();
+  if (leave.code() != Errc::invalid_argument || leave.message().find("only a consumer of a balance flow") == std::string::npos) {
+    fail("leave from a shuffle flow: got '" + leave.message() + "'");
+  }
   if (failures == 0) std::printf("driven errors: all clear\n");
   return 0;
 }
@@ -342,6 +582,12 @@ int main(int argc, char** argv) {
     if (mode == "shuffle" && (argc == 5 || (argc == 6 && std::string(argv[5]) == "external-mover"))) {
       run_shuffle(node, static_cast<std::uint32_t>(std::stoul(argv[2])), static_cast<std::uint32_t>(std::stoul(argv[3])),
                   std::stoull(argv[4]), argc == 6);
+    } else if ((mode == "balance" || mode == "replicate") && argc == 5) {
+      auto run = mode == "balance" ? run_balance : run_replicate;
+      run(node, static_cast<std::uint32_t>(std::stoul(argv[2])), static_cast<std::uint32_t>(std::stoul(argv[3])),
+          std::stoull(argv[4]));
+    } else if (mode == "elastic" && argc == 3) {
+      run_elastic(node, std::stoull(argv[2]));
     } else if (mode == "explicit" && argc == 3) {
       run_explicit(node, std::stoull(argv[2]));
     } else if (mode == "errors") {
@@ -349,7 +595,10 @@ int main(int argc, char** argv) {
     } else if (mode == "kill-mover") {
       run_kill_mover(node);
     } else {
-      std::fprintf(stderr, "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | explicit TUPLES | errors | kill-mover\n");
+      std::fprintf(stderr,
+                   "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
+                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | errors | "
+                   "kill-mover\n");
       return 2;
     }
     node.finish();

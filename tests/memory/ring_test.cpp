@@ -257,5 +257,32 @@ TEST(SegmentWriterTest, MisuseIsAnErrorNamingTheRing) {
   EXPECT_EQ(reader.published(), 3u);
 }
 
+// Two-phase publication (the mover's ordered replication): a written segment stays invisible to
+// the reader until it is published, with the fill it was written with.
+TEST(SegmentWriterTest, AWrittenSegmentIsShownOnlyWhenPublished) {
+  const RingLayout layout = RingLayout::make(2, 16 + 32);
+  std::vector<std::byte> memory(layout.bytes());
+  SegmentWriter<LocalRing> writer(SegmentWriterOptions{}, memory.data(), layout, "ring Y");
+  SegmentReader<LocalRing> reader(memory.data(), layout);
+  EXPECT_EQ(writer.write(8).code(), Errc::invalid_argument);  // nothing acquired
+  std::span<std::byte> payload;
+  ASSERT_TRUE(writer.acquire(payload));
+  payload[0] = std::byte{42};
+  ASSERT_TRUE(writer.write(8));
+  EXPECT_FALSE(reader.peek().has_value()) << "written, not published";
+  Status twice = writer.write(8);
+  EXPECT_EQ(twice.code(), Errc::invalid_argument);
+  EXPECT_NE(twice.message().find("ring Y"), std::string::npos) << twice.message();
+  EXPECT_EQ(writer.publish(16).code(), Errc::invalid_argument);  // not the fill written
+  ASSERT_TRUE(writer.publish(8));
+  std::optional<SegmentView> view = reader.peek();
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->bytes, 8u);
+  EXPECT_EQ(view->data[0], std::byte{42});
+  reader.release();
+  ASSERT_TRUE(writer.publish_from(payload.data(), 4));  // the next segment: one phase again
+  ASSERT_TRUE(reader.peek().has_value());
+}
+
 }  // namespace
 }  // namespace dfi::memory

@@ -1,10 +1,14 @@
 // driven::Consumer — a processing unit's receiving side of a driven flow (flow.hpp).
 //
 // The consumer owns one segment ring, in a region registered with the fabric and published for
-// the mover, which fills it from every producer of the flow (round robin). consume() hands out
+// the mover, which fills it from the flow's producers as the pattern says (flow.hpp: shuffle,
+// balance, replicate); each producer's segments arrive in the order pushed. consume() hands out
 // the next segment's tuples in place and gives the previous segment back by raising the ring's
 // released tail: local loads and stores only, no fabric call, no worker, no system call while
 // data is there.
+//
+// In a balance flow consumers come and go while the flow runs: the mover attaches a consumer when
+// it opens (it need not be there when the flow starts) and stops serving it after leave().
 //
 // Owned by one thread. Not movable (the mover holds the ring's address).
 #pragma once
@@ -54,13 +58,23 @@ class Consumer {
   Status consume(flow::TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Like consume() but never waits: Errc::retry (a bare code) when nothing is there yet.
   Status try_consume(flow::TupleBatch& batch);
+  // Balance flows: asks the mover to stop giving this consumer segments (a registry record; the
+  // mover looks every few milliseconds). Keep consuming: what is already in the ring is this
+  // consumer's, and end-of-stream follows it (then end() is true and the consumer may go). The
+  // producers do not notice; nothing is lost or taken twice. A consumer slot joins once: opened
+  // again later it is already_exists. Idempotent. Errors: invalid_argument (not a balance flow),
+  // what the registry returns.
+  Status leave();
   bool end() const noexcept { return ended_; }
   const flow::FlowCounters& counters() const noexcept { return counters_; }
 
  private:
   bool take(flow::TupleBatch& batch);
 
+  cluster::Node& node_;
   flow::FlowSpec spec_;
+  std::size_t index_ = 0;  // in the spec's targets
+  bool left_ = false;
   std::string label_;
   fabric::MemoryRegion region_;
   memory::SegmentReader<memory::LocalRing> reader_;

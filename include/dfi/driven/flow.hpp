@@ -18,11 +18,27 @@
 //   for (;;) { in.consume(batch).throw_if_error(); if (batch.empty()) break; ... }
 //   // the mover (any rank, or `dfi mover`): driven::Mover (mover.hpp)
 //
-// Buffers are the segment rings of memory/ring.hpp: a producer holds one ring per consumer
-// (N x M producer rings), a consumer one ring that the mover fills from every producer (M
-// consumer rings); their published-head and released-tail words are what the mover reads.
-// Each producer ring keeps its order; a consumer sees the segments of one producer in the order
-// they were pushed.
+// Three patterns (DrivenOptions::pattern, 000 §5–6), all on the segment rings of
+// memory/ring.hpp, whose published-head and released-tail words are what the mover reads:
+//
+//   shuffle     N:M by key (or push_to): a producer holds one ring per consumer (N x M producer
+//               rings), a consumer one ring that the mover fills from every producer round robin
+//               (M consumer rings). Every tuple reaches the consumer it was routed to.
+//   balance     N:M load balancing: a producer holds one ring (N + M rings in all); the mover
+//               serves each consumer from every producer at the consumer's own pace — a consumer
+//               with room gets the next segments of any producer, round robin — and takes each
+//               producer segment exactly once, for one consumer. A slow consumer gets less.
+//               Consumers are elastic: the mover serves a consumer from when it opens (it need
+//               not be there when the flow starts) until it leaves (Consumer::leave: it drains
+//               what it was given, then sees end-of-stream); the producers do not notice.
+//   replicate   every producer's segments to every consumer (one ring each, N + M), in one global
+//               order the mover chooses: a segment is written into every consumer's ring before
+//               any consumer's ring shows it (all-or-nothing), so all consumers see the same
+//               sequence of segments.
+//
+// In every pattern a consumer sees the segments of one producer in the order they were pushed
+// (in balance, the subsequence that consumer got). Segments move whole: a consumer's batch is
+// one producer's segment.
 #pragma once
 
 #include <chrono>
@@ -33,8 +49,15 @@
 
 namespace dfi::driven {
 
+// How a driven flow's tuples go from producers to consumers (see above).
+enum class Pattern { shuffle, balance, replicate };
+
+// The pattern's name in records and messages ("shuffle", "balance", "replicate").
+const char* pattern_name(Pattern pattern) noexcept;
+
 // The options of a driven flow (FlowSpec::type_options).
 struct DrivenOptions {
+  Pattern pattern = Pattern::shuffle;
   // How long the mover waits between looks at a flow's buffers when the last look found nothing
   // to move (0: it backs off on its own, from spinning to short sleeps).
   std::chrono::microseconds poll_interval{0};
@@ -44,8 +67,10 @@ struct DrivenOptions {
 };
 
 extern const flow::FlowTypeTraits kDrivenTraits;
-// The flow type of driven flows: sources are the producers, targets the consumers. Routing:
-// key_hash (key column, default) or explicit_target (Producer::push_to). Bandwidth mode only.
+// The flow type of driven flows: sources are the producers, targets the consumers. Shuffle
+// routing: key_hash (key column, default) or explicit_target (Producer::push_to); balance and
+// replicate flows do not route (the routing field and the key column are not used). Bandwidth
+// mode only.
 inline constexpr flow::FlowType kDriven{kDrivenTraits};
 
 }  // namespace dfi::driven

@@ -7,11 +7,22 @@
 //   mover.add_flow("orders");                      // waits for every producer's and consumer's buffers
 //   mover.run(std::chrono::minutes(1)).throw_if_error();   // until every flow has ended
 //
-// One loop, eRPC style: poll (a producer ring's head), schedule (round robin over a consumer's
-// producers, as much as the consumer has room for, up to batch_bytes), transfer (a get of the
-// segment into the mover's buffer, or a copy through the mapping on shm; a put into the
-// consumer's ring), advance (the consumer's state and head words, the producer's tail). Nothing
-// is allocated per transfer.
+// One loop, eRPC style: poll (a producer ring's head), schedule (by the flow's pattern, below;
+// as much as a consumer has room for, up to batch_bytes), transfer (a get of the segment into
+// the mover's buffer, or a copy through the mapping on shm; a put into the consumer's ring),
+// advance (the consumer's state and head words, the producer's tail). Nothing is allocated per
+// transfer. Scheduling per pattern (flow.hpp):
+//   shuffle    per consumer, round robin over its producers' rings for it, one segment each per
+//              round, while the consumer has room and its batch is not full;
+//   balance    in rounds over the consumers (the first one rotating), each consumer with room
+//              takes one segment from the next producer that has one (round robin over the
+//              producers); a full consumer is skipped, so each gets what its pace allows, and a
+//              segment is taken once, by one consumer (the per-producer lock of 000 §6.1 is the
+//              mover's ownership of the producer's reader: see mover.cpp for what several movers
+//              sharing a flow would need);
+//   replicate  the next producer segment round robin (the global order) while every consumer
+//              has room: written into every consumer's ring first (put path: the endpoints
+//              flushed), then published at every consumer (all-or-nothing), then released.
 //
 // How the bytes travel depends on the transport: on shm, where UCX maps the PUs' buffers into
 // the mover, a transfer is one memcpy and the PUs' CPUs do nothing; where RMA is native (verbs)
@@ -30,6 +41,8 @@
 #include <vector>
 
 #include "dfi/common/error.hpp"
+#include "dfi/fabric/endpoint.hpp"
+#include "dfi/fabric/memory.hpp"
 #include "dfi/fabric/worker.hpp"
 
 namespace dfi::cluster {
@@ -39,8 +52,10 @@ class Node;
 namespace dfi::driven {
 
 struct MoverCounters {
-  std::uint64_t segments = 0;  // segments moved (end-of-stream markers not counted)
-  std::uint64_t bytes = 0;     // payload bytes moved
+  // Segments written into consumer rings and their payload bytes (end-of-stream markers not
+  // counted; a replicated segment counts once per consumer).
+  std::uint64_t segments = 0;
+  std::uint64_t bytes = 0;
   std::uint64_t idle_steps = 0;  // steps that found nothing to move
 };
 
@@ -52,19 +67,20 @@ class Mover {
   Mover& operator=(const Mover&) = delete;
 
   // Takes over driven flow `name`: waits (up to `timeout`, 0: the registry_timeout_ms setting)
-  // until it exists and every producer and consumer has published its buffers, then connects to
-  // their ranks. Throws dfi::Error: not_found, invalid_argument (not a driven flow, added
+  // until it exists and every producer and consumer has published its buffers (a balance flow's
+  // consumers are not waited for: step() attaches them when they open), then connects to their
+  // ranks. Throws dfi::Error: not_found, invalid_argument (not a driven flow, added
   // twice), timeout (naming who did not appear), peer_failed.
   void add_flow(std::string_view name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // One pass over every flow: moves what is published and fits. `moved` gets the payload bytes
-  // moved. Errors: peer_failed (naming the flow and the rank), timeout (a remote operation did
-  // not complete within op_timeout_ms).
+  // written into consumer rings. Errors: peer_failed (naming the flow and the rank), timeout (a
+  // remote operation did not complete within op_timeout_ms).
   Status step(std::uint64_t& moved);
   // Calls step() until every flow has ended (all producers closed, everything moved into the
-  // consumers and their end-of-stream published), waiting between empty steps as the flows'
-  // poll_interval says. Errors: as step(); timeout when the flows have not ended by `timeout`
-  // (naming what is still open).
+  // consumers and their end-of-stream published; in a balance flow, into the consumers that
+  // joined), waiting between empty steps as the flows' poll_interval says. Errors: as step();
+  // timeout when the flows have not ended by `timeout` (naming what is still open).
   Status run(std::chrono::milliseconds timeout);
   // True when every flow added has ended.
   bool done() const noexcept;
@@ -73,6 +89,15 @@ class Mover {
 
  private:
   struct Flow;
+
+  fabric::Endpoint& endpoint(Flow& f, int rank);
+  // Attaches the region a PU published (`descriptor`) on `rank`.
+  fabric::RemoteMemory& attach(Flow& f, int rank, const std::string& descriptor);
+  // Builds the writer of consumer c's ring in `region`.
+  void attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region);
+  // Balance: attaches consumers that opened, marks those that asked to leave (registry lookups,
+  // at most every few milliseconds unless `now_or_never`). Errors: as the registry's.
+  Status poll_members(Flow& f, bool now_or_never);
 
   cluster::Node& node_;
   fabric::Worker worker_;

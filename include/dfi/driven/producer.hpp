@@ -1,8 +1,9 @@
 // driven::Producer — a processing unit's sending side of a driven flow (flow.hpp).
 //
-// The producer owns one segment ring per consumer, in a region registered with the fabric and
-// published for the mover. push() routes a tuple (key hash, or the caller's choice with
-// push_to) and appends it to that ring's current segment; a full segment is published with
+// The producer owns its segment rings — one per consumer in a shuffle flow, one in a balance or
+// replicate flow — in a region registered with the fabric and published for the mover. push()
+// routes a tuple (shuffle: key hash, or the caller's choice with push_to) and appends it to that
+// ring's current segment; a full segment is published with
 // three local stores (fill, state, head). Nothing on this path calls the fabric, progresses a
 // worker, allocates or makes a system call: the mover reads the rings' head words and segments,
 // and raises their released tails when it has moved them.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "dfi/common/error.hpp"
+#include "dfi/driven/flow.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/flow/spec.hpp"
@@ -51,8 +53,9 @@ class Producer {
   Producer(const Producer&) = delete;
   Producer& operator=(const Producer&) = delete;
 
-  // Routes one tuple of exactly the schema's width by its key's hash and appends it. Waits while
-  // that consumer's ring is full (the mover has not taken its segments yet), with local loads
+  // Appends one tuple of exactly the schema's width: in a shuffle flow to the ring of the consumer
+  // its key's hash routes to, in a balance or replicate flow to the producer's one ring. Waits
+  // while that ring is full (the mover has not taken its segments yet), with local loads
   // only. Errors: invalid_argument (wrong width; an explicit_target flow), timeout (the ring
   // stayed full for the flow's stall timeout: is the mover running?), peer_failed (the mover or
   // that consumer's rank died while the ring was full: the first call that sees it), flow_failed
@@ -68,8 +71,9 @@ class Producer {
     if (!s) [[unlikely]] return latch(std::move(s));
     return s;
   }
-  // Appends one tuple to consumer `target` (index into the spec's targets); any routing.
-  // Errors: as push(), invalid_argument for a target out of range.
+  // Appends one tuple to consumer `target` (index into the spec's targets) of a shuffle flow; any
+  // routing. Errors: as push(), invalid_argument for a target out of range or a balance or
+  // replicate flow (the mover chooses the consumers there).
   Status push_to(std::size_t target, const void* tuple, std::size_t bytes);
   // Publishes every partly filled segment, so the mover sees it without more pushes.
   Status flush();
@@ -78,7 +82,8 @@ class Producer {
   // take it within the stall timeout), peer_failed (the mover or a consumer died). Idempotent.
   Status close();
 
-  std::size_t consumer_count() const noexcept { return rings_.size(); }
+  // Rings this producer writes: the consumers of a shuffle flow, else 1.
+  std::size_t ring_count() const noexcept { return rings_.size(); }
   // Segments and payload bytes published, and how often a ring was full when a segment had to
   // go out.
   flow::FlowCounters counters() const;
@@ -105,6 +110,7 @@ class Producer {
   std::size_t key_offset_ = 0;
   std::size_t key_bytes_ = 0;
   bool closed_ = false;
+  Pattern pattern_ = Pattern::shuffle;
   std::chrono::milliseconds stall_timeout_{0};
   flow::detail::FailureLatch failure_;
 };

@@ -162,6 +162,10 @@ struct FlowSpec {
   void validate(int cluster_size) const;
   // dfi::Error(invalid_argument, "flow '<name>': <what>"), for validation code to throw.
   Error invalid(const std::string& what) const;
+  // Throws invalid() unless key_column names a column of the schema. validate() calls it where
+  // the type's FlowTypeTraits::key_column asks; a type whose need depends on its own options
+  // (driven flows) calls it from its validate.
+  void check_key_column() const;
 
   // The registry record: a JSON object of the generic fields and the type's own
   // (FlowTypeTraits::write). Throws dfi::Error(invalid_argument) when the type writes a field

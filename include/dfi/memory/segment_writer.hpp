@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,8 +74,16 @@ class SegmentWriter {
   // Publishes the acquired segment with `fill` payload bytes and `flags` (kConsumable, plus
   // kEndOfStream for the last one; use close() for that). Hands it to the fabric: does not wait
   // until it is visible at the reader. Errors: invalid_argument (nothing acquired, fill larger
-  // than the span), peer_failed.
+  // than the span, a fill other than the one written with write()), peer_failed.
   Status publish(std::size_t fill, std::uint64_t flags = kConsumable);
+  // Two-phase publication, for a party that writes one segment into several rings and must not
+  // let any of them show it before all hold it (the data mover's ordered replication):
+  // write(fill) sends the acquired segment's payload and fill word into the ring (put path: puts,
+  // whose remote completion Endpoint::flush() confirms; local and mapped: already there) without
+  // publishing it; the publish(fill) after it writes only the state and head words. Errors:
+  // invalid_argument (nothing acquired, fill larger than the span, written twice, or the
+  // active-message path, where a segment travels with its state in one message), peer_failed.
+  Status write(std::size_t fill);
   // acquire(), one copy of `bytes` from `data` into the span, publish(). `data` may be reused when
   // it returns. Errors: as acquire() and publish(); invalid_argument when `bytes` exceeds the
   // payload capacity.
@@ -117,6 +126,10 @@ class SegmentWriter {
   // Prefixes an error with this ring's label.
   Status labelled(Status status) const;
   Status wait_for_credit();
+  // Checks that a segment is acquired and `fill` fits it (the common checks of write and publish).
+  Status check_fill(std::size_t fill, const char* what) const;
+  // Put path: the acquired staging segment's payload and fill word into slot `sequence`.
+  void put_payload(Staging& staging, std::size_t fill, std::uint64_t sequence);
   // The reader's released tail as far as this writer can learn it now; the caller is short of
   // credits (active messages: progress, and ask when none are free; put: wait for a get, the
   // background one if it is in flight).
@@ -130,6 +143,7 @@ class SegmentWriter {
   std::chrono::milliseconds stall_timeout_{0};
   BackoffSettings backoff_;
   std::byte* acquired_ = nullptr;  // payload of the acquired segment, or null
+  std::optional<std::size_t> written_;  // the fill write() sent for the acquired segment
   std::uint64_t next_ = 1;         // sequence of the acquired (or next) segment
   std::uint64_t credits_ = 0;
   bool closed_ = false;
