@@ -104,11 +104,12 @@ class KvScenario : public Scenario {
            "pipelined rounds and quorum-round reads. nopaxos: NOPaxos' normal case, the requests on an "
            "ordered replicate flow from every client to every replica (its sequencer in rank 0's memory "
            "standing in for the switch), every replica answering, a client done at a majority "
-           "including the leader. unreplicated: the leader alone executes and replies. Every run checks that all replicas applied the same writes.";
+           "including the leader. unreplicated: the leader alone executes and replies. Every run "
+           "checks that all replicas applied the same writes.";
   }
   std::vector<Parameter> parameters() const override {
     return {
-        {"replicas", 5, 5, "replica ranks of the Multi-Paxos runs"},
+        {"replicas", 5, 5, "replica ranks of the Multi-Paxos and NOPaxos runs"},
         {"threads", 2, 3, "client threads per client rank"},
         {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
         {"keys", 100000, 1000000, "keys the requests draw from"},
