@@ -179,11 +179,11 @@ class KvEtcdScenario : public Scenario {
  public:
   std::string name() const override { return "kv-etcd"; }
   std::string title() const override {
-    return "Replicated key-value store: Multi-Paxos on flows vs etcd, YCSB 95/5, 64 B values";
+    return "Replicated key-value store: Multi-Paxos and NOPaxos on flows vs etcd, YCSB 95/5, 64 B values";
   }
   std::string description() const override {
     return "The kv scenario's load (95 % gets, 5 % puts, 64 B values, uniform keys, linearizable reads) "
-           "on DFI's Multi-Paxos store with `replicas` replicas and on an etcd cluster of as many members "
+           "on DFI's store (Multi-Paxos and NOPaxos) with `replicas` replicas and on an etcd cluster of as many members "
            "on loopback (Debian's etcd-server 3.4, driven by the Go client go.etcd.io/etcd/client/v3: "
            "bench/etcd/ycsb), its log on tmpfs (fsync free) and, when data includes disk, on disk. Same "
            "offered load: 2 x `threads` clients with `window` requests outstanding each.";
@@ -228,25 +228,30 @@ class KvEtcdScenario : public Scenario {
                               {"p99 latency", "us"}, Better::lower);
     for (Panel* p : {&tput, &p99}) {
       p->series("paxos", Role::dfi, "DFI Multi-Paxos, " + std::to_string(replicas) + " replicas");
+      p->series("nopaxos", Role::dfi, "DFI NOPaxos, " + std::to_string(replicas) + " replicas");
       for (const std::string& d : data) {
         p->series("etcd-" + d, Role::baseline, "etcd, " + std::to_string(replicas) + " members, log on " + d);
       }
     }
-    tput.compare("paxos", "etcd-tmpfs", 10.0);
-    p99.compare("paxos", "etcd-tmpfs", 1.0);
+    for (const char* protocol : {"paxos", "nopaxos"}) {
+      tput.compare(protocol, "etcd-tmpfs", 10.0);
+      p99.compare(protocol, "etcd-tmpfs", 1.0);
+    }
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (std::uint64_t window : windows) {
         const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
                                   ", window " + std::to_string(window);
         auto dfi = [&] {
-          context.say(round + ", paxos");
-          std::string command;
-          const json r = run_dfi_kv(context, name(), "paxos", replicas, {threads, window, keys, seconds, timeout}, command);
-          const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
-          context.say(round + ", paxos: " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
-          tput.add("paxos", window, kreq);
-          p99.add("paxos", window, r.at("p99_us").get<double>());
-          for (Panel* p : {&tput, &p99}) p->add_command("paxos", command);
+          for (const std::string protocol : {"paxos", "nopaxos"}) {
+            context.say(round + ", " + protocol);
+            std::string command;
+            const json r = run_dfi_kv(context, name(), protocol, replicas, {threads, window, keys, seconds, timeout}, command);
+            const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
+            context.say(round + ", " + protocol + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
+            tput.add(protocol, window, kreq);
+            p99.add(protocol, window, r.at("p99_us").get<double>());
+            for (Panel* p : {&tput, &p99}) p->add_command(protocol, command);
+          }
         };
         auto etcd = [&] {
           for (const std::string& d : data) {
