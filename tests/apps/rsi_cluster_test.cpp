@@ -76,12 +76,12 @@ TEST_P(RsiCluster, CheckoutsKeepStockOrdersAndLinesConsistent) {
   EXPECT_TRUE(contains(run.out, "txn: no record left locked")) << run.all();
 }
 
-// Timed checkouts whose insert rings wrap (8 slots): orders are overwritten in place, and the
-// checks that remain still hold.
+// Timed checkouts whose insert rings wrap (1 slot: wrapped by any client's second commit, even
+// on a slow, loaded machine): orders are overwritten in place, and the checks that remain hold.
 TEST_P(RsiCluster, CheckoutsWithWrappingInsertRingsKeepTheirChecks) {
   auto run = run_cluster(4, GetParam().transport,
                          {DFI_BINARY, "txn", "--workload", "checkout", "--protocol", GetParam().protocol, "--servers", "2",
-                          "--threads", "2", "--products", "16", "--order-slots", "8", "--seconds", "2", "--no-progress"});
+                          "--threads", "2", "--products", "16", "--order-slots", "1", "--seconds", "2", "--no-progress"});
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.out, "insert rings wrapped")) << run.all();
   EXPECT_FALSE(contains(run.out, "VIOLATED")) << run.all();
@@ -143,7 +143,8 @@ TEST_P(RsiCrash, AClientKilledHoldingLocksIsRecoveredByTheOthers) {
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.out, "txn: bank invariant holds: total 16000 = 16 accounts x 1000")) << run.all();
   EXPECT_TRUE(contains(run.out, "txn: no record left locked")) << run.all();
-  EXPECT_TRUE(contains(run.err, "rank(s) 2 failed during the run")) << run.all();
+  // Rank 3 may be listed too: it exits once done, and after a failure nobody waits for it.
+  EXPECT_TRUE(contains(run.err, "dfi txn: rank(s) 2")) << run.all();
   // Client 0 held both records of its transfer: not committed at "locked", committed after.
   if (GetParam().stage == "locked") {
     EXPECT_GE(recovered(run.out, "back"), 2u) << run.all();

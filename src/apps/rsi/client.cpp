@@ -208,7 +208,7 @@ class RsiClient final : public Client {
   Status fetch(const Location& where, std::uint64_t& header, void* out) override {
     cluster::SharedWords& block = blocks_[where.server];
     if (Status s = block.load(where.word, header); !s) return server_error(where.server, s);
-    if (locked(header)) return {};
+    if (locked(header)) return recover_if_dead_owner(where, header);  // the caller aborts
     if (Status s = block.read(where.word + 1, out, table_.spec().payload_bytes); !s) return server_error(where.server, s);
     std::uint64_t again = 0;
     if (Status s = block.load(where.word, again); !s) return server_error(where.server, s);
@@ -232,7 +232,8 @@ class RsiClient final : public Client {
       if (!s) {
         failure = server_error(entry.where.server, s);
       } else if (old != entry.header) {
-        failure = Status(Errc::retry);
+        failure = locked(old) ? recover_if_dead_owner(entry.where, old) : Status();
+        if (failure.is_ok()) failure = Status(Errc::retry);
       } else {
         locked_count = e + 1;
       }
@@ -305,7 +306,8 @@ class RsiClient final : public Client {
   Status recover_dead_clients() {
     std::vector<int> ranks;
     if (Status s = log_.ranks(ranks); !s) return log_error(s);
-    std::vector<bool> dead(ranks.size(), false);
+    std::vector<bool>& dead = dead_;
+    dead.assign(ranks.size(), false);
     bool any = false;
     for (std::size_t c = 0; c < ranks.size(); ++c) {
       dead[c] = c != options_.client && ranks[c] >= 0 && !watch_.reason(ranks[c]).empty();
@@ -335,6 +337,17 @@ class RsiClient final : public Client {
       if (Status s = recover_record(id, header, records[owner]); !s) return s;
     }
     return {};
+  }
+
+  // A record found locked by a client known dead since the last recovery: its lock landed after
+  // that recovery's scan (over TCP a dead client's last compare-and-swap may still be in flight
+  // when its rank is declared dead), so recover it now. Slow path: allocates.
+  Status recover_if_dead_owner(const Location& where, std::uint64_t header) {
+    const std::size_t holder = recovering(header) ? lock_recoverer(header) : lock_owner(header);
+    if (holder >= dead_.size() || !dead_[holder]) return {};
+    CommitLog::Record record;
+    if (Status s = log_.read(lock_owner(header), record); !s) return log_error(s);
+    return recover_record((where.word / table_.slot_words()) * table_.servers() + where.server, header, record);
   }
 
   // Rolls record `id`, locked as `header` by a dead owner whose commit record is `record`, forward
@@ -375,6 +388,7 @@ class RsiClient final : public Client {
   fabric::Worker& worker_;
   CommitLog log_;
   fabric::FailureWatch watch_;
+  std::vector<bool> dead_;  // clients found dead by the last recovery
   std::vector<cluster::SharedWords> blocks_;
   std::vector<bool> touched_;
 };
