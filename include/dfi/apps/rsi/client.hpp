@@ -42,7 +42,8 @@
 // it (the transaction had committed), or else rolled back (unlocked, old version intact). A
 // roll-forward first takes the lock over (recovering bit + recoverer in the lock word, one
 // compare-and-swap), so two recoverers never install the same record; a recoverer that dies
-// mid-way is itself recovered the same way. Owners on live ranks are never recovered: a lease
+// mid-way is itself recovered the same way; a record met locked later by a client known dead
+// (a lock still in flight when it died) is recovered on the spot. Owners on live ranks are never recovered: a lease
 // for a live but silent client would need fencing its later writes (not done). 2PC-SI has no
 // such recovery (a client dying between its commit messages is 2PC's blocking case).
 //
