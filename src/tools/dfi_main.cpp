@@ -115,21 +115,30 @@ int main(int argc, char** argv) {
   agg->add_flag("--json", agg_options.json, "Rank 0 prints one JSON object");
 
   auto* txn = app.add_subcommand(
-      "txn", "Bank transfers with RSI or 2PC snapshot isolation, as every rank of a cluster (under dfi cluster run)");
-  dfi::apps::rsi::BankOptions txn_options;
+      "txn", "Bank transfers or checkouts with RSI or 2PC snapshot isolation, as every rank of a cluster (under dfi cluster run)");
+  dfi::apps::rsi::TxnOptions txn_options;
   std::string txn_protocol = "rsi";
+  std::string txn_workload = "bank";
+  std::uint64_t txn_products = 10000;
   double txn_timeout_s = 30;
   txn->add_option("--protocol", txn_protocol, "rsi (one-sided) or 2pc (two-phase commit over messages)")
       ->check(CLI::IsMember({"rsi", "2pc"}));
+  txn->add_option("--workload", txn_workload, "bank (transfers between accounts) or checkout (001's TPC-W-like checkout)")
+      ->check(CLI::IsMember({"bank", "checkout"}));
   txn->add_option("--servers", txn_options.servers, "Storage servers: ranks 0..N-1 (rank 0 also hosts the timestamps)");
   txn->add_option("--threads", txn_options.threads, "Client threads on every other rank")->check(CLI::Range(1, 64));
-  txn->add_option("--accounts", txn_options.accounts, "Accounts (records); fewer means more conflicts");
+  auto* txn_accounts =
+      txn->add_option("--accounts", txn_options.records, "bank: accounts (records); fewer means more conflicts");
+  auto* txn_products_option =
+      txn->add_option("--products", txn_products, "checkout: products (and as many stock records); fewer means more conflicts");
+  txn->add_option("--order-slots", txn_options.order_slots, "checkout: orders in each client's insert ring");
   txn->add_option("--balance", txn_options.initial_balance, "Initial balance of every account");
-  txn->add_option("--record-bytes", txn_options.payload_bytes, "Payload bytes of a record (>= 8)");
+  auto* txn_bytes = txn->add_option("--record-bytes", txn_options.payload_bytes,
+                                    "Payload bytes of a record (bank: >= 8, default 8; checkout: >= 64, default 1024)");
   txn->add_option("--seconds", txn_options.seconds, "Run length");
   txn->add_option("--transactions", txn_options.transactions, "Commits per client, then stop (0: run --seconds)");
   txn->add_option("--timestamps", txn_options.timestamps, "Bits of the timestamp vector (timestamps of the whole run)");
-  txn->add_option("--table", txn_options.table, "Table name (registry records rsi/<table>/...)");
+  txn->add_option("--table", txn_options.table, "Table name (registry records rsi/<table>/...; default: the workload's name)");
   txn->add_option("--timeout", txn_timeout_s, "Seconds to wait for set-up and for a 2PC answer");
   txn->add_flag("!--no-progress", txn_options.progress, "No progress line per second");
 
@@ -181,6 +190,14 @@ int main(int argc, char** argv) {
     if (*join) return dfi::tools::run_join_command(join_options, std::cout, std::cerr);
     if (*txn) {
       txn_options.protocol = dfi::apps::rsi::parse_protocol(txn_protocol);
+      txn_options.workload = dfi::apps::rsi::parse_workload(txn_workload);
+      if (txn_options.workload == dfi::apps::rsi::Workload::checkout) {
+        if (txn_accounts->count() != 0) throw dfi::Error(dfi::Errc::invalid_argument, "dfi txn: --accounts is for the bank workload (checkout: --products)");
+        txn_options.records = txn_products;
+        if (txn_bytes->count() == 0) txn_options.payload_bytes = 1024;
+      } else if (txn_products_option->count() != 0) {
+        throw dfi::Error(dfi::Errc::invalid_argument, "dfi txn: --products is for the checkout workload (bank: --accounts)");
+      }
       txn_options.timeout = std::chrono::milliseconds(static_cast<long long>(txn_timeout_s * 1000));
       return dfi::tools::run_txn(txn_options, std::cout, std::cerr);
     }

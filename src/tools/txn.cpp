@@ -4,9 +4,9 @@
 
 namespace dfi::tools {
 
-int run_txn(const apps::rsi::BankOptions& options, std::ostream& out, std::ostream& err) {
+int run_txn(const apps::rsi::TxnOptions& options, std::ostream& out, std::ostream& err) {
   cluster::Node node;
-  return apps::rsi::run_bank(node, options, out, err);
+  return apps::rsi::run_workload(node, options, out, err).code;
 }
 
 }  // namespace dfi::tools

@@ -10,6 +10,7 @@
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/worker.hpp"
+#include "dfi/apps/rsi/commit_log.hpp"
 #include "dfi/apps/rsi/storage.hpp"
 #include "two_pc_wire.hpp"
 
@@ -47,6 +48,7 @@ Status Client::begin() {
   if (left_ || open_) {
     return {Errc::invalid_argument, name_ + ": begin " + (left_ ? "after leave()" : "while a transaction is open")};
   }
+  if (Status s = before_begin(); !s) return s;
   if (Status s = timestamps_.snapshot(snapshot_); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
   entries_.clear();
   timestamp_ = 0;
@@ -80,18 +82,10 @@ Status Client::refresh_snapshot(std::uint64_t newest) {
   return {};
 }
 
-Status Client::read(std::uint64_t id, void* out) {
-  if (!open_) return {Errc::invalid_argument, name_ + ": read of record " + std::to_string(id) + " outside a transaction"};
+Status Client::add_entry(std::uint64_t id, bool header_only, std::size_t& e) {
   if (id >= table_.spec().records) {
     return {Errc::invalid_argument, name_ + ": record " + std::to_string(id) + " outside the table's " +
                                         std::to_string(table_.spec().records)};
-  }
-  const std::size_t bytes = table_.spec().payload_bytes;
-  for (std::size_t e = 0; e < entries_.size(); ++e) {
-    if (entries_[e].id == id) {
-      std::memcpy(out, payload(e), bytes);
-      return {};
-    }
   }
   if (entries_.size() == kMaxRecordsPerTxn) {
     return {Errc::invalid_argument, name_ + ": more than " + std::to_string(kMaxRecordsPerTxn) + " records in one transaction"};
@@ -99,8 +93,8 @@ Status Client::read(std::uint64_t id, void* out) {
   Entry entry;
   entry.id = id;
   entry.where = table_.locate(id);
-  const std::size_t e = entries_.size();
-  Status s = fetch(entry.where, entry.header, payload(e));
+  e = entries_.size();
+  Status s = header_only ? load_header(entry.where, entry.header) : fetch(entry.where, entry.header, payload(e));
   if (s.is_ok() && locked(entry.header)) s = Status(Errc::retry);
   if (s.is_ok()) {
     entries_.push_back(entry);
@@ -110,7 +104,35 @@ Status Client::read(std::uint64_t id, void* out) {
     if (s.code() == Errc::retry) ++counters_.snapshots;
     return end(std::move(s));
   }
+  return {};
+}
+
+Status Client::read(std::uint64_t id, void* out) {
+  if (!open_) return {Errc::invalid_argument, name_ + ": read of record " + std::to_string(id) + " outside a transaction"};
+  const std::size_t bytes = table_.spec().payload_bytes;
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (entries_[e].id == id) {
+      std::memcpy(out, payload(e), bytes);
+      return {};
+    }
+  }
+  std::size_t e = 0;
+  if (Status s = add_entry(id, /*header_only=*/false, e); !s) return s;
   std::memcpy(out, payload(e), bytes);
+  return {};
+}
+
+Status Client::insert(std::uint64_t id, const void* in) {
+  if (!open_) return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(id) + " outside a transaction"};
+  for (const Entry& entry : entries_) {
+    if (entry.id == id) {
+      return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(id) + " that the transaction has already"};
+    }
+  }
+  std::size_t e = 0;
+  if (Status s = add_entry(id, /*header_only=*/true, e); !s) return s;
+  std::memcpy(payload(e), in, table_.spec().payload_bytes);
+  entries_[e].written = true;
   return {};
 }
 
@@ -145,6 +167,11 @@ Status Client::commit() {
   return end(std::move(s));
 }
 
+Status Client::retire_dead_client(std::size_t client) {
+  if (Status s = timestamps_.retire_dead(client); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
+  return {};
+}
+
 Status Client::abort() {
   if (!open_) return {Errc::invalid_argument, name_ + ": abort outside a transaction"};
   return end(Status());
@@ -164,7 +191,14 @@ namespace {
 class RsiClient final : public Client {
  public:
   RsiClient(cluster::Node& node, fabric::Worker& worker, const Table& table, const ClientOptions& options)
-      : Client(Protocol::rsi, node, worker, table, options), blocks_(table.servers()), touched_(table.servers()) {
+      : Client(Protocol::rsi, node, worker, table, options),
+        node_(node),
+        worker_(worker),
+        log_(node, worker, table.name(), options.timestamp_rank, options.client, options.clients,
+             table.spec().payload_bytes, options.timeout),
+        watch_(node.fabric()),
+        blocks_(table.servers()),
+        touched_(table.servers()) {
     for (std::size_t s = 0; s < table.servers(); ++s) {
       blocks_[s].attach(node, worker, Table::block_record(table.name(), s), table.spec().servers[s], options.timeout);
     }
@@ -174,7 +208,7 @@ class RsiClient final : public Client {
   Status fetch(const Location& where, std::uint64_t& header, void* out) override {
     cluster::SharedWords& block = blocks_[where.server];
     if (Status s = block.load(where.word, header); !s) return server_error(where.server, s);
-    if (locked(header)) return {};
+    if (locked(header)) return recover_if_dead_owner(where, header);  // the caller aborts
     if (Status s = block.read(where.word + 1, out, table_.spec().payload_bytes); !s) return server_error(where.server, s);
     std::uint64_t again = 0;
     if (Status s = block.load(where.word, again); !s) return server_error(where.server, s);
@@ -194,12 +228,12 @@ class RsiClient final : public Client {
       const Entry& entry = entries_[e];
       if (!entry.written) continue;
       std::uint64_t old = 0;
-      Status s = blocks_[entry.where.server].compare_swap(entry.where.word, entry.header,
-                                                          kLockBit | commit_id(entry.header), &old);
+      Status s = blocks_[entry.where.server].compare_swap(entry.where.word, entry.header, mine(entry), &old);
       if (!s) {
         failure = server_error(entry.where.server, s);
       } else if (old != entry.header) {
-        failure = Status(Errc::retry);
+        failure = locked(old) ? recover_if_dead_owner(entry.where, old) : Status();
+        if (failure.is_ok()) failure = Status(Errc::retry);
       } else {
         locked_count = e + 1;
       }
@@ -208,12 +242,19 @@ class RsiClient final : public Client {
       for (std::size_t e = 0; e < locked_count; ++e) {
         const Entry& entry = entries_[e];
         if (!entry.written) continue;
-        Status s = blocks_[entry.where.server].compare_swap(entry.where.word, kLockBit | commit_id(entry.header),
-                                                            entry.header);
+        Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine(entry), entry.header);
         if (!s && failure.code() == Errc::retry) failure = server_error(entry.where.server, s);
       }
       return failure;
     }
+    stage(CommitStage::locked);
+    // The commit record: from its flush on the transaction is committed, whoever installs it.
+    log_.start(cid);
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      if (entries_[e].written) log_.add(entries_[e].id, entries_[e].header, payload(e));
+    }
+    if (Status s = log_.publish(); !s) return log_error(s);
+    stage(CommitStage::logged);
     // Install: the payloads, a flush per server (the payload is complete at the server), then
     // the header with the new commit id, which releases the lock.
     std::fill(touched_.begin(), touched_.end(), false);
@@ -229,14 +270,16 @@ class RsiClient final : public Client {
       if (!touched_[server]) continue;
       if (Status s = blocks_[server].flush(); !s) return server_error(server, s);
     }
+    bool first = true;
     for (const Entry& entry : entries_) {
       if (!entry.written) continue;
       std::uint64_t old = 0;
-      const std::uint64_t mine = kLockBit | commit_id(entry.header);
-      if (Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine, cid, &old); !s) {
+      if (Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine(entry), cid, &old); !s) {
         return server_error(entry.where.server, s);
       }
-      if (old != mine) {
+      if (first) stage(CommitStage::installing);
+      first = false;
+      if (old != mine(entry)) {
         return server_error(entry.where.server, Status(Errc::fatal, "the lock of record " + std::to_string(entry.id) +
                                                                         " was lost while installing it"));
       }
@@ -244,6 +287,108 @@ class RsiClient final : public Client {
     return {};
   }
 
+  // The lock word of `entry` held by this client.
+  std::uint64_t mine(const Entry& entry) const noexcept { return lock_word(commit_id(entry.header), options_.client); }
+  void stage(CommitStage at) const {
+    if (options_.at_commit_stage != nullptr) options_.at_commit_stage(at, options_.client);
+  }
+  Status log_error(const Status& status) const {
+    return {status.code(), name_ + ": commit log (rank " + std::to_string(options_.timestamp_rank) + "): " + status.message()};
+  }
+
+  Status before_begin() override {
+    if (!watch_.changed()) return {};
+    return recover_dead_clients();
+  }
+
+  // Some rank was declared dead: retire the timestamps of the clients it ran and recover every
+  // record they hold locked (client.hpp). Rare, so it may allocate and scan the whole table.
+  Status recover_dead_clients() {
+    std::vector<int> ranks;
+    if (Status s = log_.ranks(ranks); !s) return log_error(s);
+    std::vector<bool>& dead = dead_;
+    dead.assign(ranks.size(), false);
+    bool any = false;
+    for (std::size_t c = 0; c < ranks.size(); ++c) {
+      dead[c] = c != options_.client && ranks[c] >= 0 && !watch_.reason(ranks[c]).empty();
+      if (!dead[c]) continue;
+      any = true;
+      if (Status s = retire_dead_client(c); !s) return s;
+    }
+    if (!any) return {};
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> held;  // (record id, header)
+    try {
+      scan_table(node_, worker_, table_, options_.timeout, [&](std::uint64_t id, std::uint64_t header, std::span<const std::byte>) {
+        if (locked(header)) held.emplace_back(id, header);
+      });
+    } catch (const Error& e) {
+      return {e.code(), name_ + ": recovery: " + e.what()};
+    }
+    std::vector<CommitLog::Record> records(ranks.size());
+    std::vector<bool> read(ranks.size(), false);
+    for (const auto& [id, header] : held) {
+      const std::size_t owner = lock_owner(header);
+      if (owner >= dead.size() || !dead[owner]) continue;                               // its owner finishes it
+      if (recovering(header) && lock_recoverer(header) < dead.size() && !dead[lock_recoverer(header)]) continue;
+      if (!read[owner]) {
+        if (Status s = log_.read(owner, records[owner]); !s) return log_error(s);
+        read[owner] = true;
+      }
+      if (Status s = recover_record(id, header, records[owner]); !s) return s;
+    }
+    return {};
+  }
+
+  // A record found locked by a client known dead since the last recovery: its lock landed after
+  // that recovery's scan (over TCP a dead client's last compare-and-swap may still be in flight
+  // when its rank is declared dead), so recover it now. Slow path: allocates.
+  Status recover_if_dead_owner(const Location& where, std::uint64_t header) {
+    const std::size_t holder = recovering(header) ? lock_recoverer(header) : lock_owner(header);
+    if (holder >= dead_.size() || !dead_[holder]) return {};
+    CommitLog::Record record;
+    if (Status s = log_.read(lock_owner(header), record); !s) return log_error(s);
+    return recover_record((where.word / table_.slot_words()) * table_.servers() + where.server, header, record);
+  }
+
+  // Rolls record `id`, locked as `header` by a dead owner whose commit record is `record`, forward
+  // (the record lists it: committed) or back. Another recoverer winning a compare-and-swap first
+  // is fine: the record is then its business.
+  Status recover_record(std::uint64_t id, std::uint64_t header, const CommitLog::Record& record) {
+    const Location where = table_.locate(id);
+    cluster::SharedWords& block = blocks_[where.server];
+    std::size_t e = record.count;
+    if (record.valid) {
+      for (e = 0; e < record.count; ++e) {
+        if (record.id(e) == id && commit_id(record.old_header(e)) == commit_id(header)) break;
+      }
+    }
+    std::uint64_t old = 0;
+    if (e == record.count && recovering(header)) {  // only a committed record is ever taken over
+      return server_error(where.server, Status(Errc::protocol, "record " + std::to_string(id) +
+                                                                   " is being recovered but its owner's commit record does not list it"));
+    }
+    if (e == record.count) {  // not committed: roll back
+      if (Status s = block.compare_swap(where.word, header, commit_id(header), &old); !s) return server_error(where.server, s);
+      if (old == header) ++counters_.rolled_back;
+      return {};
+    }
+    // Committed: take the lock over, install the logged payload, then the new commit id.
+    const std::uint64_t taken = recovering_word(header, options_.client);
+    if (Status s = block.compare_swap(where.word, header, taken, &old); !s) return server_error(where.server, s);
+    if (old != header) return {};
+    Status s = block.write(where.word + 1, record.payload(e), table_.spec().payload_bytes);
+    if (s) s = block.flush();
+    if (s) s = block.compare_swap(where.word, taken, record.cid);
+    if (!s) return server_error(where.server, s);
+    ++counters_.rolled_forward;
+    return {};
+  }
+
+  cluster::Node& node_;
+  fabric::Worker& worker_;
+  CommitLog log_;
+  fabric::FailureWatch watch_;
+  std::vector<bool> dead_;  // clients found dead by the last recovery
   std::vector<cluster::SharedWords> blocks_;
   std::vector<bool> touched_;
 };

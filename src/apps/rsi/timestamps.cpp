@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "dfi/apps/rsi/table.hpp"
 #include "dfi/cluster/node.hpp"
 
 namespace dfi::apps::rsi {
@@ -36,6 +37,11 @@ std::uint64_t consecutive_finished(std::uint64_t from, const std::uint64_t* reti
 
 TimestampService TimestampService::host(cluster::Node& node, const std::string& table, std::size_t clients,
                                         std::uint64_t bits) {
+  if (bits > kCommitIdMask) {
+    throw Error(Errc::invalid_argument, "rsi table '" + table + "': " + std::to_string(bits) +
+                                            " timestamps do not fit the lock word's commit id (at most " +
+                                            std::to_string(kCommitIdMask) + ")");
+  }
   if (clients == 0 || bits == 0) {
     throw Error(Errc::invalid_argument, "rsi table '" + table + "': the timestamp service needs clients and bits (got " +
                                             std::to_string(clients) + " clients, " + std::to_string(bits) + " bits)");
@@ -145,6 +151,13 @@ Status Timestamps::read_timestamp(std::uint64_t& timestamp) {
   }
   timestamp = known_;
   return {};
+}
+
+Status Timestamps::retire_dead(std::size_t client) {
+  if (client >= clients_) {
+    return {Errc::invalid_argument, "rsi table '" + table_ + "': no client " + std::to_string(client) + " to retire"};
+  }
+  return words_.compare_swap(client, 0, client + 1);
 }
 
 Status Timestamps::retire() {

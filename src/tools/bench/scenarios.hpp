@@ -22,6 +22,7 @@ std::unique_ptr<Scenario> make_join_fr_scenario();       // join_bench.cpp
 std::unique_ptr<Scenario> make_agg_scenario();           // agg_bench.cpp
 std::unique_ptr<Scenario> make_kv_scenario();            // kv_bench.cpp
 std::unique_ptr<Scenario> make_kv_etcd_scenario();       // kv_bench.cpp
+std::unique_ptr<Scenario> make_rsi_scenario();           // rsi_bench.cpp
 std::unique_ptr<Scenario> make_python_scenario();        // python_bench.cpp
 
 // A fresh instance of every scenario, in listing order.

@@ -6,6 +6,7 @@
 //   client.begin();                          // takes the snapshot (read timestamp)
 //   client.read(id, &value);                 // Errc::retry: aborted (see below); begin again
 //   client.write(id, &new_value);            // buffered until commit; only records read before
+//   client.insert(id, &value);               // a pre-allocated free slot: reads only its header
 //   client.commit();                         // ok: committed and visible; Errc::retry: aborted
 //
 // Snapshot isolation with one version per record (n = 1 in the paper): a read that finds the
@@ -21,8 +22,9 @@
 //   Protocol::rsi     one-sided, the storage servers' CPUs do nothing: a read is a load of the
 //                     header word, a get of the payload and a second load (a version installed
 //                     meanwhile is detected, not returned torn); commit is one compare-and-swap
-//                     per written record (expected: the header read; new: lock bit | same commit
-//                     id), then one put per record's payload, a flush per server, and one
+//                     per written record (expected: the header read; new: lock_word(same commit
+//                     id, this client)), then the commit record (commit_log.hpp: one put + flush),
+//                     then one put per record's payload, a flush per server, and one
 //                     compare-and-swap per record that installs the commit id and releases the
 //                     lock. (The paper installs header and payload with one write; UCX gives no
 //                     byte order inside one put, so a reader could see the new header with half
@@ -30,6 +32,20 @@
 //   Protocol::two_pc  traditional SI with two-phase commit over two-sided messages: a read is a
 //                     request the server answers; commit sends one prepare per involved server
 //                     (its CPU validates and locks), then commit (install + unlock) or abort.
+//
+// Recovery (RSI, beyond the paper): every lock word names its owner, and a client writes a
+// commit record (commit_log.hpp: the new versions, one put + flush) after locking and before
+// installing. When a client's begin() sees that some rank was declared dead (the cluster's
+// liveness, fabric::FailureWatch: one atomic load per begin), it recovers the dead clients:
+// retires their timestamps (so the read timestamp moves on) and scans the table for records
+// they hold locked; each is rolled forward from the owner's commit record if that record lists
+// it (the transaction had committed), or else rolled back (unlocked, old version intact). A
+// roll-forward first takes the lock over (recovering bit + recoverer in the lock word, one
+// compare-and-swap), so two recoverers never install the same record; a recoverer that dies
+// mid-way is itself recovered the same way; a record met locked later by a client known dead
+// (a lock still in flight when it died) is recovered on the spot. Owners on live ranks are never recovered: a lease
+// for a live but silent client would need fencing its later writes (not done). 2PC-SI has no
+// such recovery (a client dying between its commit messages is 2PC's blocking case).
 //
 // Both use the same timestamp service (the paper does the same for fairness). Return values of
 // every call: ok; Errc::retry (bare, no message: the transaction aborted and is over — a
@@ -65,17 +81,29 @@ Protocol parse_protocol(std::string_view name);
 
 inline constexpr std::size_t kMaxRecordsPerTxn = 16;
 
+// Points of an RSI commit, for the test seam ClientOptions::at_commit_stage.
+enum class CommitStage {
+  locked,      // every written record locked, no commit record yet
+  logged,      // commit record written (committed), nothing installed
+  installing,  // the first written record installed and unlocked, the others not yet
+};
+
 struct ClientOptions {
   std::size_t client = 0;    // this client's index, 0 .. clients-1 (its share of the timestamps)
   std::size_t clients = 1;   // clients of the table in all
   int timestamp_rank = 0;    // rank hosting the table's timestamp service
   std::chrono::milliseconds timeout{30000};  // waits for records and 2PC replies
+  // Test seam: called by an RSI commit at each CommitStage with this client's index (a test
+  // kills the process there). Null: nothing is called.
+  void (*at_commit_stage)(CommitStage stage, std::size_t client) = nullptr;
 };
 
 struct ClientCounters {
   std::uint64_t commits = 0;
   std::uint64_t conflicts = 0;   // aborted at commit: a written record had changed or was locked
   std::uint64_t snapshots = 0;   // aborted at a read: the record was locked or newer than the snapshot
+  std::uint64_t rolled_forward = 0;  // records of dead clients this client installed from their commit record
+  std::uint64_t rolled_back = 0;     // records of dead clients this client unlocked (not committed)
   std::uint64_t aborts() const noexcept { return conflicts + snapshots; }
 };
 
@@ -98,6 +126,10 @@ class Client {
   Status read(std::uint64_t id, void* payload);
   // Sets the transaction's new version of record `id` (read before in this transaction).
   Status write(std::uint64_t id, const void* payload);
+  // Inserts record `id`, one the transaction did not read (a pre-allocated free slot): sets its
+  // new version reading only its header (so commit validates that nobody wrote it meanwhile).
+  // Errors as read(); invalid_argument for a record the transaction has already.
+  Status insert(std::uint64_t id, const void* payload);
   // Commits. ok: installed and visible to transactions that begin from now on. Also
   // invalid_argument when this client's timestamps are used up.
   Status commit();
@@ -133,6 +165,10 @@ class Client {
   // Validates, locks, installs (commit id `cid`) and unlocks every written entry. Errc::retry:
   // a conflict; everything this call locked is unlocked again.
   virtual Status commit_writes(std::uint64_t cid) = 0;
+  // Called by begin() before it takes the snapshot (RSI: recovers dead clients' records).
+  virtual Status before_begin() { return {}; }
+  // Marks every timestamp of client `client` (dead) finished, unless it retired itself.
+  Status retire_dead_client(std::size_t client);
 
   // The payload copy of entry `e`.
   std::byte* payload(std::size_t e) noexcept { return payloads_.data() + e * payload_stride_; }
@@ -149,6 +185,8 @@ class Client {
  private:
   Status end(Status status);
   Status refresh_snapshot(std::uint64_t newest);
+  // Adds record `id` to the transaction: its header (and unless `header_only` its payload).
+  Status add_entry(std::uint64_t id, bool header_only, std::size_t& e);
 
   Timestamps timestamps_;
   std::vector<std::byte> payloads_;

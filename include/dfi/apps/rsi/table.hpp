@@ -3,11 +3,15 @@
 // A table is `records` fixed-size records spread over the storage servers' record blocks. Each
 // record slot is one 64-bit header word followed by the payload (rounded up to whole words):
 //
-//   header = lock bit (bit 63) | commit id (bits 0..62) of the version in the slot
+//   unlocked: commit id (bits 0..39) of the version in the slot, every other bit 0
+//   locked:   lock bit (63) | owner (bits 51..61) | commit id of the version in the slot
+//             (+ while a client recovers it: recovering bit (62) | recoverer (bits 40..50))
 //
 // so a client validates and locks a record with one compare-and-swap on the header: expected =
-// the header it read (unlocked, commit id c), desired = kLockBit | c. One version per slot (n = 1
-// in the paper): a transaction whose snapshot is older than a record's version aborts.
+// the header it read (unlocked, commit id c), desired = lock_word(c, client). The owner in the
+// lock word lets another client recover a record whose owner died (commit_log.hpp). One version
+// per slot (n = 1 in the paper): a transaction whose snapshot is older than a record's version
+// aborts.
 //
 // The dictionary (record id -> server, word offset) is the table's spec, published once in the
 // registry: record id i lives on server i % servers, in slot i / servers of that server's block.
@@ -31,11 +35,34 @@ class Node;
 namespace dfi::apps::rsi {
 
 inline constexpr std::uint64_t kLockBit = std::uint64_t{1} << 63;
-inline constexpr std::uint64_t kCommitIdMask = kLockBit - 1;
+inline constexpr std::uint64_t kRecoveringBit = std::uint64_t{1} << 62;
+inline constexpr unsigned kCommitIdBits = 40;
+inline constexpr std::uint64_t kCommitIdMask = (std::uint64_t{1} << kCommitIdBits) - 1;
+inline constexpr unsigned kClientBits = 11;
+inline constexpr std::size_t kMaxClients = std::size_t{1} << kClientBits;  // clients of one table
+inline constexpr unsigned kRecovererShift = kCommitIdBits;
+inline constexpr unsigned kOwnerShift = kCommitIdBits + kClientBits;
 
 // The commit id of a header word, and whether it is locked.
 constexpr std::uint64_t commit_id(std::uint64_t header) noexcept { return header & kCommitIdMask; }
 constexpr bool locked(std::uint64_t header) noexcept { return (header & kLockBit) != 0; }
+// The header of a record with commit id `cid` locked by client `owner` (< kMaxClients).
+constexpr std::uint64_t lock_word(std::uint64_t cid, std::size_t owner) noexcept {
+  return kLockBit | (std::uint64_t{owner} << kOwnerShift) | (cid & kCommitIdMask);
+}
+// The client holding a locked header.
+constexpr std::size_t lock_owner(std::uint64_t header) noexcept {
+  return static_cast<std::size_t>((header >> kOwnerShift) & (kMaxClients - 1));
+}
+// A locked header taken over by client `recoverer` to roll its owner's transaction forward.
+constexpr std::uint64_t recovering_word(std::uint64_t header, std::size_t recoverer) noexcept {
+  return (header & ~(std::uint64_t{kMaxClients - 1} << kRecovererShift)) | kRecoveringBit |
+         (std::uint64_t{recoverer} << kRecovererShift);
+}
+constexpr bool recovering(std::uint64_t header) noexcept { return (header & kRecoveringBit) != 0; }
+constexpr std::size_t lock_recoverer(std::uint64_t header) noexcept {
+  return static_cast<std::size_t>((header >> kRecovererShift) & (kMaxClients - 1));
+}
 
 struct TableSpec {
   std::string name;                  // registry records are named after it: "rsi/<name>/..."

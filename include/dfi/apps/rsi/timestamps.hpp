@@ -89,6 +89,11 @@ class Timestamps {
   Status read_timestamp(std::uint64_t& timestamp);
   // Leaves: timestamps this client would take from now on count as finished. Errors: peer_failed.
   Status retire();
+  // Retires client `client`, which died, for it: all its timestamps count as finished (unless it
+  // had retired itself). Safe because a dead client's versions are either never installed or
+  // installed by recovery while their records stay locked (no reader sees them before). Errors:
+  // peer_failed, invalid_argument (no such client).
+  Status retire_dead(std::size_t client);
 
   // This client's index.
   std::size_t client() const noexcept { return client_; }
