@@ -75,7 +75,7 @@ Data make_data(const cluster::Node& node, int threads, std::uint64_t build_per_s
 }
 
 void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
-  const std::string name = std::string("sink-") + (algorithm == ops::JoinAlgorithm::radix ? "radix" : "fr");
+  const std::string name = "sink-" + std::string(ops::join_algorithm_name(algorithm));
   const ops::JoinSpec spec = make_spec(name, algorithm, threads);
   if (node.rank() == 0) ops::create_join(node, spec);
   const std::uint64_t probe_per_slice = 30000;
@@ -151,6 +151,14 @@ void run_errors(cluster::Node& node) {
   spec = make_spec("errors", ops::JoinAlgorithm::radix, 1);
   spec.probe.key = "nope";
   expect_error("unknown key", Errc::invalid_argument, "probe key 'nope' is not a column", [&] { spec.validate(node.size()); });
+  spec = make_spec("errors", ops::JoinAlgorithm::radix, 1);
+  spec.bloom = true;
+  expect_error("bloom", Errc::invalid_argument, "the Bloom filter needs the grace algorithm",
+               [&] { spec.validate(node.size()); });
+  spec.algorithm = ops::JoinAlgorithm::grace;
+  spec.bloom_bits_per_key = 0.5;
+  expect_error("bloom bits", Errc::invalid_argument, "bloom_bits_per_key must be in [1, 64]",
+               [&] { spec.validate(node.size()); });
   spec = make_spec("errors.x", ops::JoinAlgorithm::radix, 1);
   expect_error("name", Errc::invalid_argument, "no '/' or '.'", [&] { spec.validate(node.size()); });
   spec = make_spec("errors", ops::JoinAlgorithm::radix, 2);
@@ -170,7 +178,7 @@ void run_errors(cluster::Node& node) {
   expect_error("not created", Errc::not_found, "never-created.build' does not exist", [&] {
     ops::run_join(node, spec, d.build_fragments, d.probe_fragments, quick);
   });
-  expect_error("algorithm", Errc::invalid_argument, "expected radix or fragment-replicate",
+  expect_error("algorithm", Errc::invalid_argument, "expected radix, fragment-replicate or grace",
                [] { ops::parse_join_algorithm("nested-loop"); });
   if (node.rank() == 0 && failures == 0) std::printf("join errors: all clear\n");
 }
