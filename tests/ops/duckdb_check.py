@@ -46,21 +46,26 @@ def cluster(dfi, transport, args):
     return True
 
 
+def run_dumped(dfi, transport, args, dump):
+    """Runs `dfi ARGS --dump DUMP` on the cluster; a DuckDB connection to check it, or None."""
+    if not cluster(dfi, transport, [*args, "--verify", "yes", "--threads", "2", "--dump", str(dump)]):
+        return None
+    return duckdb.connect()
+
+
 def csv(path):
     return "read_csv('" + str(path) + "', header = true)"
 
 
 def check_join(dfi, transport, algorithm, bloom, dump):
     name = algorithm + ("-bloom" if bloom else "")
-    args = ["join", "--verify", "yes", "--algorithm", algorithm, "--build-tuples", "3000", "--probe-tuples", "9000",
-            "--duplicates", "3", "--selectivity", "0.3", "--threads", "2", "--name", name, "--dump", str(dump)]
-    if bloom:
-        args.append("--bloom")
-    if not cluster(dfi, transport, args):
+    args = ["join", "--algorithm", algorithm, "--build-tuples", "3000", "--probe-tuples", "9000",
+            "--duplicates", "3", "--selectivity", "0.3", "--name", name] + (["--bloom"] if bloom else [])
+    db = run_dumped(dfi, transport, args, dump)
+    if db is None:
         return
     what = transport + " " + name
     before = len(failures)
-    db = duckdb.connect()
     db.execute("CREATE TABLE expected AS SELECT b.payload AS build_payload, p.payload AS probe_payload "
                "FROM " + csv(dump / "build.csv") + " b JOIN " + csv(dump / "probe.csv") + " p ON b.key = p.key")
     db.execute("CREATE TABLE got AS SELECT build_payload, probe_payload FROM " + csv(dump / "pairs-*.csv"))
@@ -85,13 +90,13 @@ def check_join(dfi, transport, algorithm, bloom, dump):
 
 
 def check_agg(dfi, transport, algorithm, dump):
-    args = ["agg", "--verify", "yes", "--algorithm", algorithm, "--tuples", "20000", "--groups", "700",
-            "--zipf", "0.8", "--threads", "2", "--name", "agg-" + algorithm, "--dump", str(dump)]
-    if not cluster(dfi, transport, args):
+    args = ["agg", "--algorithm", algorithm, "--tuples", "20000", "--groups", "700", "--zipf", "0.8",
+            "--name", "agg-" + algorithm]
+    db = run_dumped(dfi, transport, args, dump)
+    if db is None:
         return
     what = transport + " agg " + algorithm
     before = len(failures)
-    db = duckdb.connect()
     db.execute("CREATE TABLE expected AS SELECT key, sum(value) AS s, count(*) AS c, min(value) AS lo, "
                "max(value) AS hi, avg(value) AS a FROM " + csv(dump / "input.csv") + " GROUP BY key")
     db.execute("CREATE TABLE got AS SELECT key, sum_value AS s, count AS c, min_value AS lo, max_value AS hi, "
