@@ -6,6 +6,9 @@
 //       with equal keys, and the pairs add up to the result
 //   ops_node kill                     rank 2 dies (SIGKILL) in its 20th sink call of a radix
 //       join; every other rank's run_join throws peer_failed naming rank 2
+//   ops_node grace-kill               rank 2 dies (SIGKILL) 300 ms into pushing a large build side of
+//       a grace join; every other rank's run_join throws peer_failed naming rank 2 (their join
+//       threads fail, and release their partitioning threads from the phase wait)
 //   ops_node errors                   bad specs and arguments give clear errors
 //   ops_node agg-kill ALGORITHM        rank 2 dies (SIGKILL) 200 ms into a large aggregation; every
 //       other rank's run_aggregation or gather_aggregation_results throws peer_failed naming it
@@ -107,6 +110,39 @@ void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
   }
 }
 
+// Rank 2 dies `after` into its run_join (or run_aggregation) call.
+void kill_rank_2_after(const cluster::Node& node, std::chrono::milliseconds after) {
+  if (node.rank() != 2) return;
+  std::thread([after] {
+    std::this_thread::sleep_for(after);
+    ::raise(SIGKILL);
+  }).detach();
+}
+
+// The end of a kill scenario on a surviving rank: `call` must throw peer_failed.
+template <class F>
+void expect_peer_failed(const cluster::Node& node, const char* what, F&& call) {
+  try {
+    call();
+    fail("rank " + std::to_string(node.rank()) + ": the " + what + " ended although rank 2 died");
+  } catch (const Error& e) {
+    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
+    std::fflush(stdout);
+    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
+  }
+  std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
+}
+
+void run_grace_kill(cluster::Node& node) {
+  const ops::JoinSpec spec = make_spec("grace-kill", ops::JoinAlgorithm::grace, 1);
+  if (node.rank() == 0) ops::create_join(node, spec);
+  // Rank 2 has far more to push than the others, so it is still pushing when it dies.
+  Data d = make_data(node, 1, node.rank() == 2 ? 20'000'000 : 200'000, 100'000);
+  node.barrier("grace-kill/start");
+  kill_rank_2_after(node, std::chrono::milliseconds(300));
+  expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
+}
+
 void run_kill(cluster::Node& node) {
   const ops::JoinSpec spec = make_spec("kill", ops::JoinAlgorithm::radix, 1);
   if (node.rank() == 0) ops::create_join(node, spec);
@@ -120,15 +156,7 @@ void run_kill(cluster::Node& node) {
   options.sink = [&](int, std::span<const ops::Match>) {
     if (node.rank() == 2 && ++batches == 20) ::raise(SIGKILL);
   };
-  try {
-    ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
-    fail("rank " + std::to_string(node.rank()) + ": the join ended although rank 2 died");
-  } catch (const Error& e) {
-    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
-    std::fflush(stdout);
-    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
-  }
-  std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
+  expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options); });
 }
 
 template <class F>
@@ -197,22 +225,11 @@ void run_agg_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
   std::vector<Tuple> input(count);
   for (std::size_t i = 0; i < count; ++i) input[i] = {i % 100'000, i};
   const ops::Fragment fragment{input.data(), input.size()};
-  if (node.rank() == 2) {
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ::raise(SIGKILL);
-    }).detach();
-  }
-  try {
+  kill_rank_2_after(node, std::chrono::milliseconds(200));
+  expect_peer_failed(node, "aggregation", [&] {
     const ops::AggregationResult mine = ops::run_aggregation(node, spec, {&fragment, 1});
     ops::gather_aggregation_results(node, spec, mine);
-    fail("rank " + std::to_string(node.rank()) + ": the aggregation ended although rank 2 died");
-  } catch (const Error& e) {
-    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
-    std::fflush(stdout);
-    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
-  }
-  std::_Exit(failures == 0 ? 3 : 1);
+  });
 }
 
 }  // namespace
@@ -225,12 +242,14 @@ int main(int argc, char** argv) {
       run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]));
     } else if (mode == "kill") {
       run_kill(node);
+    } else if (mode == "grace-kill") {
+      run_grace_kill(node);
     } else if (mode == "errors") {
       run_errors(node);
     } else if (mode == "agg-kill" && argc == 3) {
       run_agg_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS | kill | errors | agg-kill ALGORITHM\n");
+      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS | kill | grace-kill | errors | agg-kill ALGORITHM\n");
       return 2;
     }
     node.finish();
