@@ -33,7 +33,9 @@
 //    third flow, "<name>.bloom" (replicate, one source and one target per rank; join thread 0
 //    receives and ORs them), and probe tuples whose key misses the combined filter are dropped
 //    before they are pushed: a selective join ships a fraction of its probe side. The filter's
-//    size follows the build side's total size (ranks exchange their build counts first).
+//    size follows the build side's total size (ranks exchange their build counts first). The
+//    reduction is one-way: the probe side is filtered by the build keys; 001 §5.1.2 also filters
+//    the build side by a filter of the probe keys, which this join does not (yet).
 //    Differences from radix: radix builds while the build side arrives and probes while the
 //    probe side arrives (one table per join thread, the probe side held back only by the flows'
 //    credits); grace materialises both sides before joining, and joins cache-sized partitions.
@@ -99,7 +101,8 @@ struct JoinSpec {
 };
 
 // The build tuples a grace sub-partition holds when JoinSpec::grace_partitions is 0: its table
-// (tuples, 20 B of chain entry each, bucket heads) stays within a core's L2 cache.
+// (per tuple: the tuple, a 24 B chain entry, a 4 B bucket head; 16 Ki tuples of 16 B are 704
+// KiB) stays within a core's L2 cache.
 inline constexpr std::size_t kGracePartitionTuples = 16 * 1024;
 
 // Creates the join's flows. Call once per join from one rank (like flow::create_flow).
