@@ -116,6 +116,9 @@ TEST_P(JoinCluster, TheSinkSeesEveryPair) {
     ASSERT_EQ(run.code, 0) << run.all();
     EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
   }
+  auto run = run_cluster(4, GetParam(), {OPS_NODE, "sink", "grace", "2", "bloom"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "sink-grace-bloom: 240000 pairs")) << run.all();
 }
 
 TEST_P(JoinCluster, UserErrorsAreReportedClearly) {

@@ -1,9 +1,10 @@
 // Rank program for the multi-process operator tests (ops::run_join, ops::run_aggregation),
 // started by launch::run_cluster on 4 ranks.
 //
-//   ops_node sink ALGORITHM THREADS   every rank's build keys are its own range of 0..B-1 and every
+//   ops_node sink ALGORITHM THREADS [bloom]   every rank's build keys are its own range of 0..B-1 and every
 //       probe key i % B, so each probe tuple has exactly one partner; the sink sees every pair,
-//       with equal keys, and the pairs add up to the result
+//       with equal keys, and the pairs add up to the result (bloom: a grace join with the Bloom
+//       filter, which must ship every probe tuple: each has a partner)
 //   ops_node kill                     rank 2 dies (SIGKILL) in its 20th sink call of a radix
 //       join; every other rank's run_join throws peer_failed naming rank 2
 //   ops_node grace-kill               rank 2 dies (SIGKILL) 300 ms into pushing a large build side of
@@ -77,9 +78,10 @@ Data make_data(const cluster::Node& node, int threads, std::uint64_t build_per_s
   return d;
 }
 
-void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
-  const std::string name = "sink-" + std::string(ops::join_algorithm_name(algorithm));
-  const ops::JoinSpec spec = make_spec(name, algorithm, threads);
+void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads, bool bloom) {
+  const std::string name = "sink-" + std::string(ops::join_algorithm_name(algorithm)) + (bloom ? "-bloom" : "");
+  ops::JoinSpec spec = make_spec(name, algorithm, threads);
+  spec.bloom = bloom;
   if (node.rank() == 0) ops::create_join(node, spec);
   const std::uint64_t probe_per_slice = 30000;
   Data d = make_data(node, threads, 5000, probe_per_slice);
@@ -100,7 +102,8 @@ void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
   if (bad != 0) fail(std::to_string(bad.load()) + " bad pairs or sink calls");
   const ops::JoinResult all = ops::gather_join_results(node, spec, mine);
   const std::uint64_t probes = probe_per_slice * node.size() * threads;
-  if (all.matches != probes || all.probe_tuples != probes) {
+  if (all.matches != probes || all.probe_tuples != probes ||
+      (algorithm != ops::JoinAlgorithm::fragment_replicate && all.shipped_probe_tuples != probes)) {
     fail("expected " + std::to_string(probes) + " matches, got " + std::to_string(all.matches) + " of " +
          std::to_string(all.probe_tuples) + " probes");
   }
@@ -238,8 +241,8 @@ int main(int argc, char** argv) {
   try {
     cluster::Node node;
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "sink" && argc == 4) {
-      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]));
+    if (mode == "sink" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "bloom"))) {
+      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]), argc == 5);
     } else if (mode == "kill") {
       run_kill(node);
     } else if (mode == "grace-kill") {
@@ -249,7 +252,7 @@ int main(int argc, char** argv) {
     } else if (mode == "agg-kill" && argc == 3) {
       run_agg_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS | kill | grace-kill | errors | agg-kill ALGORITHM\n");
+      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS [bloom] | kill | grace-kill | errors | agg-kill ALGORITHM\n");
       return 2;
     }
     node.finish();
