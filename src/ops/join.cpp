@@ -227,7 +227,10 @@ void JoinSpec::validate(int cluster_size) const {
   if (!(bloom_bits_per_key >= 1 && bloom_bits_per_key <= 64)) {
     throw bad("bloom_bits_per_key must be in [1, 64] (got " + std::to_string(bloom_bits_per_key) + ")");
   }
-  if (grace_partitions < 0) throw bad("grace_partitions must not be negative");
+  if (grace_partitions < 0 || grace_partitions > kMaxGracePartitions) {
+    throw bad("grace_partitions must be in [0, " + std::to_string(kMaxGracePartitions) + "] (got " +
+              std::to_string(grace_partitions) + ")");
+  }
   auto key_column = [&](const Relation& relation, const char* side) -> const flow::Column& {
     if (relation.schema.column_count() == 0) throw bad(std::string(side) + " relation has no schema");
     try {

@@ -190,6 +190,10 @@ void run_errors(cluster::Node& node) {
   spec.bloom_bits_per_key = 0.5;
   expect_error("bloom bits", Errc::invalid_argument, "bloom_bits_per_key must be in [1, 64]",
                [&] { spec.validate(node.size()); });
+  spec.bloom_bits_per_key = 16;
+  spec.grace_partitions = -1;
+  expect_error("partitions", Errc::invalid_argument, "grace_partitions must be in [0, 1048576] (got -1)",
+               [&] { spec.validate(node.size()); });
   spec = make_spec("errors.x", ops::JoinAlgorithm::radix, 1);
   expect_error("name", Errc::invalid_argument, "no '/' or '.'", [&] { spec.validate(node.size()); });
   spec = make_spec("errors", ops::JoinAlgorithm::radix, 2);

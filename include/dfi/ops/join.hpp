@@ -96,7 +96,8 @@ struct JoinSpec {
 
   // Throws dfi::Error(invalid_argument) naming the join and the problem: bad name or thread
   // count, unknown key column, key columns of different type or width, a float key.
-  // Also: bloom without grace, bloom_bits_per_key outside [1, 64], negative grace_partitions.
+  // Also: bloom without grace, bloom_bits_per_key outside [1, 64], grace_partitions outside
+  // [0, kMaxGracePartitions].
   void validate(int cluster_size) const;
 };
 
@@ -104,6 +105,8 @@ struct JoinSpec {
 // (per tuple: the tuple, a 24 B chain entry, a 4 B bucket head; 16 Ki tuples of 16 B are 704
 // KiB) stays within a core's L2 cache.
 inline constexpr std::size_t kGracePartitionTuples = 16 * 1024;
+// The most sub-partitions per join thread JoinSpec::grace_partitions may ask for.
+inline constexpr int kMaxGracePartitions = 1 << 20;
 
 // Creates the join's flows. Call once per join from one rank (like flow::create_flow).
 // Throws what validate() and flow::create_flow throw.
