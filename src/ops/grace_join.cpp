@@ -120,14 +120,13 @@ void merge_filters(GraceRank& rank) {
 // Pushes the probe tuples of `fragment` whose key may be in `filter`; returns how many.
 std::uint64_t push_filtered(const RankJoin& join, flow::ShuffleSource& source, const std::string& name,
                             const Fragment& fragment, const kernels::BloomFilter& filter) {
-  const std::size_t width = join.probe_layout.tuple_bytes;
+  const kernels::JoinTable::Layout& layout = join.probe_layout;
+  const std::size_t width = layout.tuple_bytes;
   const auto* tuples = static_cast<const std::byte*>(fragment.tuples);
   std::uint64_t shipped = 0;
   for (std::size_t i = 0; i < fragment.count; ++i) {
     const std::byte* tuple = tuples + i * width;
-    if (!filter.may_contain(kernels::load_key(tuple + join.probe_layout.key_offset, join.probe_layout.key_bytes))) {
-      continue;
-    }
+    if (!filter.may_contain(kernels::load_key(tuple + layout.key_offset, layout.key_bytes))) continue;
     join.check(source.push(tuple, width), "pushing into", name);
     ++shipped;
   }
@@ -141,10 +140,10 @@ void grace_partition(GraceRank& rank, int thread) {
   fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
   if (join.spec.bloom) {
     kernels::BloomFilter& filter = rank.thread_filters[thread];
-    const auto* tuples = static_cast<const std::byte*>(build.tuples);
+    const kernels::JoinTable::Layout& layout = join.build_layout;
+    const auto* keys = static_cast<const std::byte*>(build.tuples) + layout.key_offset;
     for (std::size_t i = 0; i < build.count; ++i) {
-      filter.insert(kernels::load_key(tuples + i * join.build_layout.tuple_bytes + join.build_layout.key_offset,
-                                      join.build_layout.key_bytes));
+      filter.insert(kernels::load_key(keys + i * layout.tuple_bytes, layout.key_bytes));
     }
     rank.keys_inserted.count_down();
     if (thread == 0) {
@@ -196,8 +195,9 @@ void grace_join(GraceRank& rank, int thread) {
   const std::string build_name = build_flow(join.spec);
   const std::string probe_name = probe_flow(join.spec);
   // Both targets open at once, so the sources can connect while the build side arrives.
-  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema, join.options.open_timeout);
-  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema, join.options.open_timeout);
+  const auto timeout = join.options.open_timeout;
+  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema, timeout);
+  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema, timeout);
   if (join.spec.bloom && thread == 0) merge_filters(rank);
   std::vector<std::byte> build_rows, probe_rows;
   materialise(join, build_in, build_name, build_rows);
@@ -207,28 +207,30 @@ void grace_join(GraceRank& rank, int thread) {
   materialise(join, probe_in, probe_name, probe_rows);
 
   // Local phase: both sides cut into the same sub-partitions, joined one at a time.
-  const std::size_t build_count = build_rows.size() / join.build_layout.tuple_bytes;
-  const std::size_t probe_count = probe_rows.size() / join.probe_layout.tuple_bytes;
-  const std::size_t partitions =
-      join.spec.grace_partitions > 0
-          ? std::bit_ceil(static_cast<std::size_t>(join.spec.grace_partitions))
-          : std::bit_ceil(std::max<std::size_t>(1, (build_count + kGracePartitionTuples - 1) / kGracePartitionTuples));
+  const kernels::JoinTable::Layout& build_layout = join.build_layout;
+  const kernels::JoinTable::Layout& probe_layout = join.probe_layout;
+  const std::size_t build_count = build_rows.size() / build_layout.tuple_bytes;
+  const std::size_t probe_count = probe_rows.size() / probe_layout.tuple_bytes;
+  const std::size_t wanted = join.spec.grace_partitions > 0
+                                 ? static_cast<std::size_t>(join.spec.grace_partitions)
+                                 : (build_count + kGracePartitionTuples - 1) / kGracePartitionTuples;
+  const std::size_t partitions = std::bit_ceil(std::max<std::size_t>(1, wanted));
   std::vector<std::byte> build_parts(build_rows.size()), probe_parts(probe_rows.size());
   const std::vector<std::size_t> build_at =
-      kernels::hash_partition(build_rows.data(), build_count, join.build_layout, partitions, build_parts.data());
+      kernels::hash_partition(build_rows.data(), build_count, build_layout, partitions, build_parts.data());
   const std::vector<std::size_t> probe_at =
-      kernels::hash_partition(probe_rows.data(), probe_count, join.probe_layout, partitions, probe_parts.data());
+      kernels::hash_partition(probe_rows.data(), probe_count, probe_layout, partitions, probe_parts.data());
   build_rows = {};
   probe_rows = {};
   std::vector<Match> pairs;
   for (std::size_t p = 0; p < partitions; ++p) {
     const std::size_t probes = probe_at[p + 1] - probe_at[p];
     if (probes == 0) continue;
-    kernels::JoinTable table(join.build_layout);
-    table.add(build_parts.data() + build_at[p] * join.build_layout.tuple_bytes, build_at[p + 1] - build_at[p]);
+    kernels::JoinTable table(build_layout);
+    table.add(build_parts.data() + build_at[p] * build_layout.tuple_bytes, build_at[p + 1] - build_at[p]);
     table.build();
-    probe_batch(join, table, probe_parts.data() + probe_at[p] * join.probe_layout.tuple_bytes, probes, thread,
-                pairs, part);
+    const std::byte* probe_tuples = probe_parts.data() + probe_at[p] * probe_layout.tuple_bytes;
+    probe_batch(join, table, probe_tuples, probes, thread, pairs, part);
   }
   part.build_tuples = build_count;
   part.probe_tuples = probe_count;
