@@ -13,56 +13,13 @@
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/join_table.hpp"
-#include "records.hpp"
+#include "join_parts.hpp"
 #include "thread_group.hpp"
 
 namespace dfi::ops {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::string build_flow(const JoinSpec& spec) { return spec.name + ".build"; }
-std::string probe_flow(const JoinSpec& spec) { return spec.name + ".probe"; }
-
-int join_ranks(const JoinSpec& spec, int cluster_size) {
-  return spec.ranks == 0 ? cluster_size : spec.ranks;
-}
-
-kernels::JoinTable::Layout layout_of(const Relation& relation) {
-  const std::size_t key = relation.schema.index_of(relation.key);
-  return {relation.schema.tuple_bytes(), relation.schema.offset(key),
-          relation.schema.column_bytes(key)};
-}
-
-// What one rank's threads share.
-struct RankJoin {
-  cluster::Node& node;
-  const JoinSpec& spec;
-  const JoinRunOptions& options;
-  kernels::JoinTable::Layout build_layout;
-  kernels::JoinTable::Layout probe_layout;
-  Clock::time_point start;
-  std::mutex results_mutex;
-  JoinResult result;  // guarded by results_mutex
-
-  // Throws the join's error for a failed data-path call on `flow` ("consuming", "pushing into").
-  void check(const Status& status, const char* action, const std::string& flow) const {
-    detail::check_call(status, "join", spec.name, node.rank(), action, flow);
-  }
-  void add(const JoinResult& part) {
-    std::lock_guard lock(results_mutex);
-    result += part;
-  }
-  double since_start() const {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  }
-};
-
-// Probes `count` probe tuples at `tuples` against `table`, into `out`; hands the pairs to the
-// sink when there is one (`pairs` is the join thread's own buffer, reused across batches).
-void probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
-                 std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out) {
+void detail::probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
+                         std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out) {
   const std::size_t width = join.probe_layout.tuple_bytes;
   const std::size_t key_offset = join.probe_layout.key_offset;
   const bool sink = static_cast<bool>(join.options.sink);
@@ -88,6 +45,15 @@ void probe_batch(const RankJoin& join, const kernels::JoinTable& table, const st
   if (sink && !pairs.empty()) join.options.sink(thread, pairs);
 }
 
+namespace {
+
+using detail::build_flow;
+using detail::Clock;
+using detail::probe_flow;
+using detail::RankJoin;
+using detail::join_ranks;
+using detail::probe_batch;
+
 // Partitioning thread `thread` of the radix join: both fragments into the two shuffle flows.
 void radix_partition(RankJoin& join, int thread, const Fragment& build, const Fragment& probe) {
   fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
@@ -106,6 +72,9 @@ void radix_partition(RankJoin& join, int thread, const Fragment& build, const Fr
                "pushing into", side.flow);
     join.check(source.close(), "closing", side.flow);
   }
+  JoinResult part;
+  part.shipped_probe_tuples = probe.count;
+  join.add(part);
 }
 
 // Join thread `thread` of the radix join: build from its build-flow target, probe from its
@@ -221,19 +190,26 @@ JoinResult run_fragment_replicate(RankJoin& join, std::span<const Fragment> buil
 }  // namespace
 
 std::string_view join_algorithm_name(JoinAlgorithm algorithm) {
-  return algorithm == JoinAlgorithm::radix ? "radix" : "fragment-replicate";
+  switch (algorithm) {
+    case JoinAlgorithm::radix: return "radix";
+    case JoinAlgorithm::fragment_replicate: return "fragment-replicate";
+    case JoinAlgorithm::grace: return "grace";
+  }
+  return "?";
 }
 
 JoinAlgorithm parse_join_algorithm(std::string_view text) {
   if (text == "radix") return JoinAlgorithm::radix;
   if (text == "fragment-replicate" || text == "fr") return JoinAlgorithm::fragment_replicate;
+  if (text == "grace") return JoinAlgorithm::grace;
   throw Error(Errc::invalid_argument, "join algorithm '" + std::string(text) +
-                                          "': expected radix or fragment-replicate");
+                                          "': expected radix, fragment-replicate or grace");
 }
 
 JoinResult& JoinResult::operator+=(const JoinResult& other) {
   build_tuples += other.build_tuples;
   probe_tuples += other.probe_tuples;
+  shipped_probe_tuples += other.shipped_probe_tuples;
   matches += other.matches;
   checksum += other.checksum;
   seconds = std::max(seconds, other.seconds);
@@ -247,6 +223,14 @@ void JoinSpec::validate(int cluster_size) const {
   };
   detail::check_common("join", name, threads, ranks, cluster_size);
   if (flow_options.mode != flow::Mode::bandwidth) throw bad("its flows must be in bandwidth mode");
+  if (bloom && algorithm != JoinAlgorithm::grace) throw bad("the Bloom filter needs the grace algorithm");
+  if (!(bloom_bits_per_key >= 1 && bloom_bits_per_key <= 64)) {
+    throw bad("bloom_bits_per_key must be in [1, 64] (got " + std::to_string(bloom_bits_per_key) + ")");
+  }
+  if (grace_partitions < 0 || grace_partitions > kMaxGracePartitions) {
+    throw bad("grace_partitions must be in [0, " + std::to_string(kMaxGracePartitions) + "] (got " +
+              std::to_string(grace_partitions) + ")");
+  }
   auto key_column = [&](const Relation& relation, const char* side) -> const flow::Column& {
     if (relation.schema.column_count() == 0) throw bad(std::string(side) + " relation has no schema");
     try {
@@ -286,7 +270,7 @@ void create_join(cluster::Node& node, const JoinSpec& spec) {
   build.schema = spec.build.schema;
   build.key_column = spec.build.key;
   build.options = spec.flow_options;
-  if (spec.algorithm == JoinAlgorithm::radix) {
+  if (spec.algorithm != JoinAlgorithm::fragment_replicate) {
     build.targets = per_thread;
     flow::FlowSpec probe = build;
     probe.name = probe_flow(spec);
@@ -294,6 +278,7 @@ void create_join(cluster::Node& node, const JoinSpec& spec) {
     probe.key_column = spec.probe.key;
     flow::create_flow(node, build);
     flow::create_flow(node, probe);
+    if (spec.algorithm == JoinAlgorithm::grace) detail::create_grace_flows(node, spec);
   } else {
     build.type = flow::FlowType::replicate;
     build.key_column.clear();
@@ -317,10 +302,13 @@ JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const F
                                             std::to_string(node.rank()) + " does not take part (ranks 0.." +
                                             std::to_string(join_ranks(spec, node.size()) - 1) + ")");
   }
-  RankJoin join{node, spec, options, layout_of(spec.build), layout_of(spec.probe), Clock::now(), {}, {}};
-  JoinResult result = spec.algorithm == JoinAlgorithm::radix
-                          ? run_radix(join, build, probe)
-                          : run_fragment_replicate(join, build, probe);
+  RankJoin join{node, spec, options, detail::layout_of(spec.build), detail::layout_of(spec.probe), Clock::now(), {}, {}};
+  JoinResult result;
+  switch (spec.algorithm) {
+    case JoinAlgorithm::radix: result = run_radix(join, build, probe); break;
+    case JoinAlgorithm::fragment_replicate: result = run_fragment_replicate(join, build, probe); break;
+    case JoinAlgorithm::grace: result = detail::run_grace(join, build, probe); break;
+  }
   result.seconds = join.since_start();
   return result;
 }
@@ -328,7 +316,7 @@ JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const F
 JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const JoinResult& mine) {
   std::ostringstream record;
   record.precision(17);
-  record << mine.build_tuples << ' ' << mine.probe_tuples << ' ' << mine.matches << ' '
+  record << mine.build_tuples << ' ' << mine.probe_tuples << ' ' << mine.shipped_probe_tuples << ' ' << mine.matches << ' '
          << mine.checksum << ' ' << mine.seconds << ' ' << mine.build_seconds;
   const int ranks = join_ranks(spec, node.size());
   const std::vector<std::string> records =
@@ -337,7 +325,7 @@ JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const 
   for (int r = 0; r < ranks; ++r) {
     std::istringstream in(records[r]);
     JoinResult part;
-    in >> part.build_tuples >> part.probe_tuples >> part.matches >> part.checksum >> part.seconds >>
+    in >> part.build_tuples >> part.probe_tuples >> part.shipped_probe_tuples >> part.matches >> part.checksum >> part.seconds >>
         part.build_seconds;
     if (!in) {
       throw Error(Errc::protocol, "join '" + spec.name + "': malformed result record of rank " +

@@ -1,8 +1,10 @@
 // The threads of one rank of an operator: started one by one, joined together, and the first
 // exception any of them threw rethrown once all have ended (the others end on their own: their
-// flows fail or close).
+// flows fail or close, or the group's on-failure action releases them from a Countdown they wait
+// on).
 #pragma once
 
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -24,14 +26,23 @@ class ThreadGroup {
     }
   }
 
+  // Runs `action` once, on the thread that throws first (before start(): not thread-safe).
+  // Typically abandons the Countdowns the other threads may wait on.
+  void on_failure(std::function<void()> action) { on_failure_ = std::move(action); }
+
   // Runs `body` on a new thread; what it throws is kept if it is the first.
   void start(std::function<void()> body) {
     threads_.emplace_back([this, body = std::move(body)] {
       try {
         body();
       } catch (...) {
-        std::lock_guard lock(mutex_);
-        if (!error_) error_ = std::current_exception();
+        bool first = false;
+        {
+          std::lock_guard lock(mutex_);
+          first = !error_;
+          if (first) error_ = std::current_exception();
+        }
+        if (first && on_failure_) on_failure_();
       }
     });
   }
@@ -47,6 +58,36 @@ class ThreadGroup {
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::exception_ptr error_;  // guarded by mutex_ while threads run
+  std::function<void()> on_failure_;
+};
+
+// A one-shot gate between the phases of an operator's threads: wait() returns true once
+// count_down() was called `count` times, false at once if the gate was abandoned (a thread of the
+// group failed, so the phase will never complete). Thread-safe.
+class Countdown {
+ public:
+  explicit Countdown(int count) : count_(count) {}
+
+  void count_down() {
+    std::lock_guard lock(mutex_);
+    if (--count_ <= 0) changed_.notify_all();
+  }
+  void abandon() {
+    std::lock_guard lock(mutex_);
+    abandoned_ = true;
+    changed_.notify_all();
+  }
+  bool wait() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return count_ <= 0 || abandoned_; });
+    return !abandoned_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int count_;               // guarded by mutex_
+  bool abandoned_ = false;  // guarded by mutex_
 };
 
 }  // namespace dfi::ops::detail

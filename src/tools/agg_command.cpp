@@ -1,6 +1,11 @@
 #include "agg_command.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -9,6 +14,7 @@
 #include <vector>
 
 #include "agg_data.hpp"
+#include "dump.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/kernels/hash.hpp"
 
@@ -38,6 +44,42 @@ std::string hex(std::uint64_t value) {
   return s.str();
 }
 
+// --dump: the result rows this rank produced (key, sum, count, min, max, avg: 6 x 8 B), as CSV
+// lines; the sink runs on several threads, a batch at a time.
+class GroupDump {
+ public:
+  ops::AggregationRunOptions run_options() {
+    ops::AggregationRunOptions run;
+    run.sink = [this](int, const flow::TupleBatch& rows) {
+      std::ostringstream lines;
+      lines.precision(17);
+      for (std::size_t i = 0; i < rows.count; ++i) {
+        std::uint64_t key, count;
+        std::int64_t sum, min, max;
+        double avg;
+        const std::byte* row = rows.tuple(i);
+        std::memcpy(&key, row, 8);
+        std::memcpy(&sum, row + 8, 8);
+        std::memcpy(&count, row + 16, 8);
+        std::memcpy(&min, row + 24, 8);
+        std::memcpy(&max, row + 32, 8);
+        std::memcpy(&avg, row + 40, 8);
+        lines << key << ',' << sum << ',' << count << ',' << min << ',' << max << ',' << avg << '\n';
+      }
+      std::lock_guard lock(mutex_);
+      text_ += lines.str();
+    };
+    return run;
+  }
+  void write(const std::filesystem::path& file) const {
+    open_dump(file, "key,sum_value,count,min_value,max_value,avg_value") << text_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::string text_;  // guarded by mutex_ while the sink runs
+};
+
 }  // namespace
 
 std::string check_agg_options(const AggCommandOptions& o) {
@@ -50,7 +92,8 @@ std::string check_agg_options(const AggCommandOptions& o) {
 }
 
 ops::AggregationResult run_generated_aggregation(cluster::Node& node, const AggCommandOptions& options,
-                                                 const std::function<void()>& ready) {
+                                                 const std::function<void()>& ready,
+                                                 const ops::AggregationRunOptions& run) {
   if (std::string bad = check_agg_options(options); !bad.empty()) {
     throw Error(Errc::invalid_argument, "dfi agg: " + bad);
   }
@@ -66,7 +109,7 @@ ops::AggregationResult run_generated_aggregation(cluster::Node& node, const AggC
   for (const auto& d : data) fragments.push_back({d.data(), d.size()});
   if (ready) ready();
   node.barrier("ops/aggregate/" + options.name + "/start");
-  const ops::AggregationResult mine = ops::run_aggregation(node, spec, fragments);
+  const ops::AggregationResult mine = ops::run_aggregation(node, spec, fragments, run);
   return ops::gather_aggregation_results(node, spec, mine);
 }
 
@@ -112,6 +155,8 @@ int run_agg_command(const AggCommandOptions& options, std::ostream& out, std::os
   }
   cluster::Node node;
   const bool leader = node.rank() == 0;
+  std::optional<GroupDump> dump;
+  if (!options.dump.empty()) dump.emplace();
   const ops::AggregationResult all = run_generated_aggregation(node, options, [&] {
     if (leader && !options.json) {
       out << "dfi agg: " << options.algorithm << ", " << node.size() << " ranks x " << options.threads
@@ -119,7 +164,21 @@ int run_agg_command(const AggCommandOptions& options, std::ostream& out, std::os
           << (options.zipf > 0 ? "zipf " + std::to_string(options.zipf) : std::string("uniform"))
           << "); data generated, aggregating" << std::endl;
     }
-  });
+  }, dump ? dump->run_options() : ops::AggregationRunOptions{});
+  if (dump) {
+    const std::filesystem::path dir(options.dump);
+    dump->write(dir / ("groups-" + std::to_string(node.rank()) + ".csv"));
+    if (leader) {
+      std::ofstream input = open_dump(dir / "input.csv", "key,value");
+      const std::uint64_t slices = static_cast<std::uint64_t>(node.size()) * options.threads;
+      for (std::uint64_t s = 0; s < slices; ++s) {
+        for (const AggTuple& t : agg_slice(data_shape(options), s, slices)) input << t.key << ',' << t.value << '\n';
+      }
+      open_dump(dir / "result.csv", "algorithm,groups,checksum,input_tuples")
+          << options.algorithm << ',' << all.groups << ',' << all.checksum << ',' << all.input_tuples << '\n';
+    }
+    node.barrier("ops/aggregate/" + options.name + "/dumped");
+  }
   int code = 0;
   std::string verdict = "not verified";
   const bool verify = options.verify == "yes" || (options.verify == "auto" && options.tuples <= 16'000'000);

@@ -27,6 +27,7 @@ struct AggCommandOptions {
   std::uint64_t seed = 1;
   std::string verify = "auto";        // yes | no | auto (at most 16 M tuples)
   bool json = false;
+  std::string dump;                   // a directory: inputs and groups as CSV (see run_agg_command)
 };
 
 // Why `options` are unusable, or empty.
@@ -35,8 +36,10 @@ std::string check_agg_options(const AggCommandOptions& options);
 // One aggregation of sum, count, min, max and avg of `value` by `key` on generated data, called
 // by every rank: rank 0 creates it, every rank generates its fragments, calls `ready` (may be
 // null), passes a barrier and aggregates. Returns the result summed over the ranks.
+// `run` (its sink) is passed to ops::run_aggregation.
 ops::AggregationResult run_generated_aggregation(cluster::Node& node, const AggCommandOptions& options,
-                                                 const std::function<void()>& ready = {});
+                                                 const std::function<void()>& ready = {},
+                                                 const ops::AggregationRunOptions& run = {});
 
 struct ReferenceAggregation {
   std::uint64_t groups = 0;
@@ -45,6 +48,10 @@ struct ReferenceAggregation {
 // The single-node reference on the data a cluster of `ranks` generates for `options`.
 ReferenceAggregation reference_aggregation(const AggCommandOptions& options, int ranks);
 
+// With AggCommandOptions::dump (cross-checks on small data, e.g. against DuckDB): rank 0 writes
+// DIR/input.csv (key,value: the whole generated input) and DIR/result.csv
+// (algorithm,groups,checksum,input_tuples), and every rank r writes DIR/groups-<r>.csv
+// (key,sum_value,count,min_value,max_value,avg_value: the result rows it produced).
 // Returns 0 when the aggregation ran (and, if verified, matched the reference); 1 otherwise.
 int run_agg_command(const AggCommandOptions& options, std::ostream& out, std::ostream& err);
 

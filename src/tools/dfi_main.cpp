@@ -87,7 +87,9 @@ int main(int argc, char** argv) {
   auto* join = app.add_subcommand(
       "join", "A distributed join on generated data, checked against a single-node join (under dfi cluster run)");
   dfi::tools::JoinCommandOptions join_options;
-  join->add_option("--algorithm", join_options.algorithm, "radix or fragment-replicate (fr)");
+  join->add_option("--algorithm", join_options.algorithm, "radix, fragment-replicate (fr) or grace");
+  join->add_flag("--bloom", join_options.bloom, "Grace: drop probe tuples whose key misses a Bloom filter of the build keys before shipping them");
+  join->add_option("--partitions", join_options.partitions, "Grace: sub-partitions per join thread (0: cache-sized)");
   join->add_option("--build-tuples", join_options.build_tuples, "Tuples of the build (inner) relation, all ranks together");
   join->add_option("--probe-tuples", join_options.probe_tuples, "Tuples of the probe (outer) relation, all ranks together");
   join->add_option("--threads", join_options.threads, "Partitioning threads and join threads per rank")
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
   join->add_option("--seed", join_options.seed, "Seed of the probe keys");
   join->add_option("--verify", join_options.verify, "yes, no or auto (relations of at most 16 M tuples)");
   join->add_option("--name", join_options.name, "Name of the join and its flows");
+  join->add_option("--dump", join_options.dump, "Write the inputs, every rank's pairs and the result as CSV into this directory (small data)");
   join->add_flag("--json", join_options.json, "Rank 0 prints one JSON object");
 
   auto* agg = app.add_subcommand(
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
   agg->add_option("--seed", agg_options.seed, "Seed of the keys");
   agg->add_option("--verify", agg_options.verify, "yes, no or auto (at most 16 M tuples)");
   agg->add_option("--name", agg_options.name, "Name of the aggregation and its flow");
+  agg->add_option("--dump", agg_options.dump, "Write the input, every rank's groups and the result as CSV into this directory (small data)");
   agg->add_flag("--json", agg_options.json, "Rank 0 prints one JSON object");
 
   auto* txn = app.add_subcommand(

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <iomanip>
 #include <functional>
 #include <ostream>
@@ -15,6 +18,7 @@
 #include "dfi/kernels/hash.hpp"
 #include "dfi/kernels/reference_join.hpp"
 #include "dfi/ops/join.hpp"
+#include "dump.hpp"
 #include "join_data.hpp"
 
 namespace dfi::tools {
@@ -45,7 +49,48 @@ ops::JoinSpec join_spec(const JoinCommandOptions& options) {
   spec.build = {schema, "key"};
   spec.probe = {schema, "key"};
   spec.threads = options.threads;
+  spec.bloom = options.bloom;
+  spec.grace_partitions = options.partitions;
   return spec;
+}
+
+// --dump: the pairs of this rank's join threads, one buffer per thread (the sink runs on all of
+// them at once), written once the join is done.
+class PairDump {
+ public:
+  explicit PairDump(int threads) : pairs_(static_cast<std::size_t>(threads)) {}
+  ops::JoinRunOptions run_options() {
+    ops::JoinRunOptions run;
+    run.sink = [this](int thread, std::span<const ops::Match> matches) {
+      for (const ops::Match& m : matches) {
+        std::uint64_t b, p;
+        std::memcpy(&b, m.build + 8, 8);
+        std::memcpy(&p, m.probe + 8, 8);
+        pairs_[static_cast<std::size_t>(thread)].emplace_back(b, p);
+      }
+    };
+    return run;
+  }
+  void write(const std::filesystem::path& file) const {
+    std::ofstream out = open_dump(file, "build_payload,probe_payload");
+    for (const auto& thread : pairs_) {
+      for (const auto& [b, p] : thread) out << b << ',' << p << '\n';
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> pairs_;
+};
+
+// --dump, rank 0: a generated relation as key,payload.
+void dump_relation(const std::filesystem::path& file, const std::vector<std::byte>& tuples, std::size_t width) {
+  std::ofstream out = open_dump(file, "key,payload");
+  for (std::size_t at = 0; at + width <= tuples.size(); at += width) {
+    std::uint64_t key, payload;
+    std::memcpy(&key, tuples.data() + at, 8);
+    std::memcpy(&payload, tuples.data() + at + 8, 8);
+    out << key << ',' << payload << '\n';
+  }
 }
 
 }  // namespace
@@ -55,12 +100,14 @@ std::string check_join_options(const JoinCommandOptions& o) {
   if (!(o.selectivity > 0 && o.selectivity <= 1)) return "--selectivity must be in (0, 1]";
   if (o.duplicates < 1) return "--duplicates must be at least 1";
   if (o.threads < 1) return "--threads must be at least 1";
+  if (o.bloom && o.algorithm != "grace") return "--bloom needs --algorithm grace";
+  if (o.partitions < 0) return "--partitions must not be negative";
   if (o.verify != "yes" && o.verify != "no" && o.verify != "auto") return "--verify must be yes, no or auto";
   return {};
 }
 
 ops::JoinResult run_generated_join(cluster::Node& node, const JoinCommandOptions& options,
-                                   const std::function<void()>& ready) {
+                                   const std::function<void()>& ready, const ops::JoinRunOptions& run) {
   if (std::string bad = check_join_options(options); !bad.empty()) {
     throw Error(Errc::invalid_argument, "dfi join: " + bad);
   }
@@ -82,7 +129,7 @@ ops::JoinResult run_generated_join(cluster::Node& node, const JoinCommandOptions
   }
   if (ready) ready();
   node.barrier("ops/join/" + options.name + "/start");
-  const ops::JoinResult mine = ops::run_join(node, spec, build, probe);
+  const ops::JoinResult mine = ops::run_join(node, spec, build, probe, run);
   return ops::gather_join_results(node, spec, mine);
 }
 
@@ -103,14 +150,30 @@ int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::
   cluster::Node node;
   const bool leader = node.rank() == 0;
   const ops::JoinSpec spec = join_spec(options);
+  std::optional<PairDump> dump;
+  if (!options.dump.empty()) dump.emplace(options.threads);
   const ops::JoinResult all = run_generated_join(node, options, [&] {
     if (leader && !options.json) {
-      out << "dfi join: " << ops::join_algorithm_name(spec.algorithm) << ", " << node.size() << " ranks x "
+      out << "dfi join: " << ops::join_algorithm_name(spec.algorithm) << (spec.bloom ? " with Bloom filter" : "") << ", " << node.size() << " ranks x "
           << options.threads << " threads, build " << options.build_tuples << " x probe "
           << options.probe_tuples << " tuples of " << options.tuple_bytes << " B; data generated, joining"
           << std::endl;
     }
-  });
+  }, dump ? dump->run_options() : ops::JoinRunOptions{});
+  if (dump) {
+    const std::filesystem::path dir(options.dump);
+    dump->write(dir / ("pairs-" + std::to_string(node.rank()) + ".csv"));
+    if (leader) {
+      const JoinData data(data_shape(options));
+      dump_relation(dir / "build.csv", data.build(0, 1), options.tuple_bytes);
+      dump_relation(dir / "probe.csv", data.probe_all(static_cast<std::uint64_t>(node.size()) * options.threads),
+                    options.tuple_bytes);
+      std::ofstream result = open_dump(dir / "result.csv", "algorithm,bloom,matches,checksum,probe_tuples,shipped_probe_tuples");
+      result << ops::join_algorithm_name(spec.algorithm) << ',' << (spec.bloom ? 1 : 0) << ',' << all.matches << ','
+          << all.checksum << ',' << all.probe_tuples << ',' << all.shipped_probe_tuples << '\n';
+    }
+    node.barrier("ops/join/" + options.name + "/dumped");
+  }
 
   int code = 0;
   std::string verdict = "not verified";
@@ -120,9 +183,13 @@ int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::
   if (leader && verify) {
     if (!options.json) out << "dfi join: checking against the single-node reference join" << std::endl;
     const kernels::ReferenceJoinResult expected = reference_join_result(options, node.size());
-    if (expected.matches == all.matches && expected.checksum == all.checksum &&
-        all.probe_tuples == options.probe_tuples &&
-        (spec.algorithm != ops::JoinAlgorithm::radix || all.build_tuples == options.build_tuples)) {
+    // Every probe tuple is probed (with a Bloom filter: every one shipped, at most all of them);
+    // radix and grace hold every build tuple in some rank's tables.
+    const bool probes_ok = spec.bloom ? all.probe_tuples == all.shipped_probe_tuples &&
+                                            all.shipped_probe_tuples <= options.probe_tuples
+                                      : all.probe_tuples == options.probe_tuples;
+    if (expected.matches == all.matches && expected.checksum == all.checksum && probes_ok &&
+        (spec.algorithm == ops::JoinAlgorithm::fragment_replicate || all.build_tuples == options.build_tuples)) {
       verdict = "matches the reference";
     } else {
       verdict = "DIFFERS from the reference (" + std::to_string(expected.matches) + " matches, checksum " +
@@ -136,10 +203,11 @@ int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::
     const unsigned cores = std::min<unsigned>(hardware, static_cast<unsigned>(node.size() * options.threads * 2));
     const double rate = all.seconds > 0 ? input / all.seconds : 0;
     if (options.json) {
-      out << "{\"algorithm\": \"" << ops::join_algorithm_name(spec.algorithm) << "\", \"ranks\": " << node.size()
+      out << "{\"algorithm\": \"" << ops::join_algorithm_name(spec.algorithm) << "\", \"bloom\": "
+          << (spec.bloom ? "true" : "false") << ", \"ranks\": " << node.size()
           << ", \"threads\": " << options.threads << ", \"build_tuples\": " << options.build_tuples
           << ", \"probe_tuples\": " << options.probe_tuples << ", \"tuple_bytes\": " << options.tuple_bytes
-          << ", \"matches\": " << all.matches << ", \"checksum\": \"" << hex(all.checksum)
+          << ", \"shipped_probe_tuples\": " << all.shipped_probe_tuples << ", \"matches\": " << all.matches << ", \"checksum\": \"" << hex(all.checksum)
           << "\", \"seconds\": " << all.seconds << ", \"build_seconds\": " << all.build_seconds
           << ", \"tuples_per_second\": " << rate << ", \"cores\": " << cores
           << ", \"verified\": " << (verify ? (code == 0 ? "true" : "false") : "null") << "}" << std::endl;
@@ -147,8 +215,8 @@ int run_join_command(const JoinCommandOptions& options, std::ostream& out, std::
       out << std::fixed << std::setprecision(3) << "dfi join: " << all.matches << " matches, checksum "
           << hex(all.checksum) << ", " << all.seconds << " s (tables built after " << all.build_seconds
           << " s); " << std::setprecision(2) << rate / 1e6 << " M input tuples/s, " << rate / 1e6 / cores
-          << " M per core (" << cores << " cores; Barthels et al.'s MPI radix join: 11.9 M per core); " << verdict
-          << std::endl;
+          << " M per core (" << cores << " cores; Barthels et al.'s MPI radix join: 11.9 M per core); "
+          << all.shipped_probe_tuples << " probe tuples shipped; " << verdict << std::endl;
     }
     if (code != 0) err << "dfi join: the result " << verdict << '\n';
   }

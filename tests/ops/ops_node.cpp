@@ -1,11 +1,15 @@
 // Rank program for the multi-process operator tests (ops::run_join, ops::run_aggregation),
 // started by launch::run_cluster on 4 ranks.
 //
-//   ops_node sink ALGORITHM THREADS   every rank's build keys are its own range of 0..B-1 and every
+//   ops_node sink ALGORITHM THREADS [bloom]   every rank's build keys are its own range of 0..B-1 and every
 //       probe key i % B, so each probe tuple has exactly one partner; the sink sees every pair,
-//       with equal keys, and the pairs add up to the result
+//       with equal keys, and the pairs add up to the result (bloom: a grace join with the Bloom
+//       filter, which must ship every probe tuple: each has a partner)
 //   ops_node kill                     rank 2 dies (SIGKILL) in its 20th sink call of a radix
 //       join; every other rank's run_join throws peer_failed naming rank 2
+//   ops_node grace-kill               rank 2 dies (SIGKILL) 300 ms into pushing a large build side of
+//       a grace join; every other rank's run_join throws peer_failed naming rank 2 (their join
+//       threads fail, and release their partitioning threads from the phase wait)
 //   ops_node errors                   bad specs and arguments give clear errors
 //   ops_node agg-kill ALGORITHM        rank 2 dies (SIGKILL) 200 ms into a large aggregation; every
 //       other rank's run_aggregation or gather_aggregation_results throws peer_failed naming it
@@ -74,9 +78,10 @@ Data make_data(const cluster::Node& node, int threads, std::uint64_t build_per_s
   return d;
 }
 
-void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
-  const std::string name = std::string("sink-") + (algorithm == ops::JoinAlgorithm::radix ? "radix" : "fr");
-  const ops::JoinSpec spec = make_spec(name, algorithm, threads);
+void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads, bool bloom) {
+  const std::string name = "sink-" + std::string(ops::join_algorithm_name(algorithm)) + (bloom ? "-bloom" : "");
+  ops::JoinSpec spec = make_spec(name, algorithm, threads);
+  spec.bloom = bloom;
   if (node.rank() == 0) ops::create_join(node, spec);
   const std::uint64_t probe_per_slice = 30000;
   Data d = make_data(node, threads, 5000, probe_per_slice);
@@ -97,7 +102,8 @@ void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
   if (bad != 0) fail(std::to_string(bad.load()) + " bad pairs or sink calls");
   const ops::JoinResult all = ops::gather_join_results(node, spec, mine);
   const std::uint64_t probes = probe_per_slice * node.size() * threads;
-  if (all.matches != probes || all.probe_tuples != probes) {
+  if (all.matches != probes || all.probe_tuples != probes ||
+      (algorithm != ops::JoinAlgorithm::fragment_replicate && all.shipped_probe_tuples != probes)) {
     fail("expected " + std::to_string(probes) + " matches, got " + std::to_string(all.matches) + " of " +
          std::to_string(all.probe_tuples) + " probes");
   }
@@ -105,6 +111,39 @@ void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads) {
     std::printf("join sink %s: %llu pairs, each probe tuple with its one partner\n", name.c_str(),
                 static_cast<unsigned long long>(all.matches));
   }
+}
+
+// Rank 2 dies `after` into its run_join (or run_aggregation) call.
+void kill_rank_2_after(const cluster::Node& node, std::chrono::milliseconds after) {
+  if (node.rank() != 2) return;
+  std::thread([after] {
+    std::this_thread::sleep_for(after);
+    ::raise(SIGKILL);
+  }).detach();
+}
+
+// The end of a kill scenario on a surviving rank: `call` must throw peer_failed.
+template <class F>
+void expect_peer_failed(const cluster::Node& node, const char* what, F&& call) {
+  try {
+    call();
+    fail("rank " + std::to_string(node.rank()) + ": the " + what + " ended although rank 2 died");
+  } catch (const Error& e) {
+    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
+    std::fflush(stdout);
+    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
+  }
+  std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
+}
+
+void run_grace_kill(cluster::Node& node) {
+  const ops::JoinSpec spec = make_spec("grace-kill", ops::JoinAlgorithm::grace, 1);
+  if (node.rank() == 0) ops::create_join(node, spec);
+  // Rank 2 has far more to push than the others, so it is still pushing when it dies.
+  Data d = make_data(node, 1, node.rank() == 2 ? 20'000'000 : 200'000, 100'000);
+  node.barrier("grace-kill/start");
+  kill_rank_2_after(node, std::chrono::milliseconds(300));
+  expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
 }
 
 void run_kill(cluster::Node& node) {
@@ -120,15 +159,7 @@ void run_kill(cluster::Node& node) {
   options.sink = [&](int, std::span<const ops::Match>) {
     if (node.rank() == 2 && ++batches == 20) ::raise(SIGKILL);
   };
-  try {
-    ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
-    fail("rank " + std::to_string(node.rank()) + ": the join ended although rank 2 died");
-  } catch (const Error& e) {
-    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
-    std::fflush(stdout);
-    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
-  }
-  std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
+  expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options); });
 }
 
 template <class F>
@@ -151,6 +182,18 @@ void run_errors(cluster::Node& node) {
   spec = make_spec("errors", ops::JoinAlgorithm::radix, 1);
   spec.probe.key = "nope";
   expect_error("unknown key", Errc::invalid_argument, "probe key 'nope' is not a column", [&] { spec.validate(node.size()); });
+  spec = make_spec("errors", ops::JoinAlgorithm::radix, 1);
+  spec.bloom = true;
+  expect_error("bloom", Errc::invalid_argument, "the Bloom filter needs the grace algorithm",
+               [&] { spec.validate(node.size()); });
+  spec.algorithm = ops::JoinAlgorithm::grace;
+  spec.bloom_bits_per_key = 0.5;
+  expect_error("bloom bits", Errc::invalid_argument, "bloom_bits_per_key must be in [1, 64]",
+               [&] { spec.validate(node.size()); });
+  spec.bloom_bits_per_key = 16;
+  spec.grace_partitions = -1;
+  expect_error("partitions", Errc::invalid_argument, "grace_partitions must be in [0, 1048576] (got -1)",
+               [&] { spec.validate(node.size()); });
   spec = make_spec("errors.x", ops::JoinAlgorithm::radix, 1);
   expect_error("name", Errc::invalid_argument, "no '/' or '.'", [&] { spec.validate(node.size()); });
   spec = make_spec("errors", ops::JoinAlgorithm::radix, 2);
@@ -170,7 +213,7 @@ void run_errors(cluster::Node& node) {
   expect_error("not created", Errc::not_found, "never-created.build' does not exist", [&] {
     ops::run_join(node, spec, d.build_fragments, d.probe_fragments, quick);
   });
-  expect_error("algorithm", Errc::invalid_argument, "expected radix or fragment-replicate",
+  expect_error("algorithm", Errc::invalid_argument, "expected radix, fragment-replicate or grace",
                [] { ops::parse_join_algorithm("nested-loop"); });
   if (node.rank() == 0 && failures == 0) std::printf("join errors: all clear\n");
 }
@@ -189,22 +232,11 @@ void run_agg_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
   std::vector<Tuple> input(count);
   for (std::size_t i = 0; i < count; ++i) input[i] = {i % 100'000, i};
   const ops::Fragment fragment{input.data(), input.size()};
-  if (node.rank() == 2) {
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ::raise(SIGKILL);
-    }).detach();
-  }
-  try {
+  kill_rank_2_after(node, std::chrono::milliseconds(200));
+  expect_peer_failed(node, "aggregation", [&] {
     const ops::AggregationResult mine = ops::run_aggregation(node, spec, {&fragment, 1});
     ops::gather_aggregation_results(node, spec, mine);
-    fail("rank " + std::to_string(node.rank()) + ": the aggregation ended although rank 2 died");
-  } catch (const Error& e) {
-    std::printf("rank %d: %s: %s\n", node.rank(), std::string(errc_name(e.code())).c_str(), e.what());
-    std::fflush(stdout);
-    if (e.code() != Errc::peer_failed) fail("expected peer_failed, got " + std::string(e.what()));
-  }
-  std::_Exit(failures == 0 ? 3 : 1);
+  });
 }
 
 }  // namespace
@@ -213,16 +245,18 @@ int main(int argc, char** argv) {
   try {
     cluster::Node node;
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "sink" && argc == 4) {
-      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]));
+    if (mode == "sink" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "bloom"))) {
+      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]), argc == 5);
     } else if (mode == "kill") {
       run_kill(node);
+    } else if (mode == "grace-kill") {
+      run_grace_kill(node);
     } else if (mode == "errors") {
       run_errors(node);
     } else if (mode == "agg-kill" && argc == 3) {
       run_agg_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS | kill | errors | agg-kill ALGORITHM\n");
+      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS [bloom] | kill | grace-kill | errors | agg-kill ALGORITHM\n");
       return 2;
     }
     node.finish();

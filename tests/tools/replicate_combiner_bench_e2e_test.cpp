@@ -1,4 +1,4 @@
-// `dfi bench replicate | combiner | join-fr | agg --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
+// `dfi bench replicate | combiner | join-fr | ghj | agg --quick`, for real (4 DFI ranks plus ucx_perftest), cut down
 // with --set so that each run takes seconds, over shm and tcp. Checks the result's shape: both
 // DFI's and the baselines' series, every number positive, the ratios; never how fast anything
 // is. (Each scenario fails by itself if a target received wrong data or a wrong aggregate.)
@@ -149,6 +149,34 @@ TEST(BenchJoinFr, QuickOverShm) {
 
 TEST(BenchJoinFr, QuickOverTcp) {
   check_join_fr(run_quick("join-fr", "tcp", {"--set", "outer_tuples=10000", "--set", "ratios=[1,1000]"}));
+}
+
+// ghj fails by itself when the runs with and without the Bloom filter differ in matches or
+// checksum. With the filter, the shipped fraction of the probe side follows the selectivity.
+void check_ghj(const json& r) {
+  ASSERT_TRUE(r.is_object());
+  check_panel(r, "runtime", {"bloom", "no_bloom"}, {json(1), json(0.01)}, 1);
+  check_panel(r, "shipped", {"bloom", "no_bloom"}, {json(1), json(0.01)}, 1);
+  const json* shipped = find_by_id(r["panels"], "shipped");
+  ASSERT_NE(shipped, nullptr);
+  for (const json& p : (*find_by_id((*shipped)["series"], "no_bloom"))["points"]) {
+    EXPECT_DOUBLE_EQ(p["value"].get<double>(), 1.0) << p.dump();
+  }
+  for (const json& p : (*find_by_id((*shipped)["series"], "bloom"))["points"]) {
+    if (p["x"] == json(0.01)) {
+      EXPECT_LT(p["value"].get<double>(), 0.03) << p.dump();
+    }
+  }
+}
+
+TEST(BenchGhj, QuickOverShm) {
+  check_ghj(run_quick("ghj", "shm", {"--set", "build_tuples=20000", "--set", "probe_tuples=80000", "--set",
+                                     "selectivities=[1,0.01]"}));
+}
+
+TEST(BenchGhj, QuickOverTcp) {
+  check_ghj(run_quick("ghj", "tcp", {"--set", "build_tuples=10000", "--set", "probe_tuples=40000", "--set",
+                                     "selectivities=[1,0.01]"}));
 }
 
 // agg fails by itself when the two algorithms' group counts or checksums differ.

@@ -21,6 +21,24 @@
 //    one target per rank; join thread 0 of a rank builds the rank's table from the whole build
 //    relation, then every join thread probes its own probe fragment against it. The probe
 //    relation never crosses the network: the algorithm of choice when the build side is small.
+//  - grace (001 §5): the same two shuffle flows as radix, but in phases. Partitioning threads
+//    push the build side, close, and push the probe side only once every join thread of their
+//    rank has received its whole build partition; join threads materialise what they receive
+//    (build side, then probe side) and only then join it: they cut both sides into
+//    `grace_partitions` sub-partitions by another part of the key hash (a number independent of
+//    the thread count, by default enough that a sub-partition's table stays cache-sized,
+//    kGracePartitionTuples build tuples) and build and probe one sub-partition at a time. With
+//    `bloom` (the semi-join reduction), every partitioning thread first inserts its build keys
+//    into a kernels::BloomFilter, the rank ORs its threads' filters and ships the blocks over a
+//    third flow, "<name>.bloom" (replicate, one source and one target per rank; join thread 0
+//    receives and ORs them), and probe tuples whose key misses the combined filter are dropped
+//    before they are pushed: a selective join ships a fraction of its probe side. The filter's
+//    size follows the build side's total size (ranks exchange their build counts first). The
+//    reduction is one-way: the probe side is filtered by the build keys; 001 §5.1.2 also filters
+//    the build side by a filter of the probe keys, which this join does not (yet).
+//    Differences from radix: radix builds while the build side arrives and probes while the
+//    probe side arrives (one table per join thread, the probe side held back only by the flows'
+//    credits); grace materialises both sides before joining, and joins cache-sized partitions.
 //
 // Results: the number of joined pairs and a checksum, the sum (mod 2^64) over the pairs of
 // kernels::pair_checksum(fold_tuple(build), fold_tuple(probe)), which kernels::reference_join
@@ -49,9 +67,9 @@ class Node;
 
 namespace dfi::ops {
 
-enum class JoinAlgorithm { radix, fragment_replicate };
+enum class JoinAlgorithm { radix, fragment_replicate, grace };
 std::string_view join_algorithm_name(JoinAlgorithm algorithm);
-// "radix" or "fragment-replicate" (also "fr"); throws dfi::Error(invalid_argument).
+// "radix", "fragment-replicate" (also "fr") or "grace"; throws dfi::Error(invalid_argument).
 JoinAlgorithm parse_join_algorithm(std::string_view text);
 
 // One input of a join: the schema of its tuples and the name of its key column.
@@ -70,11 +88,25 @@ struct JoinSpec {
   int threads = 1;  // partitioning threads and join threads per rank
   // Ring shape and timeouts of the join's flows (mode must stay bandwidth).
   flow::FlowOptions flow_options;
+  // Grace only: sub-partitions per join thread (0: enough for about kGracePartitionTuples build
+  // tuples each, a power of two), and the Bloom-filter semi-join reduction with its size.
+  int grace_partitions = 0;
+  bool bloom = false;
+  double bloom_bits_per_key = 16;  // build keys x this = the filter's bits (0.09 % false positives)
 
   // Throws dfi::Error(invalid_argument) naming the join and the problem: bad name or thread
   // count, unknown key column, key columns of different type or width, a float key.
+  // Also: bloom without grace, bloom_bits_per_key outside [1, 64], grace_partitions outside
+  // [0, kMaxGracePartitions].
   void validate(int cluster_size) const;
 };
+
+// The build tuples a grace sub-partition holds when JoinSpec::grace_partitions is 0: its table
+// (per tuple: the tuple, a 24 B chain entry, a 4 B bucket head; 16 Ki tuples of 16 B are 704
+// KiB) stays within a core's L2 cache.
+inline constexpr std::size_t kGracePartitionTuples = 16 * 1024;
+// The most sub-partitions per join thread JoinSpec::grace_partitions may ask for.
+inline constexpr int kMaxGracePartitions = 1 << 20;
 
 // Creates the join's flows. Call once per join from one rank (like flow::create_flow).
 // Throws what validate() and flow::create_flow throw.
@@ -98,10 +130,14 @@ struct JoinRunOptions {
 struct JoinResult {
   std::uint64_t build_tuples = 0;  // build tuples in the tables (radix: the ones routed here)
   std::uint64_t probe_tuples = 0;  // probe tuples probed here
+  // Probe tuples pushed into the probe flow by this rank (radix, grace; grace with bloom: those
+  // that passed the filter); 0 for fragment-and-replicate, whose probe side never moves.
+  std::uint64_t shipped_probe_tuples = 0;
   std::uint64_t matches = 0;       // joined pairs
   std::uint64_t checksum = 0;      // sum of pair checksums, mod 2^64
   double seconds = 0;              // run_join's wall time (gather: the slowest rank's)
-  double build_seconds = 0;        // until the last join thread's table was built (gather: max)
+  double build_seconds = 0;        // until the last join thread's table was built (grace: its
+                                   // build side received) (gather: max)
 
   JoinResult& operator+=(const JoinResult& other);
 };

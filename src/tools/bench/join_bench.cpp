@@ -13,6 +13,10 @@
 // join-fr: the fragment-and-replicate join (the build side replicated to every rank, the probe
 // side never moves) against the radix join, at inner:outer size ratios 1:1 .. 1:1000 with the
 // outer side fixed.
+//
+// ghj: the grace hash join (001 §5) with and without the Bloom-filter semi-join reduction at
+// selectivities 1 .. 0.001 (the fraction of probe tuples with a partner), the same data for both,
+// alternating; runtime and the probe tuples each ships.
 #include <algorithm>
 #include <map>
 #include <ostream>
@@ -59,6 +63,8 @@ int join_rank(const json& params, std::ostream& out, std::ostream& err) {
   options.probe_tuples = params.at("probe_tuples");
   options.threads = params.at("threads");
   options.tuple_bytes = params.at("tuple_bytes");
+  options.selectivity = params.value("selectivity", 1.0);
+  options.bloom = params.value("bloom", false);
   try {
     cluster::Node node;
     const ops::JoinResult all = run_generated_join(node, options);
@@ -67,7 +73,8 @@ int join_rank(const json& params, std::ostream& out, std::ostream& err) {
                                {"build_seconds", all.build_seconds},
                                {"matches", all.matches},
                                {"checksum", all.checksum},
-                               {"probe_tuples", all.probe_tuples}});
+                               {"probe_tuples", all.probe_tuples},
+                               {"shipped_probe_tuples", all.shipped_probe_tuples}});
     }
     node.finish();
   } catch (const Error& e) {
@@ -312,9 +319,105 @@ class JoinFrScenario : public Scenario {
   }
 };
 
+class GhjScenario : public Scenario {
+ public:
+  std::string name() const override { return "ghj"; }
+  std::string title() const override {
+    return "Grace hash join with and without Bloom-filter semi-join reduction, 4 ranks";
+  }
+  std::string description() const override {
+    return "A join of a build relation of `build_tuples` and a probe relation of `probe_tuples` 16 B "
+           "tuples (unique build keys; probe keys uniform over build keys / selectivity, so a "
+           "`selectivity` fraction of probe tuples has a partner), 4 ranks. Both runs are "
+           "ops::run_join, grace algorithm: both sides through key-hash shuffle flows, the probe side "
+           "only after the build side is in, both materialised and joined in cache-sized "
+           "sub-partitions. With bloom, every rank's build keys go into a register-blocked Bloom "
+           "filter (16 bits per key), the filters are ORed over a replicate flow, and probe tuples "
+           "whose key misses the filter are dropped before they are shipped. Same data, alternating; "
+           "matches and checksums must agree.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"build_tuples", 1 << 18, 1 << 22, "tuples of the build relation, all ranks together"},
+        {"probe_tuples", 1 << 20, 1 << 24, "tuples of the probe relation, all ranks together"},
+        {"selectivities", json::array({1, 0.1, 0.01, 0.001}), json::array({1, 0.1, 0.01, 0.001}),
+         "fractions of probe tuples with a partner"},
+        {"threads", 1, 1, "partitioning threads and join threads per rank"},
+        {"timeout_s", 300, 1800, "bound of each DFI cluster run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"no_bloom", "DFI's grace hash join without the Bloom filter (every probe tuple shipped), same data"}};
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const std::uint64_t build = context.param("build_tuples");
+    const std::uint64_t probe = context.param("probe_tuples");
+    const std::vector<double> selectivities = context.param("selectivities");
+    const int threads = context.param("threads");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    result.set_parameters(context.resolved_parameters());
+    result.add_baseline("no_bloom", baselines()[0].description);
+    result.add_note("The Bloom filter costs a pass over the build side, a filter of 2 B per build key "
+                    "replicated to every rank and one lookup per probe tuple; it pays where it saves "
+                    "shipping and materialising probe tuples, that is at low selectivity.");
+    Panel& runtime = result.panel("runtime", "Grace hash join runtime vs selectivity, build " +
+                                                 std::to_string(build) + " x probe " + std::to_string(probe),
+                                  {"selectivity", "", "log10"}, {"runtime", "s"}, Better::lower);
+    runtime.series("bloom", Role::dfi, "GHJ with Bloom filter");
+    runtime.series("no_bloom", Role::baseline, "GHJ without Bloom filter");
+    runtime.compare("bloom", "no_bloom");
+    Panel& shipped = result.panel("shipped", "Probe tuples shipped, fraction of the probe side",
+                                  {"selectivity", "", "log10"}, {"shipped / probe tuples", ""}, Better::lower);
+    shipped.series("bloom", Role::dfi, "GHJ with Bloom filter");
+    shipped.series("no_bloom", Role::baseline, "GHJ without Bloom filter");
+    shipped.compare("bloom", "no_bloom");
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      for (double selectivity : selectivities) {
+        if (!(selectivity > 0 && selectivity <= 1)) {
+          throw Error(Errc::invalid_argument, "bench ghj: selectivities must be in (0, 1]");
+        }
+        std::string expected;  // matches and checksum of the first run at this selectivity
+        auto one = [&](bool bloom) {
+          const std::string series = bloom ? "bloom" : "no_bloom";
+          const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
+                                    ", selectivity " + json(selectivity).dump() + ", " + series;
+          context.say(round);
+          std::string command;
+          const json r = run_dfi_join(context, name(),
+                                      {{"name", "ghj"}, {"algorithm", "grace"}, {"bloom", bloom},
+                                       {"build_tuples", build}, {"probe_tuples", probe}, {"threads", threads},
+                                       {"tuple_bytes", 16}, {"selectivity", selectivity}},
+                                      timeout, command);
+          const std::string outcome = r.at("matches").dump() + " matches, checksum " + r.at("checksum").dump();
+          if (expected.empty()) expected = outcome;
+          if (outcome != expected) {
+            throw Error(Errc::protocol, "bench ghj: at selectivity " + json(selectivity).dump() + " " + series +
+                                            " found " + outcome + ", the other run " + expected);
+          }
+          const double seconds = r.at("seconds");
+          const double fraction = r.at("shipped_probe_tuples").get<double>() / std::max<double>(1, probe);
+          context.say(round + ": " + std::to_string(seconds) + " s, " + std::to_string(fraction) +
+                      " of the probe side shipped");
+          runtime.add(series, selectivity, seconds);
+          runtime.add_command(series, command);
+          shipped.add(series, selectivity, fraction);
+          shipped.add_command(series, command);
+        };
+        run_alternating(rep, [&] { one(true); }, [&] { one(false); });
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return join_rank(params, out, err);
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Scenario> make_join_scenario() { return std::make_unique<JoinScenario>(); }
 std::unique_ptr<Scenario> make_join_fr_scenario() { return std::make_unique<JoinFrScenario>(); }
+std::unique_ptr<Scenario> make_ghj_scenario() { return std::make_unique<GhjScenario>(); }
 
 }  // namespace dfi::tools::bench

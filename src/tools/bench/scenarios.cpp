@@ -20,6 +20,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_mpi_alltoall_scenario());
   all.push_back(make_join_scenario());
   all.push_back(make_join_fr_scenario());
+  all.push_back(make_ghj_scenario());
   all.push_back(make_agg_scenario());
   all.push_back(make_kv_scenario());
   all.push_back(make_kv_etcd_scenario());

@@ -19,6 +19,7 @@ std::unique_ptr<Scenario> make_mpi_p2p_scenario();       // mpi_p2p_bench.cpp
 std::unique_ptr<Scenario> make_mpi_alltoall_scenario();  // mpi_alltoall_bench.cpp
 std::unique_ptr<Scenario> make_join_scenario();          // join_bench.cpp
 std::unique_ptr<Scenario> make_join_fr_scenario();       // join_bench.cpp
+std::unique_ptr<Scenario> make_ghj_scenario();           // join_bench.cpp
 std::unique_ptr<Scenario> make_agg_scenario();           // agg_bench.cpp
 std::unique_ptr<Scenario> make_kv_scenario();            // kv_bench.cpp
 std::unique_ptr<Scenario> make_kv_etcd_scenario();       // kv_bench.cpp

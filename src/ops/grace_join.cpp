@@ -1,0 +1,278 @@
+// ops::run_join, JoinAlgorithm::grace: the grace hash join on flows with an optional Bloom-filter
+// semi-join reduction (001 §5; the algorithm is described in join.hpp).
+//
+// One rank, `threads` partitioning threads P0.. and join threads J0..:
+//   P_t: [bloom: insert build keys into filter t; P0 ORs the rank's filters, pushes the blocks
+//        into "<name>.bloom" and closes] push build fragment, close; wait until every J of the
+//        rank received its build side [bloom: and J0 merged every rank's filter]; push the probe
+//        fragment [bloom: only tuples whose key may be in the filter], close.
+//   J_t: [J0, bloom: consume "<name>.bloom", OR every block into the combined filter] consume the
+//        build flow to its end (materialised), count down; consume the probe flow to its end;
+//        hash-partition both sides into sub-partitions, and per sub-partition build a
+//        kernels::JoinTable and probe it.
+// No cycle of waits: the filters depend only on local keys, the build side only on the
+// partitioning threads' build pushes, which wait for nothing. A failed thread abandons the
+// Countdowns (ThreadGroup::on_failure), so its rank's other threads do not wait forever.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dfi/fabric/worker.hpp"
+#include "dfi/flow/replicate.hpp"
+#include "dfi/flow/shuffle.hpp"
+#include "dfi/kernels/bloom.hpp"
+#include "dfi/kernels/hash_partition.hpp"
+#include "join_parts.hpp"
+#include "thread_group.hpp"
+
+namespace dfi::ops::detail {
+
+namespace {
+
+// A tuple of the Bloom flow: a block's index (uint64), then the block's 64 bytes.
+constexpr std::size_t kBloomTupleBytes = 8 + sizeof(kernels::BloomFilter::Block);
+
+const flow::Schema& bloom_schema() {
+  static const flow::Schema schema(
+      {{"block", flow::Type::uint64, 1}, {"bits", flow::Type::chars, sizeof(kernels::BloomFilter::Block)}});
+  return schema;
+}
+
+// What the grace threads of one rank share besides RankJoin.
+struct GraceRank {
+  RankJoin& join;
+  std::span<const Fragment> build;
+  std::span<const Fragment> probe;
+  Countdown keys_inserted;  // bloom: every partitioning thread inserted its build keys
+  Countdown build_received;  // every join thread received its whole build side
+  Countdown filter_merged;   // bloom: J0 merged every rank's filter into `combined`
+  std::vector<kernels::BloomFilter> thread_filters;  // bloom: P_t's build keys
+  kernels::BloomFilter combined;                     // bloom: every rank's build keys (J0 writes)
+
+  GraceRank(RankJoin& j, std::span<const Fragment> b, std::span<const Fragment> p, std::size_t blocks)
+      : join(j),
+        build(b),
+        probe(p),
+        keys_inserted(j.spec.threads),
+        build_received(j.spec.threads),
+        filter_merged(1),
+        combined(blocks) {
+    if (join.spec.bloom) thread_filters.assign(static_cast<std::size_t>(join.spec.threads), combined);
+  }
+  void abandon() {
+    keys_inserted.abandon();
+    build_received.abandon();
+    filter_merged.abandon();
+  }
+};
+
+// P0 with bloom: the rank's filter (its threads' filters ORed) to every rank.
+void ship_filter(GraceRank& rank, fabric::Worker& worker) {
+  RankJoin& join = rank.join;
+  kernels::BloomFilter& mine = rank.thread_filters[0];
+  for (std::size_t t = 1; t < rank.thread_filters.size(); ++t) mine.merge(rank.thread_filters[t]);
+  const std::string name = bloom_flow(join.spec);
+  flow::ReplicateSourceOptions options;
+  options.expected_schema = bloom_schema();
+  options.open_timeout = join.options.open_timeout;
+  flow::ReplicateSource source(join.node, worker, name, 0, options);
+  std::byte tuple[kBloomTupleBytes];
+  const auto blocks = mine.blocks();
+  for (std::uint64_t b = 0; b < blocks.size(); ++b) {
+    std::memcpy(tuple, &b, 8);
+    std::memcpy(tuple + 8, &blocks[b], sizeof blocks[b]);
+    join.check(source.push(tuple, sizeof tuple), "pushing into", name);
+  }
+  join.check(source.close(), "closing", name);
+}
+
+// J0 with bloom: every rank's filter, ORed into rank.combined.
+void merge_filters(GraceRank& rank) {
+  RankJoin& join = rank.join;
+  const std::string name = bloom_flow(join.spec);
+  flow::ReplicateTargetOptions options;
+  options.expected_schema = bloom_schema();
+  options.open_timeout = join.options.open_timeout;
+  flow::ReplicateTarget in(join.node, name, 0, options);
+  flow::TupleBatch batch;
+  kernels::BloomFilter::Block block;
+  for (;;) {
+    join.check(in.consume(batch), "consuming", name);
+    if (batch.empty()) break;
+    for (std::size_t i = 0; i < batch.count; ++i) {
+      std::uint64_t index;
+      std::memcpy(&index, batch.tuple(i), 8);
+      if (index >= rank.combined.block_count()) {
+        join.check(Status(Errc::protocol, "filter block " + std::to_string(index) + " of " +
+                                              std::to_string(rank.combined.block_count())),
+                   "consuming", name);
+      }
+      std::memcpy(&block, batch.tuple(i) + 8, sizeof block);
+      rank.combined.merge_block(index, block);
+    }
+  }
+  rank.filter_merged.count_down();
+}
+
+// Pushes the probe tuples of `fragment` whose key may be in `filter`; returns how many.
+std::uint64_t push_filtered(const RankJoin& join, flow::ShuffleSource& source, const std::string& name,
+                            const Fragment& fragment, const kernels::BloomFilter& filter) {
+  const kernels::JoinTable::Layout& layout = join.probe_layout;
+  const std::size_t width = layout.tuple_bytes;
+  const auto* tuples = static_cast<const std::byte*>(fragment.tuples);
+  std::uint64_t shipped = 0;
+  for (std::size_t i = 0; i < fragment.count; ++i) {
+    const std::byte* tuple = tuples + i * width;
+    if (!filter.may_contain(kernels::load_key(tuple + layout.key_offset, layout.key_bytes))) continue;
+    join.check(source.push(tuple, width), "pushing into", name);
+    ++shipped;
+  }
+  return shipped;
+}
+
+void grace_partition(GraceRank& rank, int thread) {
+  RankJoin& join = rank.join;
+  const Fragment& build = rank.build[thread];
+  const Fragment& probe = rank.probe[thread];
+  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
+  if (join.spec.bloom) {
+    kernels::BloomFilter& filter = rank.thread_filters[thread];
+    const kernels::JoinTable::Layout& layout = join.build_layout;
+    const auto* keys = static_cast<const std::byte*>(build.tuples) + layout.key_offset;
+    for (std::size_t i = 0; i < build.count; ++i) {
+      filter.insert(kernels::load_key(keys + i * layout.tuple_bytes, layout.key_bytes));
+    }
+    rank.keys_inserted.count_down();
+    if (thread == 0) {
+      if (!rank.keys_inserted.wait()) return;
+      ship_filter(rank, worker);
+    }
+  }
+  auto open = [&](const std::string& name, const Relation& relation) {
+    flow::SourceOptions options;
+    options.expected_schema = relation.schema;
+    options.open_timeout = join.options.open_timeout;
+    return std::make_unique<flow::ShuffleSource>(join.node, worker, name, thread, options);
+  };
+  const std::string build_name = build_flow(join.spec);
+  {
+    auto source = open(build_name, join.spec.build);
+    join.check(source->push_bulk(build.tuples, build.count), "pushing into", build_name);
+    join.check(source->close(), "closing", build_name);
+  }
+  // The probe side starts once this rank's build side is in (and the filter complete).
+  if (!rank.build_received.wait()) return;
+  if (join.spec.bloom && !rank.filter_merged.wait()) return;
+  const std::string probe_name = probe_flow(join.spec);
+  auto source = open(probe_name, join.spec.probe);
+  JoinResult part;
+  if (join.spec.bloom) {
+    part.shipped_probe_tuples = push_filtered(join, *source, probe_name, probe, rank.combined);
+  } else {
+    join.check(source->push_bulk(probe.tuples, probe.count), "pushing into", probe_name);
+    part.shipped_probe_tuples = probe.count;
+  }
+  join.check(source->close(), "closing", probe_name);
+  join.add(part);
+}
+
+// Consumes `target` to its end, appending every tuple to `rows`.
+void materialise(const RankJoin& join, flow::ShuffleTarget& target, const std::string& name,
+                 std::vector<std::byte>& rows) {
+  flow::TupleBatch batch;
+  for (;;) {
+    join.check(target.consume(batch), "consuming", name);
+    if (batch.empty()) return;
+    rows.insert(rows.end(), batch.data, batch.data + batch.count * batch.tuple_bytes);
+  }
+}
+
+void grace_join(GraceRank& rank, int thread) {
+  RankJoin& join = rank.join;
+  const std::string build_name = build_flow(join.spec);
+  const std::string probe_name = probe_flow(join.spec);
+  // Both targets open at once, so the sources can connect while the build side arrives.
+  const auto timeout = join.options.open_timeout;
+  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema, timeout);
+  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema, timeout);
+  if (join.spec.bloom && thread == 0) merge_filters(rank);
+  std::vector<std::byte> build_rows, probe_rows;
+  materialise(join, build_in, build_name, build_rows);
+  rank.build_received.count_down();
+  JoinResult part;
+  part.build_seconds = join.since_start();
+  materialise(join, probe_in, probe_name, probe_rows);
+
+  // Local phase: both sides cut into the same sub-partitions, joined one at a time.
+  const kernels::JoinTable::Layout& build_layout = join.build_layout;
+  const kernels::JoinTable::Layout& probe_layout = join.probe_layout;
+  const std::size_t build_count = build_rows.size() / build_layout.tuple_bytes;
+  const std::size_t probe_count = probe_rows.size() / probe_layout.tuple_bytes;
+  const std::size_t wanted = join.spec.grace_partitions > 0
+                                 ? static_cast<std::size_t>(join.spec.grace_partitions)
+                                 : (build_count + kGracePartitionTuples - 1) / kGracePartitionTuples;
+  const std::size_t partitions = std::bit_ceil(std::max<std::size_t>(1, wanted));
+  std::vector<std::byte> build_parts(build_rows.size()), probe_parts(probe_rows.size());
+  const std::vector<std::size_t> build_at =
+      kernels::hash_partition(build_rows.data(), build_count, build_layout, partitions, build_parts.data());
+  const std::vector<std::size_t> probe_at =
+      kernels::hash_partition(probe_rows.data(), probe_count, probe_layout, partitions, probe_parts.data());
+  build_rows = {};
+  probe_rows = {};
+  std::vector<Match> pairs;
+  for (std::size_t p = 0; p < partitions; ++p) {
+    const std::size_t probes = probe_at[p + 1] - probe_at[p];
+    if (probes == 0) continue;
+    kernels::JoinTable table(build_layout);
+    table.add(build_parts.data() + build_at[p] * build_layout.tuple_bytes, build_at[p + 1] - build_at[p]);
+    table.build();
+    const std::byte* probe_tuples = probe_parts.data() + probe_at[p] * probe_layout.tuple_bytes;
+    probe_batch(join, table, probe_tuples, probes, thread, pairs, part);
+  }
+  part.build_tuples = build_count;
+  part.probe_tuples = probe_count;
+  join.add(part);
+}
+
+}  // namespace
+
+JoinResult run_grace(RankJoin& join, std::span<const Fragment> build, std::span<const Fragment> probe) {
+  std::size_t blocks = 1;
+  if (join.spec.bloom) {
+    // The filter's size must be the same on every rank: it follows the build side's total.
+    std::uint64_t mine = 0;
+    for (const Fragment& f : build) mine += f.count;
+    const int ranks = join_ranks(join.spec, join.node.size());
+    const std::vector<std::string> counts = exchange_records(
+        join.node, "ops/join/" + join.spec.name + "/build-count/", ranks, std::to_string(mine));
+    std::uint64_t total = 0;
+    for (const std::string& count : counts) total += std::stoull(count);
+    blocks = kernels::BloomFilter::blocks_for(total, join.spec.bloom_bits_per_key);
+  }
+  GraceRank rank(join, build, probe, blocks);
+  ThreadGroup threads;
+  threads.on_failure([&rank] { rank.abandon(); });
+  for (int t = 0; t < join.spec.threads; ++t) threads.start([&rank, t] { grace_join(rank, t); });
+  for (int t = 0; t < join.spec.threads; ++t) threads.start([&rank, t] { grace_partition(rank, t); });
+  threads.join();
+  return join.result;
+}
+
+void create_grace_flows(cluster::Node& node, const JoinSpec& spec) {
+  if (!spec.bloom) return;
+  flow::FlowSpec bloom;
+  bloom.name = bloom_flow(spec);
+  bloom.type = flow::FlowType::replicate;
+  bloom.schema = bloom_schema();
+  bloom.options = spec.flow_options;
+  for (int r = 0; r < join_ranks(spec, node.size()); ++r) {
+    bloom.sources.push_back({r, 0});
+    bloom.targets.push_back({r, 0});
+  }
+  flow::create_flow(node, bloom);
+}
+
+}  // namespace dfi::ops::detail
