@@ -45,7 +45,7 @@
 // complete a round).
 //
 // Not yet (issue 12, later slices): view change when the leader dies, log catch-up for a
-// replica that fell behind, NOPaxos over the ordered replicate flow. A dead replica or client
+// replica that fell behind, NOPaxos gap agreement and synchronisation. A dead replica or client
 // now ends the run with an error naming it: a shuffle target fails for good once one of its
 // sources died, so surviving a dead follower needs the flows of a new view.
 #pragma once
