@@ -77,6 +77,7 @@ struct Client::State {
       }
     }
     const Reply& reply = batch.as<Reply>()[next_reply++];
+    if (reply.status == static_cast<std::uint32_t>(ReplyStatus::ack)) return take_ack(reply);
     for (Entry& e : entries) {
       if (!e.used || e.seq != reply.seq) continue;
       ++e.answers;
@@ -93,6 +94,29 @@ struct Client::State {
     }
     return error(Errc::protocol, "reply to request " + std::to_string(reply.seq) + ", which is not outstanding, on flow '" +
                                      names.replies + "'");
+  }
+
+  // A NOPaxos follower's acknowledgement of requests seq-pad+1 .. seq (one segment of ours).
+  Status take_ack(const Reply& ack) {
+    const std::uint64_t first = ack.seq + 1 - ack.pad;
+    std::size_t found = 0;
+    for (Entry& e : entries) {
+      if (!e.used || e.seq < first || e.seq > ack.seq) continue;
+      ++found;
+      ++e.answers;
+      if (!e.completed && e.leader && e.answers >= answers_needed) {
+        e.completed = true;
+        ready.push_back(static_cast<std::size_t>(&e - entries.data()));
+      }
+      release_if_done(e);
+    }
+    if (found != ack.pad || batch.source == 0) {
+      return error(Errc::protocol, "acknowledgement of requests " + std::to_string(first) + " .. " +
+                                       std::to_string(ack.seq) + " from replica " + std::to_string(batch.source) +
+                                       " of which " + std::to_string(found) + " are outstanding, on flow '" +
+                                       names.replies + "'");
+    }
+    return {};
   }
 
   // Frees the entry's place once it was handed out and every replica answered.

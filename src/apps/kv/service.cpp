@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -562,11 +563,17 @@ ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o, c
                                       std::to_string(next_sequence) + " was due on flow '" + names.requests + "'");
     }
     ++next_sequence;
-    for (const Request& r : batch.as<Request>()) {
-      if (r.client >= clients || r.op < 1 || r.op > 3) [[unlikely]] {
+    const std::span<const Request> segment = batch.as<Request>();
+    for (std::size_t i = 0; i < segment.size(); ++i) {
+      const Request& r = segment[i];
+      // A segment is one client's consecutive requests (the follower's acknowledgement covers
+      // them as a range).
+      if (r.client >= clients || r.op < 1 || r.op > 3 || r.client != segment[0].client ||
+          r.seq != segment[0].seq + i) [[unlikely]] {
         throw Error(Errc::protocol, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
-                                        "): malformed request with client " + std::to_string(r.client) + " and op " +
-                                        std::to_string(r.op) + " on flow '" + names.requests + "'");
+                                        "): malformed request with client " + std::to_string(r.client) + ", seq " +
+                                        std::to_string(r.seq) + " and op " + std::to_string(r.op) + " on flow '" +
+                                        names.requests + "'");
       }
       Reply reply{.client = r.client, .seq = r.seq};
       if (is_write(r.op)) {
@@ -583,7 +590,14 @@ ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o, c
         }
         ++stats.reads;
       }
-      check(replies.push_to(r.client, &reply, sizeof reply), "push to", names.replies);
+      if (leader) check(replies.push_to(r.client, &reply, sizeof reply), "push to", names.replies);
+    }
+    if (!leader && !segment.empty()) {
+      const Reply ack{.client = segment.back().client,
+                      .seq = segment.back().seq,
+                      .status = static_cast<std::uint32_t>(ReplyStatus::ack),
+                      .pad = static_cast<std::uint32_t>(segment.size())};
+      check(replies.push_to(ack.client, &ack, sizeof ack), "push to", names.replies);
     }
     check(replies.flush(), "flush", names.replies);
     ++stats.rounds;

@@ -29,7 +29,8 @@
 //                 segment takes a number from) stands in for the paper's switch — and
 //                 <name>.replies has every replica as a source. Every replica consumes the
 //                 requests in the one global order and applies the writes; the leader also answers
-//                 the reads and sends every result, the followers send acknowledgements. A client
+//                 the reads and sends every result, a follower acknowledges each consumed segment
+//                 (one client's consecutive requests) with one tuple. A client
 //                 completes a request once it holds the leader's reply and replicas/2
 //                 followers' (a majority). No accept/accepted flows: one fewer message delay than
 //                 Multi-Paxos. A gap event (a sequence number that reached no replica: its client
@@ -90,7 +91,9 @@ struct Request {
 };
 static_assert(sizeof(Request) == 96);
 
-enum class ReplyStatus : std::uint32_t { ok = 0, not_found = 1 };
+// ack: a NOPaxos follower's acknowledgement of the `pad` requests seq-pad+1 .. seq of one
+// client, which arrived together in one segment (one tuple per segment, not per request).
+enum class ReplyStatus : std::uint32_t { ok = 0, not_found = 1, ack = 2 };
 
 // The answer to request (client, seq): for get, the value or not_found; put and delete: ok
 // (delete of an absent key: not_found).
