@@ -1,0 +1,53 @@
+// `dfi bench kv --quick` and `dfi bench kv-etcd --quick`, for real, cut down with --set to
+// seconds: 3 replicas, 2 client ranks of one thread, 4 requests outstanding each. Checks the
+// result's shape — every protocol's series, throughput positive, the declared comparisons —
+// never how fast anything is (a run whose replicas disagree fails the scenario by itself).
+// kv-etcd needs Debian's etcd-server and etcd-client (scripts/dev bench installs them) and Go;
+// without them it reports itself skipped with the reason.
+#include <gtest/gtest.h>
+
+#include "bench/etcd_baseline.hpp"
+#include "bench/result.hpp"
+#include "bench_e2e.hpp"
+
+namespace dfi::tools::bench {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+using testing::find_by_id;
+
+void check_series(const json& r, const std::vector<std::string>& series, std::size_t ratios) {
+  ASSERT_TRUE(r.is_object());
+  const json* p = find_by_id(r["panels"], "throughput");
+  ASSERT_NE(p, nullptr);
+  for (const std::string& id : series) {
+    const json* s = find_by_id((*p)["series"], id);
+    ASSERT_NE(s, nullptr) << id;
+    ASSERT_EQ((*s)["points"].size(), 1u) << id;
+    EXPECT_EQ((*s)["points"][0]["x"], json(4)) << id;
+    EXPECT_GT((*s)["points"][0]["value"].get<double>(), 0) << id;
+    EXPECT_FALSE((*s)["commands"].empty()) << id;
+  }
+  EXPECT_EQ((*p)["ratios"].size(), ratios);
+  EXPECT_NE(find_by_id(r["panels"], "p99"), nullptr);
+}
+
+const std::vector<std::string> kCutDown = {"--set", "replicas=3", "--set", "threads=1", "--set", "windows=[4]",
+                                           "--set", "seconds=0.5", "--set", "keys=1000"};
+
+TEST(BenchKv, QuickOverShm) {
+  check_series(testing::run_quick("kv", "shm", kCutDown, 120s), {"nopaxos", "paxos", "unreplicated"}, 3);
+}
+
+TEST(BenchKv, QuickOverTcp) {
+  check_series(testing::run_quick("kv", "tcp", kCutDown, 120s), {"nopaxos", "paxos", "unreplicated"}, 3);
+}
+
+TEST(BenchKvEtcd, QuickOverShm) {
+  if (std::string why = etcd_unavailable(); !why.empty()) GTEST_SKIP() << "the etcd baseline cannot run: " << why;
+  check_series(testing::run_quick("kv-etcd", "shm", kCutDown, 300s), {"paxos", "nopaxos", "etcd-tmpfs"}, 2);
+}
+
+}  // namespace
+}  // namespace dfi::tools::bench
