@@ -6,6 +6,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "fifo.hpp"
 #include "names.hpp"
 
 namespace dfi::apps::kv {
@@ -41,8 +42,8 @@ struct Client::State {
         answers_needed(nopaxos ? static_cast<std::size_t>(options.replicas / 2 + 1) : 1),
         answers_all(nopaxos ? static_cast<std::size_t>(options.replicas) : 1),
         replies(n, names.replies, thread, reply_schema(), options.timeout),
-        entries(options.window) {
-    ready.reserve(options.window);
+        entries(options.window),
+        ready(options.window) {
     if (nopaxos) {
       flow::ReplicateSourceOptions s;
       s.expected_schema = request_schema();
@@ -85,11 +86,7 @@ struct Client::State {
         e.leader = true;
         e.reply = reply;
       }
-      if (!e.completed && e.leader && e.answers >= answers_needed) {
-        e.completed = true;
-        ready.push_back(static_cast<std::size_t>(&e - entries.data()));
-      }
-      release_if_done(e);
+      booked(e);
       return {};
     }
     return error(Errc::protocol, "reply to request " + std::to_string(reply.seq) + ", which is not outstanding, on flow '" +
@@ -104,11 +101,7 @@ struct Client::State {
       if (!e.used || e.seq < first || e.seq > ack.seq) continue;
       ++found;
       ++e.answers;
-      if (!e.completed && e.leader && e.answers >= answers_needed) {
-        e.completed = true;
-        ready.push_back(static_cast<std::size_t>(&e - entries.data()));
-      }
-      release_if_done(e);
+      booked(e);
     }
     if (found != ack.pad || batch.source == 0) {
       return error(Errc::protocol, "acknowledgement of requests " + std::to_string(first) + " .. " +
@@ -117,6 +110,16 @@ struct Client::State {
                                        names.replies + "'");
     }
     return {};
+  }
+
+  // After an answer to `e`: completes it (to `ready`) once the leader and enough replicas
+  // answered, frees its place once it was handed out and every replica answered.
+  void booked(Entry& e) {
+    if (!e.completed && e.leader && e.answers >= answers_needed) {
+      e.completed = true;
+      ready.push_back(static_cast<std::size_t>(&e - entries.data()));
+    }
+    release_if_done(e);
   }
 
   // Frees the entry's place once it was handed out and every replica answered.
@@ -138,7 +141,7 @@ struct Client::State {
   std::optional<flow::ReplicateSource> multicast;   // NOPaxos
   flow::ShuffleTarget replies;
   std::vector<Entry> entries;  // the window
-  std::vector<std::size_t> ready;  // completed entries not handed out yet, oldest first
+  detail::Fifo<std::size_t> ready;  // completed entries not handed out yet, oldest first
   std::size_t outstanding = 0;  // submitted, not handed out
   std::size_t held = 0;         // places of the window in use
   std::uint64_t next_seq = 1;
@@ -221,7 +224,7 @@ Status Client::poll(Completion& done) {
     if (Status t = s.take_reply(); !t) return t;
   }
   State::Entry& e = s.entries[s.ready.front()];
-  s.ready.erase(s.ready.begin());  // at most `window` indices
+  s.ready.pop_front();
   done.seq = e.seq;
   done.op = e.op;
   done.key = e.key;
