@@ -7,10 +7,10 @@
 #include <sstream>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/thread_group.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/kernels/hash.hpp"
 #include "records.hpp"
-#include "thread_group.hpp"
 
 namespace dfi::ops {
 
@@ -116,7 +116,7 @@ AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& sp
     std::lock_guard lock(mutex);
     result += part;
   };
-  detail::ThreadGroup threads;
+  ThreadGroup threads;
   // Post-aggregation: rdma on every thread of every rank, hierarchical on rank 0's thread 0.
   for (int t = 0; t < spec.threads; ++t) {
     const bool target = spec.algorithm == AggregateAlgorithm::rdma || (node.rank() == 0 && t == 0);

@@ -20,13 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "dfi/common/thread_group.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/bloom.hpp"
 #include "dfi/kernels/hash_partition.hpp"
 #include "join_parts.hpp"
-#include "thread_group.hpp"
 
 namespace dfi::ops::detail {
 

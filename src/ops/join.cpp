@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/thread_group.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/join_table.hpp"
 #include "join_parts.hpp"
-#include "thread_group.hpp"
 
 namespace dfi::ops {
 
@@ -140,7 +140,7 @@ void replicate_build(RankJoin& join, kernels::JoinTable& table) {
 
 JoinResult run_radix(RankJoin& join, std::span<const Fragment> build,
                      std::span<const Fragment> probe) {
-  detail::ThreadGroup threads;
+  ThreadGroup threads;
   for (int t = 0; t < join.spec.threads; ++t) threads.start([&join, t] { radix_join(join, t); });
   for (int t = 0; t < join.spec.threads; ++t) {
     threads.start([&join, t, &build, &probe] { radix_partition(join, t, build[t], probe[t]); });
@@ -155,7 +155,7 @@ JoinResult run_fragment_replicate(RankJoin& join, std::span<const Fragment> buil
   // Join threads wait here until thread 0 built the table (or failed: then they leave).
   std::barrier built(join.spec.threads);
   bool build_failed = false;  // written by thread 0 before the barrier, read after it
-  detail::ThreadGroup threads;
+  ThreadGroup threads;
   for (int t = 0; t < join.spec.threads; ++t) {
     threads.start([&, t] {
       if (t == 0) {

@@ -1,7 +1,7 @@
-// The threads of one rank of an operator: started one by one, joined together, and the first
-// exception any of them threw rethrown once all have ended (the others end on their own: their
-// flows fail or close, or the group's on-failure action releases them from a Countdown they wait
-// on).
+// dfi::ThreadGroup — the threads of one rank of an operator or app (ops joins and aggregation,
+// the commtier tests): started one by one, joined together, and the first exception any of them
+// threw rethrown once all have ended (the others end on their own: their flows fail or close, or
+// the group's on-failure action releases them from a Countdown they wait on).
 #pragma once
 
 #include <condition_variable>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace dfi::ops::detail {
+namespace dfi {
 
 class ThreadGroup {
  public:
@@ -90,4 +90,4 @@ class Countdown {
   bool abandoned_ = false;  // guarded by mutex_
 };
 
-}  // namespace dfi::ops::detail
+}  // namespace dfi
