@@ -5,6 +5,7 @@
 //   dfi info --config
 //   dfi bench fabric-bw --transport tcp        (see bench/README.md)
 //   dfi cluster run --nodes 4 -- dfi txn --protocol rsi --servers 2
+//   dfi cluster run --nodes 2 -- dfi commtier --test consuming --buffers 4
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -26,6 +27,7 @@
 #include "mover.hpp"
 #include "kv_command.hpp"
 #include "txn.hpp"
+#include "commtier_command.hpp"
 
 namespace {
 
@@ -169,6 +171,32 @@ int main(int argc, char** argv) {
   kv_bench->add_option("--timeout", kv_timeout_s, "Seconds to wait for set-up and for a silent peer");
   kv_bench->add_flag("!--no-progress", kv_options.progress, "No progress line per second");
 
+  auto* commtier = app.add_subcommand(
+      "commtier", "002's throughput or consuming test between an SU and a CU rank, as every rank of a cluster (under dfi cluster run)");
+  dfi::apps::commtier::TestOptions commtier_options;
+  std::string commtier_test = "consuming", commtier_via = "tier", commtier_buffer_bytes = "1MiB";
+  std::string commtier_bytes_per_size = "64MiB";
+  std::vector<std::string> commtier_sizes = {"8", "1KiB", "64KiB", "1MiB", "16MiB"};
+  double commtier_timeout_s = 60;
+  bool commtier_json = false;
+  commtier->add_option("--test", commtier_test, "consuming (the CU copies every transfer out) or throughput (it gives the buffers back unread)")
+      ->check(CLI::IsMember({"consuming", "throughput"}));
+  commtier->add_option("--via", commtier_via, "tier (receive buffers, apps/commtier) or flow (the same transfers through DFI shuffle flows)")
+      ->check(CLI::IsMember({"tier", "flow"}));
+  commtier->add_option("--buffers", commtier_options.buffers.count, "Receive buffers per lane at the CU (1: single-buffer mode)");
+  commtier->add_option("--buffer-bytes", commtier_buffer_bytes, "Size of one receive buffer (e.g. 256KiB)");
+  commtier->add_option("--lanes", commtier_options.lanes, "Sending threads at the SU and receiving threads at the CU");
+  commtier->add_option("--sizes", commtier_sizes, "Transfer sizes (e.g. 8 1KiB 1MiB)")->delimiter(',');
+  commtier->add_option("--bytes-per-size", commtier_bytes_per_size, "Data moved per transfer size (transfers = this / size)");
+  commtier->add_option("--max-transfers", commtier_options.max_transfers, "At most this many transfers per size");
+  commtier->add_option("--su-rank", commtier_options.su_rank, "The storage unit's rank (it sends)");
+  commtier->add_option("--cu-rank", commtier_options.cu_rank, "The compute unit's rank (it receives)");
+  commtier->add_option("--flow-tuple-bytes", commtier_options.flow_tuple_bytes, "--via flow: the data flow's tuple width");
+  commtier->add_option("--name", commtier_options.name, "Tier name (flows <name>.to_cu.<lane>, ...)");
+  commtier->add_option("--timeout", commtier_timeout_s, "Seconds to wait for set-up and for a silent peer");
+  commtier->add_flag("--json", commtier_json, "Also print the result as one JSON line (commtier-json: ...)");
+  commtier->add_flag("!--no-progress", commtier_options.progress, "No line per transfer size while it runs");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -213,6 +241,16 @@ int main(int argc, char** argv) {
       }
       kv_options.service.timeout = std::chrono::milliseconds(static_cast<long long>(kv_timeout_s * 1000));
       return dfi::tools::run_kv_bench(kv_options, std::cout, std::cerr);
+    }
+    if (*commtier) {
+      commtier_options.test = dfi::apps::commtier::parse_test(commtier_test);
+      commtier_options.via = dfi::apps::commtier::parse_via(commtier_via);
+      commtier_options.buffers.bytes = static_cast<std::uint32_t>(dfi::tools::parse_bytes(commtier_buffer_bytes));
+      commtier_options.bytes_per_size = dfi::tools::parse_bytes(commtier_bytes_per_size);
+      commtier_options.sizes.clear();
+      for (const std::string& s : commtier_sizes) commtier_options.sizes.push_back(dfi::tools::parse_bytes(s));
+      commtier_options.timeout = std::chrono::milliseconds(static_cast<long long>(commtier_timeout_s * 1000));
+      return dfi::tools::run_commtier(commtier_options, commtier_json, std::cout, std::cerr);
     }
     if (*info) return print_config();
   } catch (const dfi::Error& e) {
