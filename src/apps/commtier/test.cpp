@@ -296,7 +296,7 @@ void create(cluster::Node& node, const TestOptions& o) {
   for (std::uint32_t lane = 0; lane < o.lanes; ++lane) {
     flow::FlowSpec data;
     data.name = data_flow(o, lane);
-    data.sources = {{o.su_rank, static_cast<int>(lane)}};
+    data.sources = {{o.su_rank, 0}};  // a flow per lane
     data.targets = {{o.cu_rank, 0}};
     std::vector<flow::Column> columns = {{"word", flow::Type::uint64}};
     if (o.flow_tuple_bytes > 8) {
@@ -308,7 +308,7 @@ void create(cluster::Node& node, const TestOptions& o) {
     flow::create_flow(node, data);
     flow::FlowSpec signal;
     signal.name = signal_flow(o, lane);
-    signal.sources = {{o.cu_rank, static_cast<int>(lane)}};
+    signal.sources = {{o.cu_rank, 0}};
     signal.targets = {{o.su_rank, 0}};
     signal.schema = flow::Schema({{"word", flow::Type::uint64}});
     signal.key_column = "word";
