@@ -245,7 +245,12 @@ int main(int argc, char** argv) {
     if (*commtier) {
       commtier_options.test = dfi::apps::commtier::parse_test(commtier_test);
       commtier_options.via = dfi::apps::commtier::parse_via(commtier_via);
-      commtier_options.buffers.bytes = static_cast<std::uint32_t>(dfi::tools::parse_bytes(commtier_buffer_bytes));
+      const std::uint64_t buffer_bytes = dfi::tools::parse_bytes(commtier_buffer_bytes);
+      if (buffer_bytes > dfi::apps::commtier::kMaxBufferBytes) {
+        throw dfi::Error(dfi::Errc::invalid_argument, "dfi commtier: --buffer-bytes " + commtier_buffer_bytes +
+                                                          " is larger than the largest receive buffer (1 GiB)");
+      }
+      commtier_options.buffers.bytes = static_cast<std::uint32_t>(buffer_bytes);
       commtier_options.bytes_per_size = dfi::tools::parse_bytes(commtier_bytes_per_size);
       commtier_options.sizes.clear();
       for (const std::string& s : commtier_sizes) commtier_options.sizes.push_back(dfi::tools::parse_bytes(s));
