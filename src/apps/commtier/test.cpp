@@ -260,6 +260,19 @@ class FlowCu final : public CuEnd {
 
 // ---------------------------------------------------------------------------------------------
 
+// The tier a test runs on: the CU receives the data into o.buffers, the SU the CU's signals.
+TierSpec tier_of(const TestOptions& o) {
+  TierSpec tier;
+  tier.name = o.name;
+  tier.cu_rank = o.cu_rank;
+  tier.su_rank = o.su_rank;
+  tier.lanes = o.lanes;
+  tier.cu = o.buffers;
+  tier.su = {4, 64};  // the CU's signals: empty transfers
+  tier.stall_timeout = o.timeout;
+  return tier;
+}
+
 void check_options(const TestOptions& o, int cluster_size) {
   const std::string what = "commtier test '" + o.name + "': ";
   if (o.sizes.empty()) throw Error(Errc::invalid_argument, what + "no transfer sizes");
@@ -271,26 +284,12 @@ void check_options(const TestOptions& o, int cluster_size) {
     throw Error(Errc::invalid_argument, what + "a flow tuple of " + std::to_string(o.flow_tuple_bytes) +
                                             " B (a multiple of 8, at least 8)");
   }
-  TierSpec tier;
-  tier.name = o.name;
-  tier.cu_rank = o.cu_rank;
-  tier.su_rank = o.su_rank;
-  tier.lanes = o.lanes;
-  tier.cu = o.buffers;
-  tier.validate(cluster_size);  // ranks, lanes and buffers, named
+  tier_of(o).validate(cluster_size);  // ranks, lanes and buffers, named
 }
 
 void create(cluster::Node& node, const TestOptions& o) {
   if (o.via == Via::tier) {
-    TierSpec tier;
-    tier.name = o.name;
-    tier.cu_rank = o.cu_rank;
-    tier.su_rank = o.su_rank;
-    tier.lanes = o.lanes;
-    tier.cu = o.buffers;
-    tier.su = {4, 64};  // the CU's signals: empty transfers
-    tier.stall_timeout = o.timeout;
-    create_tier(node, tier);
+    create_tier(node, tier_of(o));
     return;
   }
   for (std::uint32_t lane = 0; lane < o.lanes; ++lane) {
