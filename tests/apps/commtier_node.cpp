@@ -9,6 +9,9 @@
 //       every transfer, in order, and the end of stream after the last. Prints one line per lane.
 //   commtier_node errors    2 ranks: bad tier specs, opening the wrong end, no such lane or tier,
 //       a transfer larger than the memory given, send after close; prints "error ok: <message>".
+//   commtier_node test consuming|throughput tier|flow LANES BUFFERS
+//                           2 ranks: apps::commtier::run_test with small sizes (what `dfi commtier`
+//                           runs, without the whole dfi binary: for the sanitizer builds).
 //   commtier_node kill      3 ranks (registry 0, CU 1, SU 2): the SU dies (SIGKILL) in the
 //       middle of a stream; the CU prints what its receive returned and exits 0 if it was
 //       peer_failed naming rank 2.
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "dfi/apps/commtier/channel.hpp"
+#include "dfi/apps/commtier/test.hpp"
 #include "dfi/apps/commtier/tier.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/thread_group.hpp"
@@ -280,8 +284,22 @@ int main(int argc, char** argv) {
       return code;
     }
     if (scenario == "errors") return errors(node);
+    if (scenario == "test" && argc == 6) {
+      TestOptions o;
+      o.test = parse_test(argv[2]);
+      o.via = parse_via(argv[3]);
+      o.lanes = static_cast<std::uint32_t>(std::stoul(argv[4]));
+      o.buffers = {static_cast<std::uint32_t>(std::stoul(argv[5])), 4096};
+      o.sizes = {8, 1000, 4096, 20000};
+      o.bytes_per_size = 1 << 20;
+      o.max_transfers = 300;
+      const TestResult r = run_test(node, o, std::cout);
+      if (node.rank() == o.su_rank) std::cout << "commtier_node: test ran " << r.sizes.size() << " sizes" << std::endl;
+      node.finish();
+      return 0;
+    }
     if (scenario == "kill") return kill(node);
-    std::cerr << "usage: commtier_node exchange LANES COUNT:BYTES... | errors | kill\n";
+    std::cerr << "usage: commtier_node exchange LANES COUNT:BYTES... | errors | kill | test TEST VIA LANES BUFFERS\n";
     return 2;
   } catch (const Error& e) {
     std::cerr << "commtier_node: " << e.what() << std::endl;
