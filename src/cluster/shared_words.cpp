@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -13,13 +14,18 @@ void SharedWords::host(Node& node, const std::string& record, std::size_t count,
                        const std::function<void(std::uint64_t* words)>& fill) {
   region_.emplace(node.fabric(), count * sizeof(std::uint64_t));  // zeroed
   if (fill) {
-    auto* words = static_cast<std::uint64_t*>(region_->data());
-    fill(words);
     // Peers' operations on these words are applied by this process's threads (the progress
     // thread, where the transport emulates them) with atomic accesses. The registry record orders
     // them after the fill, but through other processes; release stores of the filled values make
-    // that order one the memory model (and TSan) can see.
-    for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(words[i], std::memory_order_release);
+    // that order one the memory model (and TSan) can see. The fill goes into memory of its own
+    // first, so that this thread touches the words with those stores only: TSan checks an atomic
+    // read-modify-write against earlier plain accesses to its word before it applies the
+    // operation's acquire, so a plain read or write here would be reported as a race with a
+    // peer's compare-and-swap that the release store does order.
+    std::vector<std::uint64_t> filled(count);
+    fill(filled.data());
+    auto* words = static_cast<std::uint64_t*>(region_->data());
+    for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(filled[i], std::memory_order_release);
   }
   node.registry().publish(record, region_->descriptor().serialize());
 }

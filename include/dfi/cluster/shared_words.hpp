@@ -43,7 +43,9 @@ class SharedWords {
   SharedWords& operator=(SharedWords&&) = default;
 
   // Allocates `count` zeroed words in this process, lets `fill` (if given) set their first
-  // values, and publishes them as `record`: nobody can attach before `fill` returned. Throws
+  // values (in `count` zeroed words of its own, which host() then stores into the hosted ones;
+  // keep no pointer to them), and publishes them as `record`: nobody can attach before `fill`
+  // returned. Throws
   // dfi::Error(already_exists) when the record exists.
   void host(Node& node, const std::string& record, std::size_t count,
             const std::function<void(std::uint64_t* words)>& fill = {});
