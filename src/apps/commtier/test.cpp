@@ -15,6 +15,7 @@
 #include "dfi/common/thread_group.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "dfi/memory/ring.hpp"
 
 namespace dfi::apps::commtier {
 
@@ -303,6 +304,9 @@ void create(cluster::Node& node, const TestOptions& o) {
     }
     data.schema = flow::Schema(std::move(columns));
     data.key_column = "word";
+    // The ring the tier's lane would have: o.buffers (segments of an RB's size plus footer).
+    data.options.segments = o.buffers.count;
+    data.options.segment_bytes = o.buffers.bytes + static_cast<std::uint32_t>(memory::kFooterBytes);
     data.options.stall_timeout = o.timeout;
     flow::create_flow(node, data);
     flow::FlowSpec signal;

@@ -52,8 +52,8 @@ class CommtierScenario final : public Scenario {
            "signal. consuming: the CU copies every transfer out of the receive buffers (RBs) into its own "
            "memory before it gives them back; throughput: the CU gives every RB back unread. Series: multi "
            "(`multi_buffers` RBs of `buffer_bytes` per lane), single (1 RB of `buffer_bytes`: 002's single "
-           "buffer), flow (the same transfers through a 1:1 DFI shuffle flow of 64 B tuples with the flow "
-           "defaults, push_bulk + flush per transfer, the CU consuming batches), limit (the hand-written "
+           "buffer), flow (the same transfers through a 1:1 DFI shuffle flow of 64 B tuples whose ring has "
+           "the multi series' shape, push_bulk + flush per transfer, the CU consuming batches), limit (the hand-written "
            "stream of stream_baseline.hpp moving bytes_per_size as 64 B tuples: shared-memory ring over shm, "
            "TCP socket over tcp). Sweep: the consuming test at `sweep_size` for RB counts x RB sizes. Lanes: "
            "multi-buffer consuming with 1 and 2 lanes (an SU and a CU thread each, each sending its share "
@@ -77,7 +77,7 @@ class CommtierScenario final : public Scenario {
   }
   std::vector<BaselineInfo> baselines() const override {
     return {{"single", "002's single-buffer mode: the same tier with 1 receive buffer per lane"},
-            {"flow", "the same transfers through a 1:1 DFI shuffle flow per lane (64 B tuples, flow defaults)"},
+            {"flow", "the same transfers through a 1:1 DFI shuffle flow per lane (64 B tuples, a ring of the multi series' shape)"},
             {"limit", "hand-written stream between two processes (shm: shared-memory ring; tcp: TCP socket), 64 B tuples"}};
   }
 
@@ -103,7 +103,7 @@ class CommtierScenario final : public Scenario {
                               {"transfer size", "B", "log2"}, {"bandwidth", "MiB/s", "log10"}, Better::higher);
       p.series("multi", Role::dfi, "tier, " + rb + " RBs");
       p.series("single", Role::baseline, "tier, 1 x " + std::to_string(buffer_bytes >> 10) + " KiB RB (single buffer)");
-      p.series("flow", Role::baseline, "DFI shuffle flow, 64 B tuples");
+      p.series("flow", Role::baseline, "DFI shuffle flow, 64 B tuples, ring of " + rb + " segments");
       p.series("limit", Role::baseline, stream_baseline_name(context.transport) + ", long stream");
       p.compare("multi", "single", test == ct::TestKind::consuming ? std::optional<double>(1.5) : std::nullopt);
       p.compare("multi", "flow", test == ct::TestKind::consuming ? std::optional<double>(0.8) : std::nullopt);

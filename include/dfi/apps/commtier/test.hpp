@@ -21,10 +21,11 @@
 // transfer is its number (no transfer lost, repeated or reordered), and after the clock stopped
 // the whole of the last transfer equals what was sent.
 //
-// Via::flow: the same transfers through two 1:1 shuffle flows per lane (bandwidth mode, the flow
-// defaults for the transport): data as `flow_tuple_bytes` tuples (a transfer rounded up to whole
-// tuples) pushed with push_bulk + flush, the ready/done signals as 8-byte tuples. The CU thread
-// consumes batches and copies (consuming) or skips (throughput) them.
+// Via::flow: the same transfers through two 1:1 shuffle flows per lane (bandwidth mode): data as
+// `flow_tuple_bytes` tuples (a transfer rounded up to whole tuples) pushed with push_bulk + flush,
+// in a ring of the tier's shape (`buffers`: as many segments as RBs, each of an RB's size), the
+// ready/done signals as 8-byte tuples (flow defaults). The CU thread consumes batches and copies
+// (consuming) or skips (throughput) them.
 #pragma once
 
 #include <chrono>
