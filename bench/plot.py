@@ -66,7 +66,11 @@ def plot_numeric(ax, panel):
         xs = sorted({p["x"] for s in series for p in s["points"]})
         ax.set_xticks(xs)
         ax.tick_params(axis="x", labelrotation=45)
-    ax.set_ylim(bottom=0)
+    if panel["y"].get("scale") in ("log2", "log10"):
+        # values that span decades (DFI next to a much slower baseline): a log axis keeps both readable
+        ax.set_yscale("log", base=2 if panel["y"]["scale"] == "log2" else 10)
+    else:
+        ax.set_ylim(bottom=0)
 
 
 def plot_categories(ax, panel):
