@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -28,6 +29,10 @@ using Reader = memory::SegmentReader<memory::RemoteRing>;
 using Writer = memory::SegmentWriter<memory::RemoteRing>;
 
 namespace {
+
+// limit_rate(): how far behind the rate a mover may fall and catch up (a late wake-up from the
+// pacing sleep on a loaded machine, a slow pass) before the time counts as idle.
+constexpr std::chrono::milliseconds kPaceCredit{5};
 
 std::string consumer_name(const flow::TargetRef& t) {
   return "consumer (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ")";
@@ -233,6 +238,14 @@ Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, 
     }
   }
   return {};
+}
+
+void Mover::limit_rate(double bytes_per_second) {
+  if (!(bytes_per_second >= 0) || !std::isfinite(bytes_per_second)) {
+    throw Error(Errc::invalid_argument, "mover (rank " + std::to_string(node_.rank()) + "): rate limit " +
+                                            std::to_string(bytes_per_second) + " B/s is not a rate");
+  }
+  rate_ = bytes_per_second;
 }
 
 bool Mover::done() const noexcept {
@@ -524,11 +537,18 @@ Status Mover::run(std::chrono::milliseconds timeout) {
   std::chrono::microseconds interval = std::chrono::microseconds::max();
   for (const auto& f : flows_) interval = std::min(interval, f->options.poll_interval);
   Backoff backoff(BackoffSettings::from_config(), reinterpret_cast<std::uintptr_t>(this));
+  std::chrono::steady_clock::time_point paced{};  // when what was moved fits limit_rate()
   while (!done()) {
     std::uint64_t moved = 0;
     if (Status s = step(moved); !s) return s;
     if (moved > 0) {
       backoff.reset();
+      if (rate_ > 0) {  // once per pass: a clock read, and a sleep when ahead of the rate
+        const auto now = std::chrono::steady_clock::now();
+        paced = std::max(paced, now - kPaceCredit) + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                           std::chrono::duration<double>(static_cast<double>(moved) / rate_));
+        if (paced > now) std::this_thread::sleep_until(paced);
+      }
       continue;
     }
     if (deadline.expired()) {

@@ -1,7 +1,9 @@
 // `dfi bench driven-qos --quick`, for real (producers on rank 0, consumers on rank 1, the mover
 // on rank 2), cut down with --set to short phases over shm and tcp. Checks the result's shape:
 // a timeline per run (QoS and the equal-share baseline) with one series per flow, the achieved
-// part of every flow in every phase for both, the aggregate comparison against its 0.9 target
+// part of every flow in every phase for both (and, on shm, for the same shares with the mover
+// not capped),
+// the aggregate comparison against its 0.9 target
 // and a note per phase; never how close the shares came (a loaded machine decides that). A run
 // in which a tuple is lost, duplicated or out of order makes the scenario fail by itself.
 #include <gtest/gtest.h>
@@ -16,7 +18,8 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 using testing::find_by_id;
 
-void check_driven_qos(const json& r) {
+// `capped`: the mover ran capped (shm's default), so the same shares uncapped were measured too.
+void check_driven_qos(const json& r, bool capped) {
   ASSERT_TRUE(r.is_object());
   for (const auto& [panel, prefix] : {std::pair{"timeline", "flow"}, std::pair{"timeline_equal", "equal"}}) {
     const json* p = find_by_id(r["panels"], panel);
@@ -30,6 +33,7 @@ void check_driven_qos(const json& r) {
   }
   const json* share = find_by_id(r["panels"], "share");
   ASSERT_NE(share, nullptr);
+  EXPECT_EQ(find_by_id((*share)["series"], "uncapped") != nullptr && find_by_id((*share)["series"], "uncapped")->at("points").size() == 9u, capped);
   for (const char* series : {"qos", "equal"}) {
     const json* s = find_by_id((*share)["series"], series);
     ASSERT_NE(s, nullptr) << series;
@@ -51,9 +55,9 @@ void check_driven_qos(const json& r) {
 
 const std::vector<std::string> kCutDown = {"--set", "phase_seconds=0.6", "--set", "settle_seconds=0.2"};
 
-TEST(BenchDrivenQos, QuickOverShm) { check_driven_qos(testing::run_quick("driven-qos", "shm", kCutDown, 120s)); }
+TEST(BenchDrivenQos, QuickOverShm) { check_driven_qos(testing::run_quick("driven-qos", "shm", kCutDown, 120s), true); }
 
-TEST(BenchDrivenQos, QuickOverTcp) { check_driven_qos(testing::run_quick("driven-qos", "tcp", kCutDown, 120s)); }
+TEST(BenchDrivenQos, QuickOverTcp) { check_driven_qos(testing::run_quick("driven-qos", "tcp", kCutDown, 120s), false); }
 
 }  // namespace
 }  // namespace dfi::tools::bench

@@ -93,6 +93,13 @@ class Mover {
   Status run(std::chrono::milliseconds timeout);
   // True when every flow added has ended.
   bool done() const noexcept;
+  // Paces run() to at most `bytes_per_second` payload bytes moved (0, the default: no limit),
+  // like a link of that bandwidth between the mover and the PUs (000 throttles transfers to a
+  // rate; the switch port is the bottleneck its QoS divides). After a pass that moved bytes,
+  // run() sleeps until they fit the rate; a mover that fell behind (idle, or woken late) catches
+  // up at most 5 ms worth. step() is not paced.
+  // Throws dfi::Error(invalid_argument) for a negative or non-finite rate.
+  void limit_rate(double bytes_per_second);
 
   // What the mover moved over all its flows.
   const MoverCounters& counters() const noexcept { return counters_; }
@@ -126,6 +133,7 @@ class Mover {
   std::vector<std::unique_ptr<Flow>> flows_;
   MoverCounters counters_;
   bool quanta_stale_ = true;  // a flow was added or a share changed since set_quanta()
+  double rate_ = 0;           // limit_rate(): bytes per second, 0: none
 };
 
 }  // namespace dfi::driven

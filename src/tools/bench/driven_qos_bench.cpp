@@ -6,6 +6,13 @@
 // the bytes they receive per bin_ms: per-flow bandwidth over time, and per phase (after
 // settle_seconds) each flow's part of the bytes against its set share (target: within 10 %).
 //
+// The mover is capped at mover_gbps (Mover::limit_rate), like the switch port whose bandwidth
+// 000's QoS divides: on 2 shared vCPUs the producers, not the mover's copies, are otherwise the
+// bottleneck, the mover idles between their segments, and there is nothing for shares to divide.
+// The same shares with the mover uncapped are measured too (series "uncapped") to show that. Over
+// tcp no cap is needed (default 0): the mover's gets and puts, which UCX emulates with messages,
+// are slower than the producers, so the mover is the bottleneck by itself.
+//
 // Baseline, measured in the same run on the same cluster shape: the same three flows with equal
 // shares throughout. It shows what the same mover, PUs and flows give without QoS (the split the
 // machine's scheduling yields by itself) and whether QoS costs aggregate bandwidth; the DFI
@@ -27,6 +34,7 @@
 #include "dfi/driven/flow.hpp"
 #include "dfi/driven/mover.hpp"
 #include "dfi/driven/producer.hpp"
+#include "dfi/flow/shuffle.hpp"
 #include "rank_threads.hpp"
 #include "scenarios.hpp"
 #include "tuple_block.hpp"
@@ -36,6 +44,7 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using driven::MoverCounters;
 
 constexpr std::size_t kFlows = 3;
 constexpr double kTarget = 0.10;  // relative error of an achieved share
@@ -52,6 +61,7 @@ std::string shares_label(const Shares& s) {
 struct Plan {
   std::vector<Shares> phases;
   bool qos = true;  // false: the baseline, equal shares throughout
+  double mover_bytes_per_second = 0;  // Mover::limit_rate, 0: none
   double phase_seconds = 4;
   double bin_seconds = 0.1;
   std::size_t tuple_bytes = 1024;
@@ -64,7 +74,7 @@ struct Plan {
   json to_json() const {
     return {{"phases", phases},          {"qos", qos},           {"phase_seconds", phase_seconds},
             {"bin_seconds", bin_seconds}, {"tuple_bytes", tuple_bytes}, {"segments", segments},
-            {"segment_bytes", segment_bytes}};
+            {"segment_bytes", segment_bytes}, {"mover_bytes_per_second", mover_bytes_per_second}};
   }
   static Plan from_json(const json& j) {
     Plan p;
@@ -75,6 +85,7 @@ struct Plan {
     p.tuple_bytes = j.at("tuple_bytes");
     p.segments = j.at("segments");
     p.segment_bytes = j.at("segment_bytes");
+    p.mover_bytes_per_second = j.at("mover_bytes_per_second");
     return p;
   }
 };
@@ -104,6 +115,9 @@ class DrivenQosScenario : public Scenario {
         {"tuple_bytes", 1024, 1024, "tuple width (>= 8)"},
         {"segments", 64, 64, "segments per ring"},
         {"segment_bytes", 65536, 65536, "segment size"},
+        {"mover_gbps", json{{"shm", 1.0}, {"tcp", 0}}, json{{"shm", 1.0}, {"tcp", 0}},
+         "the mover's bandwidth cap (the link 000's QoS divides; 0: none — over tcp the mover's emulated gets "
+         "and puts are the bottleneck by themselves)"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
   }
@@ -120,6 +134,7 @@ class DrivenQosScenario : public Scenario {
     plan.tuple_bytes = context.param("tuple_bytes");
     plan.segments = context.param("segments");
     plan.segment_bytes = context.param("segment_bytes");
+    plan.mover_bytes_per_second = context.param("mover_gbps").get<double>() * 1e9;
     const double settle = context.param("settle_seconds");
     if (plan.phases.empty() || plan.tuple_bytes < 8 || plan.bin_seconds <= 0 || settle + plan.bin_seconds >= plan.phase_seconds) {
       throw Error(Errc::invalid_argument, "bench driven-qos: need phases, tuple_bytes >= 8, bin_ms > 0 and "
@@ -141,6 +156,8 @@ class DrivenQosScenario : public Scenario {
                                    time, bandwidth, Better::higher);
     Panel& equal_timeline = result.panel("timeline_equal", "Baseline: the same flows with equal shares", time, bandwidth,
                                          Better::higher);
+    Panel& uncapped_timeline = result.panel("timeline_uncapped", "The same shares, the mover not capped", time,
+                                            bandwidth, Better::higher);
     Panel& share = result.panel("share", "Achieved part of the bytes per phase and flow (set share in the label)",
                                 {"phase / flow", "", "category"}, {"part of the bytes", ""}, Better::higher);
     Panel& aggregate = result.panel("aggregate", "Aggregate bandwidth per phase (QoS should cost none)",
@@ -150,22 +167,29 @@ class DrivenQosScenario : public Scenario {
       for (const Shares& s : plan.phases) shares += (shares.empty() ? "" : "→") + std::to_string(s[f]);
       timeline.series("flow" + std::to_string(f), Role::dfi, "flow " + std::to_string(f) + " (share " + shares + ")");
       equal_timeline.series("equal" + std::to_string(f), Role::baseline, "flow " + std::to_string(f) + " (share 1)");
+      uncapped_timeline.series("uncapped" + std::to_string(f), Role::dfi, "flow " + std::to_string(f) + " (share " + shares + ")");
     }
     share.series("qos", Role::dfi, "shares set per phase");
     share.series("equal", Role::baseline, "equal shares");
+    share.series("uncapped", Role::dfi, "shares set per phase, mover not capped");
     aggregate.series("qos", Role::dfi, "shares set per phase");
     aggregate.series("equal", Role::baseline, "equal shares");
+    aggregate.series("uncapped", Role::dfi, "shares set per phase, mover not capped");
     aggregate.compare("qos", "equal", 0.9);
 
     // achieved[phase][flow]: one sample per repetition
     std::vector<std::array<std::vector<double>, kFlows>> achieved(plan.phases.size());
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     for (int rep = 1; rep <= context.repeat; ++rep) {
-      auto one = [&](bool qos) {
+      // kind: "qos" (shares set, mover capped), "equal" (the baseline), "uncapped" (shares set)
+      auto one = [&](const std::string& kind) {
         Plan p = plan;
-        p.qos = qos;
+        p.qos = kind != "equal";
+        if (kind == "uncapped") p.mover_bytes_per_second = 0;
+        const bool qos = kind == "qos";
         const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) + ", " +
-                                  (qos ? "shares " + phases_label(plan.phases) : std::string("equal shares"));
+                                  (p.qos ? "shares " + phases_label(plan.phases) : std::string("equal shares")) +
+                                  (p.mover_bytes_per_second > 0 ? ", mover capped" : ", mover not capped");
         context.say(round);
         RankJob job{.nodes = 3, .scenario = name(), .params = p.to_json(), .timeout = timeout};
         const std::string command = rank_job_command(job, context);
@@ -175,8 +199,8 @@ class DrivenQosScenario : public Scenario {
         }
         check_delivery(reports.at(0), reports.at(1), round);
         const auto bins = reports.at(1).at("bins").get<std::vector<std::vector<double>>>();
-        Panel& t = qos ? timeline : equal_timeline;
-        const std::string prefix = qos ? "flow" : "equal";
+        Panel& t = qos ? timeline : kind == "equal" ? equal_timeline : uncapped_timeline;
+        const std::string prefix = qos ? "flow" : kind;
         for (std::size_t f = 0; f < kFlows; ++f) {
           // the bins of the run itself (the last one holds what drained after the producers stopped)
           for (std::size_t b = 0; b + 1 < bins[f].size(); ++b) {
@@ -196,21 +220,24 @@ class DrivenQosScenario : public Scenario {
           const double sum = bytes[0] + bytes[1] + bytes[2];
           const double seconds = static_cast<double>(last - first) * p.bin_seconds;
           const std::string phase = phase_label(k, plan.phases[k]);
-          aggregate.add(qos ? "qos" : "equal", phase, seconds > 0 ? sum / seconds / 1e9 : 0);
-          aggregate.add_command(qos ? "qos" : "equal", command);
+          aggregate.add(kind, phase, seconds > 0 ? sum / seconds / 1e9 : 0);
+          aggregate.add_command(kind, command);
           said += " " + phase + ":";
           for (std::size_t f = 0; f < kFlows; ++f) {
             const double part = sum > 0 ? bytes[f] / sum : 0;
-            share.add(qos ? "qos" : "equal", flow_label(k, f, plan.phases[k]), part);
+            share.add(kind, flow_label(k, f, plan.phases[k]), part);
             if (qos) achieved[k][f].push_back(part);
             said += " " + format(part, 3);
           }
           said += " (" + format(sum / std::max(seconds, 1e-9) / 1e9, 2) + " GB/s)";
         }
-        share.add_command(qos ? "qos" : "equal", command);
-        context.say(round + ":" + said);
+        share.add_command(kind, command);
+        context.say(round + ":" + said + "; producer ring-full waits " + reports.at(0).at("stalls").dump() +
+                    ", mover passes that moved nothing " + reports.at(2).at("idle_steps").dump() + " (segments moved " +
+                    reports.at(2).at("segments").dump() + ")");
       };
-      run_alternating(rep, [&] { one(true); }, [&] { one(false); });
+      run_alternating(rep, [&] { one("qos"); }, [&] { one("equal"); });
+      if (plan.mover_bytes_per_second > 0) one("uncapped");
     }
     // Per phase: the set share vs the median (min-max) achieved, against the 10 % target.
     for (std::size_t k = 0; k < plan.phases.size(); ++k) {
@@ -313,7 +340,7 @@ class DrivenQosScenario : public Scenario {
     const std::size_t tb = plan.tuple_bytes;
     const std::size_t block = block_tuples(tb);
     const auto run_for = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(plan.seconds()));
-    std::array<std::uint64_t, kFlows> pushed{};
+    std::array<std::uint64_t, kFlows> pushed{}, stalls{};
     RankThreads threads("bench driven-qos: rank 0");
     for (std::size_t f = 0; f < kFlows; ++f) {
       threads.start("producer " + std::to_string(f), [&, f](RankThreads::Gate& gate) {
@@ -333,13 +360,14 @@ class DrivenQosScenario : public Scenario {
         }
         if (Status s = out.close(); !s) throw Error(s.code(), s.message());
         pushed[f] = n;
+        stalls[f] = out.counters().stalls;
       });
     }
     threads.release([&] { node.barrier("bench-qos-start"); });
     threads.join();
     json key_sums = json::array();
     for (std::size_t f = 0; f < kFlows; ++f) key_sums.push_back(expected_key_sum(pushed[f], block));
-    return {{"tuples", pushed}, {"key_sum", key_sums}};
+    return {{"tuples", pushed}, {"key_sum", key_sums}, {"stalls", stalls}};
   }
 
   // Rank 1: each consumer checks every tuple (its key is the next in the block's cycle) and adds
@@ -387,9 +415,11 @@ class DrivenQosScenario : public Scenario {
   static json run_mover(cluster::Node& node, const Plan& plan) {
     std::array<std::uint64_t, kFlows> moved{};
     std::array<std::int64_t, kFlows> last_share{};
+    MoverCounters total;
     RankThreads threads("bench driven-qos: rank 2");
     threads.start("mover", [&](RankThreads::Gate& gate) {
       driven::Mover mover(node);
+      mover.limit_rate(plan.mover_bytes_per_second);
       for (std::size_t f = 0; f < kFlows; ++f) mover.add_flow(flow_name(f));
       gate.ready_and_wait();
       if (Status s = mover.run(std::chrono::milliseconds(static_cast<long>(plan.seconds() * 1000) + 60000)); !s) {
@@ -399,6 +429,7 @@ class DrivenQosScenario : public Scenario {
         moved[f] = mover.counters(flow_name(f)).bytes;
         last_share[f] = mover.share(flow_name(f));
       }
+      total = mover.counters();
     });
     const Clock::time_point start = threads.release([&] { node.barrier("bench-qos-start"); });
     for (std::size_t k = 1; k < plan.phases.size() && plan.qos; ++k) {
@@ -407,7 +438,7 @@ class DrivenQosScenario : public Scenario {
       for (std::size_t f = 0; f < kFlows; ++f) driven::set_share(node, flow_name(f), plan.phases[k][f]);
     }
     threads.join();
-    return {{"moved", moved}, {"shares", last_share}};
+    return {{"moved", moved}, {"shares", last_share}, {"idle_steps", total.idle_steps}, {"segments", total.segments}};
   }
 };
 
