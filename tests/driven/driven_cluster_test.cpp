@@ -78,6 +78,13 @@ TEST_P(DrivenCluster, RateSharesSplitTheMoverBetweenFlowsAndChangeWhileTheyRun) 
   EXPECT_TRUE(contains(run.out, "driven qos: every flow's tuples exactly once, in order")) << run.all();
 }
 
+// A mover capped with limit_rate to move the flow's 4.8 MB in 0.3 s takes at least that long.
+TEST_P(DrivenCluster, ARateLimitedMoverIsNeverFasterThanItsRate) {
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "rate", "200000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "driven rate: capped mover took")) << run.all();
+}
+
 TEST_P(DrivenCluster, ExplicitOneToOneWithAPollInterval) {
   auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "explicit", "50000"});
   ASSERT_EQ(run.code, 0) << run.all();

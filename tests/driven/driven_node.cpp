@@ -16,6 +16,9 @@
 //       mover with shares 1:2:1, changed to 3:1:1 mid-run with set_share, plus an idle flow with
 //       share 1000 that sends only at the end: every tuple exactly once and in order; while all
 //       three are backlogged the mover's bytes per flow follow the shares; every pass moves data
+//   driven_node rate TUPLES                             a 1:1 flow whose mover is capped
+//       (Mover::limit_rate) to move the flow's bytes in 0.3 s: it takes at least that long, every
+//       tuple in order; a negative rate is a named error
 //   driven_node errors                                  user errors give clear errors
 //   driven_node kill-mover                              the mover dies mid-flow: the producer
 //       (rank 0) and the consumer (rank 1) get peer_failed naming it, then flow_failed
@@ -558,6 +561,36 @@ int run_qos(cluster::Node& node, std::uint64_t tuples) {
 }
 
 template <class F>
+void expect_error(const std::string& what, Errc code, const std::string& part, F&& f);
+
+int run_rate(cluster::Node& node, std::uint64_t tuples) {
+  const std::string name = "driven-rate";
+  if (node.rank() == 0) flow::create_flow(node, one_to_one(name));
+  if (node.rank() == 0) {
+    produce_all(node, name, 0, 0, tuples, true);
+  } else if (node.rank() == 1) {
+    const Seen seen = consume_all(node, name, 0, 0, 1, 1, false);
+    if (seen.count != tuples || seen.out_of_order != 0 || seen.key_sum != expected_key_sum(1, tuples)) {
+      fail("rate: received " + std::to_string(seen.count) + " of " + std::to_string(tuples) + ", " +
+           std::to_string(seen.out_of_order) + " out of order");
+    }
+  } else {
+    constexpr double kSeconds = 0.3;
+    driven::Mover mover(node);
+    expect_error("negative rate", Errc::invalid_argument, "rate limit -1", [&] { mover.limit_rate(-1); });
+    mover.limit_rate(static_cast<double>(tuples * sizeof(Tuple)) / kSeconds);
+    mover.add_flow(name, 30s);
+    const auto start = std::chrono::steady_clock::now();
+    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Paced: never faster than the rate, but for the 5 ms a late mover may catch up.
+    if (took < kSeconds - 0.01) fail("rate: the capped mover moved the flow in " + std::to_string(took) + " s");
+    if (failures == 0) std::printf("driven rate: capped mover took %.2f s (>= %.2f s), every tuple in order\n", took, kSeconds);
+  }
+  return 0;
+}
+
+template <class F>
 void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
   try {
     f();
@@ -725,6 +758,8 @@ int main(int argc, char** argv) {
       run_elastic(node, std::stoull(argv[2]));
     } else if (mode == "explicit" && argc == 3) {
       run_explicit(node, std::stoull(argv[2]));
+    } else if (mode == "rate" && argc == 3) {
+      run_rate(node, std::stoull(argv[2]));
     } else if (mode == "qos" && argc == 3) {
       run_qos(node, std::stoull(argv[2]));
     } else if (mode == "errors") {
@@ -734,7 +769,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
-                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | errors | "
+                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | rate TUPLES | errors | "
                    "kill-mover\n");
       return 2;
     }
