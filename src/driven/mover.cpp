@@ -252,7 +252,7 @@ bool Mover::done() const noexcept {
   return std::all_of(flows_.begin(), flows_.end(), [](const auto& f) { return f->ended_all(); });
 }
 
-// QoS by deficit round robin over the flows, in payload bytes (000 §6.2): each pass (round)
+// QoS by deficit round robin over the flows, in payload bytes (000 §5.2): each pass (round)
 // gives every flow its quantum — proportional to its share, the largest share's quantum being
 // half a ring (or batch_bytes if smaller), so that a backlogged flow can fill its part in one
 // round — and a flow moves while its deficit is positive (the last segment may overshoot; the

@@ -36,7 +36,7 @@
 //               any consumer's ring shows it (all-or-nothing), so all consumers see the same
 //               sequence of segments.
 //
-// Rate shares (QoS, 000 §6.2): every driven flow has a share (DrivenOptions::share, default 1).
+// Rate shares (QoS, 000 §5.2): every driven flow has a share (DrivenOptions::share, default 1).
 // When several flows served by one mover have segments to move, the mover divides its transfer
 // work (payload bytes it copies into consumer rings) between them in proportion to their shares;
 // a flow with nothing to move (empty producer rings, full consumer rings) leaves its part to the
