@@ -115,7 +115,7 @@ class DrivenQosScenario : public Scenario {
         {"tuple_bytes", 1024, 1024, "tuple width (>= 8)"},
         {"segments", 64, 64, "segments per ring"},
         {"segment_bytes", 65536, 65536, "segment size"},
-        {"mover_gbps", json{{"shm", 1.0}, {"tcp", 0}}, json{{"shm", 1.0}, {"tcp", 0}},
+        {"mover_gbps", json{{"shm", 0.5}, {"tcp", 0}}, json{{"shm", 0.5}, {"tcp", 0}},
          "the mover's bandwidth cap (the link 000's QoS divides; 0: none — over tcp the mover's emulated gets "
          "and puts are the bottleneck by themselves)"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
