@@ -113,9 +113,9 @@ class DrivenQosScenario : public Scenario {
         {"settle_seconds", 0.3, 0.5, "start of a phase left out of its achieved shares"},
         {"bin_ms", 100, 100, "time bin of the bandwidth timeline"},
         {"tuple_bytes", 1024, 1024, "tuple width (>= 8)"},
-        {"segments", 64, 64, "segments per ring"},
+        {"segments", 128, 128, "segments per ring (8 MiB: a producer the loaded machine leaves off the CPU for a while still has segments queued)"},
         {"segment_bytes", 65536, 65536, "segment size"},
-        {"mover_gbps", json{{"shm", 0.5}, {"tcp", 0}}, json{{"shm", 0.5}, {"tcp", 0}},
+        {"mover_gbps", json{{"shm", 0.25}, {"tcp", 0}}, json{{"shm", 0.25}, {"tcp", 0}},
          "the mover's bandwidth cap (the link 000's QoS divides; 0: none — over tcp the mover's emulated gets "
          "and puts are the bottleneck by themselves)"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
