@@ -5,7 +5,19 @@
 #include <iterator>
 #include <string>
 
+#include "dfi/cluster/node.hpp"
+#include "dfi/flow/detail/rings.hpp"
+#include "dfi/registry/client.hpp"
+#include "names.hpp"
+#include "share.hpp"
+
 namespace dfi::driven {
+
+std::string share_problem(std::int64_t share) {
+  if (share >= 1 && share <= kMaxShare) return {};
+  return "share " + std::to_string(share) + " is outside 1.." + std::to_string(kMaxShare);
+}
+
 namespace {
 
 constexpr Pattern kPatterns[] = {Pattern::shuffle, Pattern::balance, Pattern::replicate};
@@ -21,6 +33,7 @@ void validate_driven(const flow::FlowSpec& spec) {
   }
   if (options.poll_interval.count() < 0) throw spec.invalid("the poll interval must not be negative");
   if (options.batch_bytes == 0) throw spec.invalid("the mover's batch must hold at least one segment");
+  if (std::string problem = share_problem(options.share); !problem.empty()) throw spec.invalid(problem);
 }
 
 void write_driven(const flow::FlowSpec& spec, flow::SpecFields& record) {
@@ -28,6 +41,7 @@ void write_driven(const flow::FlowSpec& spec, flow::SpecFields& record) {
   record.set_string("pattern", pattern_name(options.pattern));
   record.set_int("poll_interval_us", options.poll_interval.count());
   record.set_int("batch_bytes", static_cast<std::int64_t>(options.batch_bytes));
+  record.set_int("share", options.share);
 }
 
 void read_driven(const flow::SpecFields& record, flow::FlowSpec& spec) {
@@ -45,6 +59,10 @@ void read_driven(const flow::SpecFields& record, flow::FlowSpec& spec) {
     throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: batch_bytes " + std::to_string(batch));
   }
   options.batch_bytes = static_cast<std::uint64_t>(batch);
+  options.share = record.get_int("share");
+  if (std::string problem = share_problem(options.share); !problem.empty()) {
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: " + problem);
+  }
 }
 
 }  // namespace
@@ -56,6 +74,20 @@ const char* pattern_name(Pattern pattern) noexcept {
     case Pattern::replicate: return "replicate";
   }
   return "?";
+}
+
+void set_share(cluster::Node& node, std::string_view name, std::int64_t share, std::chrono::milliseconds timeout) {
+  const std::string flow(name);
+  if (std::string problem = share_problem(share); !problem.empty()) {
+    throw Error(Errc::invalid_argument, "driven flow '" + flow + "': set_share: " + problem);
+  }
+  // The flow must exist and be driven: a share record of another flow would never be read.
+  (void)flow::detail::open_spec(node, flow, kDriven, std::nullopt, flow::detail::open_deadline(timeout));
+  try {
+    node.registry().publish(detail::share_record(flow), std::to_string(share), /*replace=*/true);
+  } catch (const Error& e) {
+    throw Error(e.code(), "driven flow '" + flow + "': set_share: " + e.what());
+  }
 }
 
 constinit const flow::FlowTypeTraits kDrivenTraits{.name = "driven",

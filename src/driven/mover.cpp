@@ -1,6 +1,8 @@
 #include "dfi/driven/mover.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "dfi/memory/segment_writer.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
+#include "share.hpp"
 
 namespace dfi::driven {
 
@@ -27,8 +30,9 @@ using Writer = memory::SegmentWriter<memory::RemoteRing>;
 
 namespace {
 
-// How often the mover of a balance flow looks for consumers that joined or asked to leave.
-constexpr std::chrono::milliseconds kMemberPoll{20};
+// limit_rate(): how far behind the rate a mover may fall and catch up (a late wake-up from the
+// pacing sleep on a loaded machine, a slow pass) before the time counts as idle.
+constexpr std::chrono::milliseconds kPaceCredit{5};
 
 std::string consumer_name(const flow::TargetRef& t) {
   return "consumer (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ")";
@@ -63,8 +67,17 @@ struct Mover::Flow {
   // Balance: writers[c] is null until consumer c opened; leaving[c] once it asked to leave.
   std::vector<bool> leaving;
   std::vector<std::string> join_records, leave_records;  // [consumer]: built once
-  std::chrono::steady_clock::time_point next_poll{};  // of the registry, for joins and leaves
-  bool final_poll = false;  // made after every producer ended
+  std::string share_record;
+  std::chrono::steady_clock::time_point next_poll{};  // of the registry: share, joins and leaves
+  bool final_poll = false;  // balance: made after every producer ended
+  // QoS (Mover::step: deficit round robin over the mover's flows, in payload bytes): the share
+  // the mover applies, the bytes the flow may move per round, the bytes it may still move (may
+  // be negative after a segment overshot it), and this pass's limit for the pattern's loop.
+  std::int64_t share = 1;
+  std::int64_t quantum = 0;
+  std::int64_t deficit = 0;
+  std::uint64_t allowance = std::numeric_limits<std::uint64_t>::max();
+  MoverCounters tally;  // this flow's counters
 
   // True once the flow ended: every producer's end-of-stream taken and every consumer attached
   // closed (balance), every consumer closed (the others).
@@ -72,7 +85,8 @@ struct Mover::Flow {
     return consumers_open == 0 && (options.pattern != Pattern::balance || (open[0] == 0 && final_poll));
   }
 
-  // One pass of the flow's pattern; `moved` grows by the payload bytes written into consumers.
+  // One pass of the flow's pattern; `moved` grows by the payload bytes written into consumers,
+  // and stops growing once it reached `allowance` (the last segment may go beyond it).
   Status step_shuffle(MoverCounters& counters, std::uint64_t& moved);
   Status step_balance(MoverCounters& counters, std::uint64_t& moved);
   Status step_replicate(MoverCounters& counters, std::uint64_t& moved);
@@ -81,8 +95,8 @@ struct Mover::Flow {
   // segment itself (the producer ended) and leaves `segment` empty then.
   Status take(std::size_t row, std::size_t p, std::optional<memory::SegmentView>& segment);
   // Copies `segment` (peeked from `reader`) into the writer's ring and gives it back.
-  static Status transfer(Reader& reader, Writer& writer, const memory::SegmentView& segment,
-                         MoverCounters& counters, std::uint64_t& moved);
+  Status transfer(Reader& reader, Writer& writer, const memory::SegmentView& segment, MoverCounters& total,
+                  std::uint64_t& moved);
   // free and budget of every consumer, from its ring's released tail.
   Status refresh_free();
   // Balance and replicate, after a pass: sends what was published; once every producer ended,
@@ -103,6 +117,8 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   f->spec = flow::detail::open_spec(node_, name, kDriven, std::nullopt, deadline);
   f->options = f->spec.type_options.get<DrivenOptions>();
   f->label = "driven flow '" + f->spec.name + "' mover (rank " + std::to_string(node_.rank()) + ")";
+  f->share = f->options.share;
+  f->share_record = detail::share_record(f->spec.name);
   const std::size_t producers = f->spec.sources.size();
   const std::size_t consumers = f->spec.targets.size();
 
@@ -161,6 +177,7 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   f->free.assign(consumers, 0);
   f->budget.assign(consumers, 0);
   flows_.push_back(std::move(f));
+  quanta_stale_ = true;
 }
 
 fabric::Endpoint& Mover::endpoint(Flow& f, int rank) {
@@ -187,10 +204,26 @@ void Mover::attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region
   ++f.consumers_open;
 }
 
-Status Mover::poll_members(Flow& f, bool now_or_never) {
-  const auto now = std::chrono::steady_clock::now();
+Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, bool now_or_never) {
   if (now < f.next_poll && !now_or_never) return {};
-  f.next_poll = now + kMemberPoll;
+  f.next_poll = now + kShareRefresh;
+  std::optional<std::string> text;
+  try {
+    text = node_.registry().try_lookup(f.share_record);
+  } catch (const Error& e) {
+    return {e.code(), f.label + ": share record: " + e.what()};
+  }
+  if (text) {
+    std::int64_t share = 0;
+    const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), share);
+    std::string problem = ec != std::errc() || end != text->data() + text->size() ? "not a number" : share_problem(share);
+    if (!problem.empty()) return {Errc::protocol, f.label + ": share record '" + *text + "': " + problem};
+    if (share != f.share) {
+      f.share = share;
+      quanta_stale_ = true;
+    }
+  }
+  if (f.options.pattern != Pattern::balance) return {};
   for (std::size_t c = 0; c < f.writers.size(); ++c) {
     try {
       if (!f.writers[c]) {
@@ -207,43 +240,121 @@ Status Mover::poll_members(Flow& f, bool now_or_never) {
   return {};
 }
 
+void Mover::limit_rate(double bytes_per_second) {
+  if (!(bytes_per_second >= 0) || !std::isfinite(bytes_per_second)) {
+    throw Error(Errc::invalid_argument, "mover (rank " + std::to_string(node_.rank()) + "): rate limit " +
+                                            std::to_string(bytes_per_second) + " B/s is not a rate");
+  }
+  rate_ = bytes_per_second;
+}
+
 bool Mover::done() const noexcept {
   return std::all_of(flows_.begin(), flows_.end(), [](const auto& f) { return f->ended_all(); });
 }
 
+// QoS by deficit round robin over the flows, in payload bytes (000 §5.2): each pass (round)
+// gives every flow its quantum — proportional to its share, the largest share's quantum being
+// half a ring (or batch_bytes if smaller), so that a backlogged flow can fill its part in one
+// round — and a flow moves while its deficit is positive (the last segment may overshoot; the
+// overshoot is paid back in the next round). Decided per segment, never per tuple. A flow that
+// stops with credit left had nothing more to move: it keeps at most one quantum, so an idle flow
+// does not hoard, and the others' rounds come faster (work-conserving). A mover with one flow
+// does not ration it.
+void Mover::set_quanta() {
+  std::int64_t round = std::numeric_limits<std::int64_t>::max();
+  std::int64_t max_share = 1;
+  for (const auto& f : flows_) {
+    const std::uint64_t half_ring = std::max<std::uint64_t>(f->layout.bytes() / 2, 1);
+    round = std::min(round, static_cast<std::int64_t>(std::min(f->options.batch_bytes, half_ring)));
+    max_share = std::max(max_share, f->share);
+  }
+  for (auto& f : flows_) f->quantum = std::max<std::int64_t>(round * f->share / max_share, 1);  // <= 2^22 * 10^6
+  quanta_stale_ = false;
+}
+
 Status Mover::step(std::uint64_t& moved) {
   moved = 0;
+  const auto now = std::chrono::steady_clock::now();  // once per pass: the registry looks
   for (auto& owned : flows_) {
     Flow& f = *owned;
     if (f.ended_all()) continue;
-    Status s;
-    switch (f.options.pattern) {
-      case Pattern::shuffle: s = f.step_shuffle(counters_, moved); break;
-      case Pattern::balance:
-        // Once every producer ended, one last look for consumers that joined since the last one
-        // (each must get its end-of-stream) before the flow may end.
-        if (const bool last_look = f.open[0] == 0 && !f.final_poll; (s = poll_members(f, last_look))) {
-          f.final_poll = last_look || f.final_poll;
-          s = f.step_balance(counters_, moved);
-        }
-        break;
-      case Pattern::replicate: s = f.step_replicate(counters_, moved); break;
+    // Once every producer of a balance flow ended, one last look for consumers that joined since
+    // the last one (each must get its end-of-stream) before the flow may end.
+    const bool last_look = f.options.pattern == Pattern::balance && f.open[0] == 0 && !f.final_poll;
+    if (Status s = poll_registry(f, now, last_look); !s) return s;
+    f.final_poll = f.final_poll || last_look;
+  }
+  if (quanta_stale_) set_quanta();
+  const bool rationed = flows_.size() > 1;
+  for (bool again = true; again;) {
+    bool held = false;  // a flow that used up its deficit (it may have more to move)
+    for (auto& owned : flows_) {
+      Flow& f = *owned;
+      if (f.ended_all()) continue;
+      if (rationed) {
+        f.deficit += f.quantum;
+        f.allowance = f.deficit > 0 ? static_cast<std::uint64_t>(f.deficit) : 0;
+      }
+      std::uint64_t flow_moved = 0;
+      Status s;
+      switch (f.options.pattern) {
+        case Pattern::shuffle: s = f.step_shuffle(counters_, flow_moved); break;
+        case Pattern::balance: s = f.step_balance(counters_, flow_moved); break;
+        case Pattern::replicate: s = f.step_replicate(counters_, flow_moved); break;
+      }
+      if (!s) return s;
+      moved += flow_moved;
+      if (flow_moved == 0) ++f.tally.idle_steps;
+      if (!rationed) continue;
+      f.deficit -= static_cast<std::int64_t>(flow_moved);
+      if (f.deficit <= 0) {
+        held = true;
+      } else {
+        f.deficit = std::min(f.deficit, f.quantum);  // it ran out of work: no hoarding
+      }
     }
-    if (!s) return s;
+    // Nothing moved although a flow was held back by its deficit (a small share after an
+    // overshoot while the others have nothing): skip the rounds until the first one may move.
+    again = moved == 0 && held;
+    if (again) fast_forward();
   }
   if (moved == 0) ++counters_.idle_steps;
   return {};
 }
 
-Status Mover::Flow::transfer(Reader& reader, Writer& writer, const memory::SegmentView& segment,
-                             MoverCounters& counters, std::uint64_t& moved) {
+void Mover::fast_forward() {
+  std::int64_t rounds = std::numeric_limits<std::int64_t>::max();
+  for (const auto& f : flows_) {
+    if (!f->ended_all() && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
+  }
+  // The next pass adds one quantum more: the first held flow then has a positive deficit.
+  for (auto& f : flows_) {
+    if (!f->ended_all() && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
+  }
+}
+
+const Mover::Flow& Mover::find(std::string_view flow) const {
+  for (const auto& f : flows_) {
+    if (f->spec.name == flow) return *f;
+  }
+  throw Error(Errc::not_found, "mover (rank " + std::to_string(node_.rank()) + "): no flow '" + std::string(flow) + "'");
+}
+
+const MoverCounters& Mover::counters(std::string_view flow) const { return find(flow).tally; }
+
+std::int64_t Mover::share(std::string_view flow) const { return find(flow).share; }
+
+Status Mover::Flow::transfer(Reader& reader, Writer& writer, const memory::SegmentView& segment, MoverCounters& total,
+                             std::uint64_t& moved) {
   // The segment is copied out of the producer's ring (into the consumer's mapped ring, or into a
   // staging segment that the put sends) before the producer gets it back.
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
   if (Status s = reader.release(); !s) return s;
   moved += segment.bytes;
-  ++counters.segments;
-  counters.bytes += segment.bytes;
+  for (MoverCounters* c : {&total, &tally}) {
+    ++c->segments;
+    c->bytes += segment.bytes;
+  }
   return {};
 }
 
@@ -290,18 +401,23 @@ Status Mover::Flow::finish_consumers() {
 
 Status Mover::Flow::step_shuffle(MoverCounters& counters, std::uint64_t& moved) {
   const std::size_t producers = spec.sources.size();
-  for (std::size_t c = 0; c < writers.size(); ++c) {
+  // The first consumer rotates: when the allowance ends the pass early, the next pass starts
+  // with the next consumer.
+  for (std::size_t i = 0; i < writers.size(); ++i) {
+    const std::size_t c = (first_consumer + i) % writers.size();
     Writer& writer = *writers[c];
     if (writer.closed()) continue;
     std::uint64_t room = 0;
-    if (Status s = writer.free_slots(room); !s) return s;
+    if (moved < allowance) {
+      if (Status s = writer.free_slots(room); !s) return s;
+    }
     // Round robin over the producers, one segment each per round, while the consumer has room
     // and the batch is not full: every producer gets its share of the consumer.
     std::uint64_t left = options.batch_bytes;
     bool published = false;
-    for (bool any = true; any && room > 0 && left > 0;) {
+    for (bool any = true; any && room > 0 && left > 0 && moved < allowance;) {
       any = false;
-      for (std::size_t k = 0; k < producers && room > 0 && left > 0; ++k) {
+      for (std::size_t k = 0; k < producers && room > 0 && left > 0 && moved < allowance; ++k) {
         const std::size_t p = (cursor[c] + k) % producers;
         std::optional<memory::SegmentView> segment;
         if (Status s = take(c, p, segment); !s) return s;
@@ -321,6 +437,7 @@ Status Mover::Flow::step_shuffle(MoverCounters& counters, std::uint64_t& moved) 
       if (Status s = writer.drain(); !s) return s;  // on its way before the mover looks elsewhere
     }
   }
+  first_consumer = (first_consumer + 1) % writers.size();
   return {};
 }
 
@@ -342,9 +459,9 @@ Status Mover::Flow::step_balance(MoverCounters& counters, std::uint64_t& moved) 
   const std::size_t producers = spec.sources.size();
   const std::size_t consumers = writers.size();
   if (Status s = refresh_free(); !s) return s;
-  for (bool any = true; any && open[0] > 0;) {
+  for (bool any = true; any && open[0] > 0 && moved < allowance;) {
     any = false;
-    for (std::size_t k = 0; k < consumers; ++k) {
+    for (std::size_t k = 0; k < consumers && moved < allowance; ++k) {
       const std::size_t c = (first_consumer + k) % consumers;
       if (free[c] == 0 || budget[c] == 0 || leaving[c] || writers[c]->closed()) continue;
       for (std::size_t j = 0; j < producers; ++j) {
@@ -380,7 +497,7 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     if (!writers[c]->closed()) room = std::min(room, free[c]);
   }
   std::uint64_t left = options.batch_bytes;
-  while (open[0] > 0 && room > 0 && left > 0) {
+  while (open[0] > 0 && room > 0 && left > 0 && moved < allowance) {
     std::optional<memory::SegmentView> segment;
     std::size_t p = cursor[0];
     for (std::size_t j = 0; j < producers && !segment; ++j) {
@@ -403,8 +520,10 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     if (Status s = readers[0][p]->release(); !s) return s;
     const std::uint64_t copies = writers.size();
     moved += copies * segment->bytes;
-    counters.segments += copies;
-    counters.bytes += copies * segment->bytes;
+    for (MoverCounters* c : {&counters, &tally}) {
+      c->segments += copies;
+      c->bytes += copies * segment->bytes;
+    }
     left -= std::min<std::uint64_t>(left, segment->bytes);
     --room;
     for (std::uint64_t& slots : free) slots -= slots > 0 ? 1 : 0;
@@ -418,11 +537,18 @@ Status Mover::run(std::chrono::milliseconds timeout) {
   std::chrono::microseconds interval = std::chrono::microseconds::max();
   for (const auto& f : flows_) interval = std::min(interval, f->options.poll_interval);
   Backoff backoff(BackoffSettings::from_config(), reinterpret_cast<std::uintptr_t>(this));
+  std::chrono::steady_clock::time_point paced{};  // when what was moved fits limit_rate()
   while (!done()) {
     std::uint64_t moved = 0;
     if (Status s = step(moved); !s) return s;
     if (moved > 0) {
       backoff.reset();
+      if (rate_ > 0) {  // once per pass: a clock read, and a sleep when ahead of the rate
+        const auto now = std::chrono::steady_clock::now();
+        paced = std::max(paced, now - kPaceCredit) + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                           std::chrono::duration<double>(static_cast<double>(moved) / rate_));
+        if (paced > now) std::this_thread::sleep_until(paced);
+      }
       continue;
     }
     if (deadline.expired()) {

@@ -20,6 +20,9 @@ inline std::string leave_record(const std::string& flow, std::size_t consumer) {
   return consumer_record(flow, consumer) + "/leave";
 }
 
+// The flow's rate share set at run time (driven::set_share; decimal), read by its mover.
+inline std::string share_record(const std::string& flow) { return "driven/" + flow + "/share"; }
+
 // The rank of the mover that serves the flow (published by Mover::add_flow; one mover per flow).
 inline std::string mover_record(const std::string& flow) { return "driven/" + flow + "/mover"; }
 

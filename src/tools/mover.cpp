@@ -19,6 +19,9 @@ int run_mover(const std::vector<std::string>& flows, std::chrono::milliseconds t
   const driven::MoverCounters& c = mover.counters();
   out << "dfi mover (rank " << node.rank() << "): " << flows.size() << " flow(s) ended; moved " << c.segments
       << " segments, " << c.bytes << " bytes\n";
+  for (const std::string& flow : flows) {
+    out << "  flow '" << flow << "': " << mover.counters(flow).bytes << " bytes, share " << mover.share(flow) << '\n';
+  }
   node.finish();
   return 0;
 }

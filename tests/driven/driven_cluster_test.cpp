@@ -66,6 +66,25 @@ TEST_P(DrivenCluster, OrderedReplicationGivesEveryConsumerEveryTupleInOneOrder) 
   EXPECT_TRUE(contains(run.out, "3 consumers, each 20000 of 20000 tuples exactly once, all in one order")) << run.all();
 }
 
+// QoS: three flows through one mover, shares 1:2:1 then 3:1:1 (set_share mid-run, the PUs do not
+// know), an idle flow with share 1000 that must not slow them: every tuple once and in order, the
+// mover's byte split follows the shares while all three are backlogged.
+TEST_P(DrivenCluster, RateSharesSplitTheMoverBetweenFlowsAndChangeWhileTheyRun) {
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "qos", "40000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "driven qos: phase 1: set 1:2:1")) << run.all();
+  EXPECT_TRUE(contains(run.out, "driven qos: phase 2: set 3:1:1")) << run.all();
+  EXPECT_TRUE(contains(run.out, "driven qos: the mover held the shares")) << run.all();
+  EXPECT_TRUE(contains(run.out, "driven qos: every flow's tuples exactly once, in order")) << run.all();
+}
+
+// A mover capped with limit_rate to move the flow's 4.8 MB in 0.3 s takes at least that long.
+TEST_P(DrivenCluster, ARateLimitedMoverIsNeverFasterThanItsRate) {
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "rate", "200000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "driven rate: capped mover took")) << run.all();
+}
+
 TEST_P(DrivenCluster, ExplicitOneToOneWithAPollInterval) {
   auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "explicit", "50000"});
   ASSERT_EQ(run.code, 0) << run.all();

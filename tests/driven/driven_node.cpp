@@ -12,6 +12,13 @@
 //   driven_node elastic TUPLES                          a 2:3 load-balancing flow whose consumers
 //       join and leave while it runs: every tuple exactly once, every consumer got some
 //   driven_node explicit TUPLES                         a 1:1 flow with explicit routing
+//   driven_node qos TUPLES                              three 1:1 flows (rank 0 -> rank 1) through one
+//       mover with shares 1:2:1, changed to 3:1:1 mid-run with set_share, plus an idle flow with
+//       share 1000 that sends only at the end: every tuple exactly once and in order; while all
+//       three are backlogged the mover's bytes per flow follow the shares; every pass moves data
+//   driven_node rate TUPLES                             a 1:1 flow whose mover is capped
+//       (Mover::limit_rate) to move the flow's bytes in 0.3 s: it takes at least that long, every
+//       tuple in order; a negative rate is a named error
 //   driven_node errors                                  user errors give clear errors
 //   driven_node kill-mover                              the mover dies mid-flow: the producer
 //       (rank 0) and the consumer (rank 1) get peer_failed naming it, then flow_failed
@@ -19,7 +26,9 @@
 // Exit status 0 means the scenario held; every failure prints why.
 #include <signal.h>
 
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -436,6 +445,151 @@ int run_elastic(cluster::Node& node, std::uint64_t tuples) {
   return 0;
 }
 
+// QoS: flows qos-0..2 from producers (rank 0, thread f) to consumers (rank 1, id f), shares
+// 1:2:1, and qos-idle (thread/id 3, share 1000) whose producer sends only after the measured
+// phases: its big share must not slow the others (work-conserving). Each producer of qos-0..2
+// fills its ring (which holds all its tuples) before the mover starts, so all three stay
+// backlogged: the mover's copy work is the bottleneck, as on shm. The mover (rank 2) steps
+// itself: phase 1 moves a third of the data and checks the byte split against 1:2:1; then
+// set_share makes it 3:1:1 (the PUs do not know) and, after the mover's next look at the
+// registry, phase 2 moves 0.8 of a flow's data and checks 3:1:1. Bytes, not time, are compared,
+// so a loaded machine does not change the split; the tolerance covers the segment granularity.
+int run_qos(cluster::Node& node, std::uint64_t tuples) {
+  constexpr std::size_t kFlows = 3;
+  constexpr std::uint64_t kIdleTuples = 1000;
+  const std::array<std::int64_t, kFlows> shares{1, 2, 1};
+  auto name = [](std::size_t f) { return f == kFlows ? std::string("qos-idle") : "qos-" + std::to_string(f); };
+  if (node.rank() == 0) {
+    for (std::size_t f = 0; f <= kFlows; ++f) {
+      flow::FlowSpec spec = one_to_one(name(f));
+      spec.sources = {{0, static_cast<int>(f)}};
+      spec.targets = {{1, static_cast<int>(f)}};
+      spec.options.segments = 256;  // 1 MiB rings: a producer's ring holds all its tuples
+      spec.options.segment_bytes = 4096;
+      spec.options.stall_timeout = 60s;
+      spec.type_options = driven::DrivenOptions{.batch_bytes = 32 * 1024, .share = f == kFlows ? 1000 : shares[f]};
+      flow::create_flow(node, spec);
+    }
+  }
+  const std::string signals = "test/qos/";
+  if (node.rank() == 0) {
+    std::vector<std::thread> producers;
+    for (std::size_t f = 0; f <= kFlows; ++f) {
+      producers.emplace_back([&, f] {
+        driven::Producer out(node, name(f), static_cast<int>(f));
+        if (f == kFlows) (void)node.wait_for(signals + "go-idle", 120s);
+        const std::uint64_t n = f == kFlows ? kIdleTuples : tuples;
+        for (std::uint64_t i = 0; i < n; ++i) {
+          const Tuple t{key_of(0, i), 0, i};
+          if (Status s = out.push_to(0, &t, sizeof t); !s) return fail(name(f) + " producer: " + s.message());
+        }
+        if (Status s = out.flush(); !s) return fail(name(f) + " flush: " + s.message());
+        if (f < kFlows) node.registry().publish(signals + "filled-" + std::to_string(f), "");
+        if (Status s = out.close(); !s) fail(name(f) + " close: " + s.message());
+      });
+    }
+    for (auto& t : producers) t.join();
+    for (std::size_t f = 0; f <= kFlows; ++f) {
+      const Seen seen = Seen::wait_for(node, name(f), 0);
+      const std::uint64_t n = f == kFlows ? kIdleTuples : tuples;
+      if (seen.count != n || seen.key_sum != expected_key_sum(1, n) || seen.out_of_order != 0) {
+        fail(name(f) + ": received " + std::to_string(seen.count) + " of " + std::to_string(n) + " tuples (" +
+             std::to_string(seen.out_of_order) + " out of order, key sum " + (seen.key_sum == expected_key_sum(1, n) ? "right" : "wrong") + ")");
+      }
+    }
+    if (failures == 0) std::printf("driven qos: every flow's tuples exactly once, in order\n");
+  } else if (node.rank() == 1) {
+    std::vector<std::thread> consumers;
+    std::vector<Seen> seen(kFlows + 1);
+    for (std::size_t f = 0; f <= kFlows; ++f) {
+      consumers.emplace_back([&, f] { seen[f] = consume_all(node, name(f), static_cast<int>(f), 0, 1, 1, false); });
+    }
+    for (auto& t : consumers) t.join();
+    for (std::size_t f = 0; f <= kFlows; ++f) seen[f].publish(node, name(f), 0);
+  } else {
+    driven::Mover mover(node);
+    for (std::size_t f = 0; f <= kFlows; ++f) mover.add_flow(name(f), 30s);
+    for (std::size_t f = 0; f < kFlows; ++f) (void)node.wait_for(signals + "filled-" + std::to_string(f), 120s);
+    auto bytes = [&] {
+      std::array<double, kFlows> b{};
+      for (std::size_t f = 0; f < kFlows; ++f) b[f] = static_cast<double>(mover.counters(name(f)).bytes);
+      return b;
+    };
+    // Steps until `window` bytes moved; checks that every pass moved something and that the
+    // split follows `set`.
+    auto phase = [&](const std::string& label, const std::array<std::int64_t, kFlows>& set, double window) {
+      const std::array<double, kFlows> start = bytes();
+      double total = 0;
+      std::uint64_t passes = 0, empty = 0;
+      while (total < window) {
+        std::uint64_t moved = 0;
+        if (Status s = mover.step(moved); !s) return fail("mover: " + s.message());
+        ++passes;
+        empty += moved == 0 ? 1 : 0;
+        total += static_cast<double>(moved);
+      }
+      for (std::size_t f = 0; f < kFlows; ++f) {
+        if (mover.share(name(f)) != set[f]) fail(label + ": the mover applies share " + std::to_string(mover.share(name(f))) + " to " + name(f));
+      }
+      const std::array<double, kFlows> end = bytes();
+      const double sum = (end[0] - start[0]) + (end[1] - start[1]) + (end[2] - start[2]);
+      const double set_sum = static_cast<double>(set[0] + set[1] + set[2]);
+      std::string achieved;
+      for (std::size_t f = 0; f < kFlows; ++f) {
+        const double got = (end[f] - start[f]) / sum, want = static_cast<double>(set[f]) / set_sum;
+        char text[32];
+        std::snprintf(text, sizeof text, "%s%.3f", f == 0 ? "" : ":", got);
+        achieved += text;
+        if (std::fabs(got - want) > 0.05) fail(label + ": " + name(f) + " got " + std::to_string(got) + " of the bytes, its share is " + std::to_string(want));
+      }
+      if (empty > 0) fail(label + ": " + std::to_string(empty) + " of " + std::to_string(passes) + " passes moved nothing while three flows were backlogged");
+      std::printf("driven qos: %s: set %lld:%lld:%lld, achieved byte split %s over %llu passes\n", label.c_str(),
+                  static_cast<long long>(set[0]), static_cast<long long>(set[1]), static_cast<long long>(set[2]),
+                  achieved.c_str(), static_cast<unsigned long long>(passes));
+    };
+    const double per_flow = static_cast<double>(tuples * sizeof(Tuple));
+    phase("phase 1", shares, per_flow);
+    driven::set_share(node, name(0), 3);
+    driven::set_share(node, name(1), 1);
+    std::this_thread::sleep_for(driven::kShareRefresh + 10ms);  // the mover's next pass looks
+    phase("phase 2", {3, 1, 1}, 0.8 * per_flow);
+    node.registry().publish(signals + "go-idle", "");
+    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+    if (failures == 0) std::printf("driven qos: the mover held the shares\n");
+  }
+  return 0;
+}
+
+template <class F>
+void expect_error(const std::string& what, Errc code, const std::string& part, F&& f);
+
+int run_rate(cluster::Node& node, std::uint64_t tuples) {
+  const std::string name = "driven-rate";
+  if (node.rank() == 0) flow::create_flow(node, one_to_one(name));
+  if (node.rank() == 0) {
+    produce_all(node, name, 0, 0, tuples, true);
+  } else if (node.rank() == 1) {
+    const Seen seen = consume_all(node, name, 0, 0, 1, 1, false);
+    if (seen.count != tuples || seen.out_of_order != 0 || seen.key_sum != expected_key_sum(1, tuples)) {
+      fail("rate: received " + std::to_string(seen.count) + " of " + std::to_string(tuples) + ", " +
+           std::to_string(seen.out_of_order) + " out of order");
+    }
+  } else {
+    constexpr double kSeconds = 0.3;
+    driven::Mover mover(node);
+    expect_error("negative rate", Errc::invalid_argument, "rate limit -1", [&] { mover.limit_rate(-1); });
+    mover.limit_rate(static_cast<double>(tuples * sizeof(Tuple)) / kSeconds);
+    mover.add_flow(name, 30s);
+    const auto start = std::chrono::steady_clock::now();
+    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Paced: never faster than the rate, but for the 5 ms a late mover may catch up.
+    if (took < kSeconds - 0.01) fail("rate: the capped mover moved the flow in " + std::to_string(took) + " s");
+    if (failures == 0) std::printf("driven rate: capped mover took %.2f s (>= %.2f s), every tuple in order\n", took, kSeconds);
+  }
+  return 0;
+}
+
 template <class F>
 void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
   try {
@@ -520,6 +674,20 @@ int run_errors(cluster::Node& node) {
   if (leave.code() != Errc::invalid_argument || leave.message().find("only a consumer of a balance flow") == std::string::npos) {
     fail("leave from a shuffle flow: got '" + leave.message() + "'");
   }
+  // Rate shares: at creation and at run time, 0 and negative are named errors.
+  for (std::int64_t bad : {std::int64_t{0}, std::int64_t{-2}, driven::kMaxShare + 1}) {
+    flow::FlowSpec bad_share = one_to_one("driven-bad-share");
+    bad_share.type_options = driven::DrivenOptions{.share = bad};
+    const std::string part = "share " + std::to_string(bad) + " is outside 1..1000000";
+    expect_error("share " + std::to_string(bad), Errc::invalid_argument, part, [&] { flow::create_flow(node, bad_share); });
+    expect_error("set_share " + std::to_string(bad), Errc::invalid_argument, "driven flow 'driven-ok': set_share: " + part,
+                 [&] { driven::set_share(node, "driven-ok", bad); });
+  }
+  expect_error("set_share on a shuffle flow", Errc::invalid_argument, "not a driven flow",
+               [&] { driven::set_share(node, "not-driven", 2, 2s); });
+  expect_error("set_share on no flow", Errc::not_found, "does not exist", [&] { driven::set_share(node, "no-such-flow", 2, 300ms); });
+  driven::set_share(node, "driven-ok", 7);
+  if (node.registry().lookup("driven/driven-ok/share") != "7") fail("set_share did not write the share record");
   if (failures == 0) std::printf("driven errors: all clear\n");
   return 0;
 }
@@ -590,6 +758,10 @@ int main(int argc, char** argv) {
       run_elastic(node, std::stoull(argv[2]));
     } else if (mode == "explicit" && argc == 3) {
       run_explicit(node, std::stoull(argv[2]));
+    } else if (mode == "rate" && argc == 3) {
+      run_rate(node, std::stoull(argv[2]));
+    } else if (mode == "qos" && argc == 3) {
+      run_qos(node, std::stoull(argv[2]));
     } else if (mode == "errors") {
       run_errors(node);
     } else if (mode == "kill-mover") {
@@ -597,7 +769,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
-                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | errors | "
+                   "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | rate TUPLES | errors | "
                    "kill-mover\n");
       return 2;
     }

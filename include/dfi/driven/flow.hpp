@@ -36,6 +36,13 @@
 //               any consumer's ring shows it (all-or-nothing), so all consumers see the same
 //               sequence of segments.
 //
+// Rate shares (QoS, 000 §5.2): every driven flow has a share (DrivenOptions::share, default 1).
+// When several flows served by one mover have segments to move, the mover divides its transfer
+// work (payload bytes it copies into consumer rings) between them in proportion to their shares;
+// a flow with nothing to move (empty producer rings, full consumer rings) leaves its part to the
+// others (work-conserving). set_share() changes a flow's share while it runs: the mover picks it
+// up within kShareRefresh; the PUs do not notice.
+//
 // In every pattern a consumer sees the segments of one producer in the order they were pushed
 // (in balance, the subsequence that consumer got). Segments move whole: a consumer's batch is
 // one producer's segment.
@@ -44,8 +51,14 @@
 #include <chrono>
 #include <cstdint>
 
+#include <string_view>
+
 #include "dfi/flow/flow_type.hpp"
 #include "dfi/flow/spec.hpp"
+
+namespace dfi::cluster {
+class Node;
+}
 
 namespace dfi::driven {
 
@@ -64,7 +77,28 @@ struct DrivenOptions {
   // The most payload bytes the mover moves for one consumer before it looks at the next
   // (adaptive batching: everything available that fits, up to this).
   std::uint64_t batch_bytes = 4u << 20;
+  // The flow's rate share at creation (QoS, above): 1 to kMaxShare. A mover serving several
+  // flows gives each backlogged flow transfer bytes in proportion to its share. set_share()
+  // changes it at run time.
+  std::int64_t share = 1;
 };
+
+// The largest share a flow may have (shares are relative: 1:3 is 100:300).
+inline constexpr std::int64_t kMaxShare = 1'000'000;
+// How often a mover looks for share changes (and, in a balance flow, for consumers that joined
+// or asked to leave): a registry lookup per flow at most this often, checked once per pass.
+inline constexpr std::chrono::milliseconds kShareRefresh{20};
+
+// Sets the rate share of driven flow `name` while it runs (QoS, above): writes the flow's share
+// record (`driven/<name>/share`) in the registry, which the flow's mover reads every
+// kShareRefresh; the flow's producers and consumers do not notice. May be called on any rank,
+// from any thread, before or after the mover started (the record wins over
+// DrivenOptions::share from then on). Waits (up to `timeout`, 0: the registry_timeout_ms
+// setting) until the flow exists. Throws dfi::Error: invalid_argument (share outside 1 ..
+// kMaxShare, naming the flow and the share; a flow that is not driven), not_found (no such flow
+// by the timeout), peer_failed (the registry is gone).
+void set_share(cluster::Node& node, std::string_view name, std::int64_t share,
+               std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
 extern const flow::FlowTypeTraits kDrivenTraits;
 // The flow type of driven flows: sources are the producers, targets the consumers. Shuffle

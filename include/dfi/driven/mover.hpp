@@ -24,6 +24,15 @@
 //              has room: written into every consumer's ring first (put path: the endpoints
 //              flushed), then published at every consumer (all-or-nothing), then released.
 //
+// QoS between flows (flow.hpp): a mover with several flows divides its transfer work between
+// them by deficit round robin in payload bytes. Each pass gives every flow a quantum in
+// proportion to its share (the largest share: half a ring, or batch_bytes if smaller); a flow
+// moves whole segments while it has credit (the last one may overshoot, paid back next pass).
+// A flow that had nothing more to move keeps at most one quantum of credit (no hoarding), and a
+// pass that moved nothing while some flow waited for credit skips ahead to when it has some, so
+// the mover never idles while a flow has work (work-conserving). The shares are read from the
+// registry (set_share) at most every kShareRefresh per flow, with one clock read per pass.
+//
 // How the bytes travel depends on the transport: on shm, where UCX maps the PUs' buffers into
 // the mover, a transfer is one memcpy and the PUs' CPUs do nothing; where RMA is native (verbs)
 // it is a get and a put by the NIC; over tcp UCX emulates both with active messages that the
@@ -84,8 +93,22 @@ class Mover {
   Status run(std::chrono::milliseconds timeout);
   // True when every flow added has ended.
   bool done() const noexcept;
+  // Paces run() to at most `bytes_per_second` payload bytes moved (0, the default: no limit),
+  // like a link of that bandwidth between the mover and the PUs (000 throttles transfers to a
+  // rate; the switch port is the bottleneck its QoS divides). After a pass that moved bytes,
+  // run() sleeps until they fit the rate; a mover that fell behind (idle, or woken late) catches
+  // up at most 5 ms worth. step() is not paced.
+  // Throws dfi::Error(invalid_argument) for a negative or non-finite rate.
+  void limit_rate(double bytes_per_second);
 
+  // What the mover moved over all its flows.
   const MoverCounters& counters() const noexcept { return counters_; }
+  // What it moved for flow `name` (idle_steps: its passes that moved nothing). Throws
+  // dfi::Error(not_found) for a flow not added.
+  const MoverCounters& counters(std::string_view name) const;
+  // The share the mover applies to flow `name` now: DrivenOptions::share, or the last value of
+  // set_share() it read. Throws dfi::Error(not_found) for a flow not added.
+  std::int64_t share(std::string_view name) const;
 
  private:
   struct Flow;
@@ -95,14 +118,22 @@ class Mover {
   fabric::RemoteMemory& attach(Flow& f, int rank, const std::string& descriptor);
   // Builds the writer of consumer c's ring in `region`.
   void attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region);
-  // Balance: attaches consumers that opened, marks those that asked to leave (registry lookups,
-  // at most every few milliseconds unless `now_or_never`). Errors: as the registry's.
-  Status poll_members(Flow& f, bool now_or_never);
+  // Reads the flow's share record and, in a balance flow, attaches consumers that opened and
+  // marks those that asked to leave (registry lookups, at most every kShareRefresh unless
+  // `now_or_never`). Errors: as the registry's; protocol for a share record that is no share.
+  Status poll_registry(Flow& f, std::chrono::steady_clock::time_point now, bool now_or_never);
+  // QoS (deficit round robin, mover.cpp): every flow's quantum from the shares.
+  void set_quanta();
+  // Adds the rounds of credit after which the first flow waiting for credit may move again.
+  void fast_forward();
+  const Flow& find(std::string_view name) const;
 
   cluster::Node& node_;
   fabric::Worker worker_;
   std::vector<std::unique_ptr<Flow>> flows_;
   MoverCounters counters_;
+  bool quanta_stale_ = true;  // a flow was added or a share changed since set_quanta()
+  double rate_ = 0;           // limit_rate(): bytes per second, 0: none
 };
 
 }  // namespace dfi::driven
