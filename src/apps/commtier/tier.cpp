@@ -1,5 +1,7 @@
 #include "dfi/apps/commtier/tier.hpp"
 
+#include "dfi/apps/commtier/channel.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include "dfi/cluster/node.hpp"
@@ -79,7 +81,8 @@ flow::FlowSpec lane_spec(const TierSpec& tier, Side to, std::uint32_t lane) {
   spec.schema = flow::Schema({{"word", flow::Type::uint64}});
   spec.routing = flow::Routing::explicit_target;
   spec.options.segments = buffers.count;
-  spec.options.segment_bytes = buffers.bytes + static_cast<std::uint32_t>(memory::kFooterBytes);
+  // An RB carries a message of `bytes` payload whole: its header and the ring's footer come on top.
+  spec.options.segment_bytes = buffers.bytes + static_cast<std::uint32_t>(kMessageHeaderBytes + memory::kFooterBytes);
   spec.options.stall_timeout = tier.stall_timeout;
   return spec;
 }

@@ -100,7 +100,8 @@ class Sender {
   Status close();
 
   const ChannelCounters& counters() const noexcept { return counters_; }
-  // The room of one RB at the peer (messages and headers).
+  // The room of one RB at the peer for messages, their headers included (Buffers::bytes plus one
+  // header).
   std::size_t buffer_bytes() const noexcept { return capacity_; }
   // True when messages are written straight into the peer's mapped RBs (shm).
   bool direct() const noexcept;

@@ -17,7 +17,9 @@
 //
 // How 002's three kinds of buffers map onto DFI's segment rings (memory/ring.hpp):
 //  - Receive buffers (RB): the slots of one ring that the receiving side hosts per lane and
-//    direction, `count` of them, each `bytes` of messages plus the ring's 16-byte footer. One RB
+//    direction, `count` of them, each with room for `bytes` of payload in one message (plus the
+//    message's 24-byte header and the ring's 16-byte footer), so that a transfer of `bytes`
+//    travels in one RB and one of n x `bytes` in n. One RB
 //    (count = 1) is 002's single-buffer mode: the sender waits until the receiver has consumed
 //    and released it before it writes the next package. Several RBs let the sender fill the next
 //    one while the receiver still consumes the last.
@@ -31,7 +33,7 @@
 //    whose number is the SB's size in RBs.
 //
 // Messages (002 §3.1: "operation code, some meta data and the actual payload"): a transfer of any
-// size is cut into messages of at most one RB; each message is a 24-byte header {opcode: u32,
+// size is cut into messages of at most one RB's payload room; each message is a 24-byte header {opcode: u32,
 // payload bytes: u32, total bytes of the transfer: u64, offset of this part: u64} followed by its
 // payload, padded to 8 bytes. An RB holds as many messages as fit; a transfer larger than an RB
 // travels as several packages, in order.
@@ -70,8 +72,8 @@ inline Side other_side(Side side) noexcept { return side == Side::cu ? Side::su 
 // the CU and the SU; all RBs of one side have the same size).
 struct Buffers {
   std::uint32_t count = 4;          // receive buffers per lane; 1 = 002's single-buffer mode
-  std::uint32_t bytes = 1u << 20;   // one RB's room for messages, headers included (>= 64, a
-                                    // multiple of 8; at most kMaxBufferBytes)
+  std::uint32_t bytes = 1u << 20;   // one RB's payload room: a message of this many bytes fills
+                                    // it (>= 64, a multiple of 8; at most kMaxBufferBytes)
 };
 
 inline constexpr std::uint32_t kMaxBuffers = 64;
