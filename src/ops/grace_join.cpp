@@ -136,16 +136,10 @@ std::uint64_t push_filtered(const RankJoin& join, flow::ShuffleSource& source, c
 
 void grace_partition(GraceRank& rank, int thread) {
   RankJoin& join = rank.join;
-  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
-  const std::string build_name = build_flow(join.spec);
-  const std::string probe_name = probe_flow(join.spec);
-  flow::ShuffleSource build_out(join.node, worker, build_name, thread,
-                                join.open_options<flow::SourceOptions>(join.spec.build.schema));
-  flow::ShuffleSource probe_out(join.node, worker, probe_name, thread,
-                                join.open_options<flow::SourceOptions>(join.spec.probe.schema));
+  ShuffleSources out(join, thread);
   std::optional<flow::ReplicateSource> filter_out;
   if (join.spec.bloom && thread == 0) {
-    filter_out.emplace(join.node, worker, bloom_flow(join.spec), 0,
+    filter_out.emplace(join.node, out.worker, bloom_flow(join.spec), 0,
                        join.open_options<flow::ReplicateSourceOptions>(bloom_schema()));
   }
   if (!join.opened()) return;
@@ -164,19 +158,19 @@ void grace_partition(GraceRank& rank, int thread) {
       ship_filter(rank, *filter_out);
     }
   }
-  join.check(build_out.push_bulk(build.tuples, build.count), "pushing into", build_name);
-  join.check(build_out.close(), "closing", build_name);
+  join.check(out.build.push_bulk(build.tuples, build.count), "pushing into", out.build_name);
+  join.check(out.build.close(), "closing", out.build_name);
   // The probe side starts once this rank's build side is in (and the filter complete).
   if (!rank.build_received.wait()) return;
   if (join.spec.bloom && !rank.filter_merged.wait()) return;
   JoinResult part;
   if (join.spec.bloom) {
-    part.shipped_probe_tuples = push_filtered(join, probe_out, probe_name, probe, rank.combined);
+    part.shipped_probe_tuples = push_filtered(join, out.probe, out.probe_name, probe, rank.combined);
   } else {
-    join.check(probe_out.push_bulk(probe.tuples, probe.count), "pushing into", probe_name);
+    join.check(out.probe.push_bulk(probe.tuples, probe.count), "pushing into", out.probe_name);
     part.shipped_probe_tuples = probe.count;
   }
-  join.check(probe_out.close(), "closing", probe_name);
+  join.check(out.probe.close(), "closing", out.probe_name);
   join.add(part);
 }
 
@@ -193,11 +187,7 @@ void materialise(const RankJoin& join, flow::ShuffleTarget& target, const std::s
 
 void grace_join(GraceRank& rank, int thread) {
   RankJoin& join = rank.join;
-  const std::string build_name = build_flow(join.spec);
-  const std::string probe_name = probe_flow(join.spec);
-  const auto timeout = join.options.open_timeout;
-  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema, timeout);
-  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema, timeout);
+  ShuffleTargets in(join, thread);
   std::optional<flow::ReplicateTarget> filter_in;
   if (join.spec.bloom && thread == 0) {
     filter_in.emplace(join.node, bloom_flow(join.spec), 0,
@@ -206,11 +196,11 @@ void grace_join(GraceRank& rank, int thread) {
   if (!join.opened()) return;
   if (filter_in) merge_filters(rank, *filter_in);
   std::vector<std::byte> build_rows, probe_rows;
-  materialise(join, build_in, build_name, build_rows);
+  materialise(join, in.build, in.build_name, build_rows);
   rank.build_received.count_down();
   JoinResult part;
   part.build_seconds = join.since_start();
-  materialise(join, probe_in, probe_name, probe_rows);
+  materialise(join, in.probe, in.probe_name, probe_rows);
 
   // Local phase: both sides cut into the same sub-partitions, joined one at a time.
   const kernels::JoinTable::Layout& build_layout = join.build_layout;

@@ -19,6 +19,19 @@
 
 namespace dfi::ops {
 
+detail::ShuffleSources::ShuffleSources(RankJoin& join, int thread)
+    : worker(join.node.fabric(), join.worker_name(thread)),
+      build_name(build_flow(join.spec)),
+      probe_name(probe_flow(join.spec)),
+      build(join.node, worker, build_name, thread, join.open_options<flow::SourceOptions>(join.spec.build.schema)),
+      probe(join.node, worker, probe_name, thread, join.open_options<flow::SourceOptions>(join.spec.probe.schema)) {}
+
+detail::ShuffleTargets::ShuffleTargets(const RankJoin& join, int thread)
+    : build_name(build_flow(join.spec)),
+      probe_name(probe_flow(join.spec)),
+      build(join.node, build_name, thread, join.spec.build.schema, join.options.open_timeout),
+      probe(join.node, probe_name, thread, join.spec.probe.schema, join.options.open_timeout) {}
+
 void detail::probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
                          std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out) {
   const std::size_t width = join.probe_layout.tuple_bytes;
@@ -57,20 +70,14 @@ using detail::probe_batch;
 
 // Partitioning thread `thread` of the radix join: both fragments into the two shuffle flows.
 void radix_partition(RankJoin& join, int thread) {
-  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
-  const std::string build_name = build_flow(join.spec);
-  const std::string probe_name = probe_flow(join.spec);
-  flow::ShuffleSource build_out(join.node, worker, build_name, thread,
-                                join.open_options<flow::SourceOptions>(join.spec.build.schema));
-  flow::ShuffleSource probe_out(join.node, worker, probe_name, thread,
-                                join.open_options<flow::SourceOptions>(join.spec.probe.schema));
+  detail::ShuffleSources out(join, thread);
   if (!join.opened()) return;
   const Fragment& build = join.build[static_cast<std::size_t>(thread)];
   const Fragment& probe = join.probe[static_cast<std::size_t>(thread)];
-  join.check(build_out.push_bulk(build.tuples, build.count), "pushing into", build_name);
-  join.check(build_out.close(), "closing", build_name);
-  join.check(probe_out.push_bulk(probe.tuples, probe.count), "pushing into", probe_name);
-  join.check(probe_out.close(), "closing", probe_name);
+  join.check(out.build.push_bulk(build.tuples, build.count), "pushing into", out.build_name);
+  join.check(out.build.close(), "closing", out.build_name);
+  join.check(out.probe.push_bulk(probe.tuples, probe.count), "pushing into", out.probe_name);
+  join.check(out.probe.close(), "closing", out.probe_name);
   JoinResult part;
   part.shipped_probe_tuples = probe.count;
   join.add(part);
@@ -79,17 +86,12 @@ void radix_partition(RankJoin& join, int thread) {
 // Join thread `thread` of the radix join: build from its build-flow target, probe from its
 // probe-flow target.
 void radix_join(RankJoin& join, int thread) {
-  const std::string build_name = build_flow(join.spec);
-  const std::string probe_name = probe_flow(join.spec);
-  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema,
-                               join.options.open_timeout);
-  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema,
-                               join.options.open_timeout);
+  detail::ShuffleTargets in(join, thread);
   kernels::JoinTable table(join.build_layout);
   if (!join.opened()) return;
   flow::TupleBatch batch;
   for (;;) {
-    join.check(build_in.consume(batch), "consuming", build_name);
+    join.check(in.build.consume(batch), "consuming", in.build_name);
     if (batch.empty()) break;
     table.add(batch.data, batch.count);
   }
@@ -99,7 +101,7 @@ void radix_join(RankJoin& join, int thread) {
   part.build_seconds = join.since_start();
   std::vector<Match> pairs;
   for (;;) {
-    join.check(probe_in.consume(batch), "consuming", probe_name);
+    join.check(in.probe.consume(batch), "consuming", in.probe_name);
     if (batch.empty()) break;
     probe_batch(join, table, batch.data, batch.count, thread, pairs, part);
   }
@@ -120,7 +122,7 @@ class RadixThreads : public detail::JoinThreads {
 
 // Partitioning thread of the fragment-and-replicate join: the build fragment to every rank.
 void replicate_partition(RankJoin& join, int thread) {
-  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
+  fabric::Worker worker(join.node.fabric(), join.worker_name(thread));
   const std::string name = build_flow(join.spec);
   flow::ReplicateSource source(join.node, worker, name, thread,
                                join.open_options<flow::ReplicateSourceOptions>(join.spec.build.schema));

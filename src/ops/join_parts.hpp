@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/join_table.hpp"
 #include "dfi/ops/join.hpp"
 #include "records.hpp"
@@ -78,6 +80,8 @@ struct RankJoin {
     result += part;
   }
   double since_start() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  // The name of partitioning thread `thread`'s fabric worker.
+  std::string worker_name(int thread) const { return spec.name + " partition " + std::to_string(thread); }
   // Open options of a source or target of the join's flows (flow::SourceOptions,
   // ReplicateSourceOptions, ReplicateTargetOptions): `schema` expected, the join's open timeout.
   template <class Options>
@@ -87,6 +91,27 @@ struct RankJoin {
     o.open_timeout = options.open_timeout;
     return o;
   }
+};
+
+// A partitioning thread's end of the radix and grace joins' two shuffle flows: a fabric worker
+// of its own (so the thread that constructs it must be the one that pushes) and its source of
+// each flow, opened (connected to every target) by the constructor.
+struct ShuffleSources {
+  ShuffleSources(RankJoin& join, int thread);
+  fabric::Worker worker;
+  const std::string build_name;
+  const std::string probe_name;
+  flow::ShuffleSource build;
+  flow::ShuffleSource probe;
+};
+
+// A join thread's end of the same flows: its target of each, opened by the constructor.
+struct ShuffleTargets {
+  ShuffleTargets(const RankJoin& join, int thread);
+  const std::string build_name;
+  const std::string probe_name;
+  flow::ShuffleTarget build;
+  flow::ShuffleTarget probe;
 };
 
 // The part of a prepared join particular to its algorithm (join.cpp: radix and

@@ -110,29 +110,24 @@ TEST_P(JoinCluster, GraceBloomDropsMostProbeTuplesAtLowSelectivity) {
   EXPECT_LT(shipped, 4000u + 4000u + 400000u / 100) << run.all();
 }
 
-TEST_P(JoinCluster, TheSinkSeesEveryPair) {
+// `ops_node MODE` (sink: run_join; prepared: ops::Join opened, a barrier, run) for every
+// algorithm and grace with bloom: the sink sees every pair.
+void expect_every_pair(const std::string& transport, const std::string& mode) {
   for (const char* algorithm : {"radix", "fr", "grace"}) {
-    auto run = run_cluster(4, GetParam(), {OPS_NODE, "sink", algorithm, "2"});
+    auto run = run_cluster(4, transport, {OPS_NODE, mode, algorithm, "2"});
     ASSERT_EQ(run.code, 0) << run.all();
     EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
   }
-  auto run = run_cluster(4, GetParam(), {OPS_NODE, "sink", "grace", "2", "bloom"});
+  auto run = run_cluster(4, transport, {OPS_NODE, mode, "grace", "2", "bloom"});
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "sink-grace-bloom: 240000 pairs")) << run.all();
+  EXPECT_TRUE(contains(run.out, mode + "-grace-bloom: 240000 pairs")) << run.all();
 }
 
+TEST_P(JoinCluster, TheSinkSeesEveryPair) { expect_every_pair(GetParam(), "sink"); }
+
 // ops::Join: the flows opened before a barrier, the join run after it (what `dfi join` and the
-// bench do), for every algorithm; run() refuses a second call and a wrong fragment count.
-TEST_P(JoinCluster, APreparedJoinRunsOnItsOpenFlows) {
-  for (const char* algorithm : {"radix", "fr", "grace"}) {
-    auto run = run_cluster(4, GetParam(), {OPS_NODE, "prepared", algorithm, "2"});
-    ASSERT_EQ(run.code, 0) << run.all();
-    EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
-  }
-  auto run = run_cluster(4, GetParam(), {OPS_NODE, "prepared", "grace", "2", "bloom"});
-  ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "prepared-grace-bloom: 240000 pairs")) << run.all();
-}
+// bench do); run() refuses a second call and a wrong fragment count.
+TEST_P(JoinCluster, APreparedJoinRunsOnItsOpenFlows) { expect_every_pair(GetParam(), "prepared"); }
 
 TEST_P(JoinCluster, UserErrorsAreReportedClearly) {
   auto run = run_cluster(4, GetParam(), {OPS_NODE, "errors"});
