@@ -127,6 +127,9 @@ ops::JoinResult run_generated_join(cluster::Node& node, const JoinCommandOptions
     build.push_back({build_data[t].data(), build_data[t].size() / options.tuple_bytes});
     probe.push_back({probe_data[t].data(), probe_data[t].size() / options.tuple_bytes});
   }
+  // Every rank's data is generated before the open starts, so that open_seconds is the open's
+  // (its sources wait for every rank's targets) and not the slowest rank's data generation.
+  node.barrier("ops/join/" + options.name + "/generated");
   ops::Join join(node, spec, run);
   if (ready) ready();
   node.barrier("ops/join/" + options.name + "/start");
