@@ -63,9 +63,14 @@ struct RankJoin {
 
   // Called once by every thread when its flows are open: waits for Join::run. False: the join
   // was abandoned (a thread failed, or the Join is destroyed unrun); the thread returns at once.
-  bool opened() {
+  // A partitioning thread passes its worker: the process's progress thread progresses it while
+  // the thread waits (UCX completes the sources' connections meanwhile, rather than in the run).
+  bool opened(fabric::Worker* worker = nullptr) {
+    if (worker != nullptr) node.adopt_progress(*worker);
     flows_open.count_down();
-    return released.wait();
+    const bool run = released.wait();
+    if (worker != nullptr) node.abandon_progress(*worker);
+    return run;
   }
   void abandon() {
     flows_open.abandon();
