@@ -142,7 +142,7 @@ void grace_partition(GraceRank& rank, int thread) {
     filter_out.emplace(join.node, out.worker, bloom_flow(join.spec), 0,
                        join.open_options<flow::ReplicateSourceOptions>(bloom_schema()));
   }
-  if (!join.opened(&out.worker)) return;
+  if (!join.opened()) return;
   const Fragment& build = join.build[static_cast<std::size_t>(thread)];
   const Fragment& probe = join.probe[static_cast<std::size_t>(thread)];
   if (join.spec.bloom) {

@@ -71,7 +71,7 @@ using detail::probe_batch;
 // Partitioning thread `thread` of the radix join: both fragments into the two shuffle flows.
 void radix_partition(RankJoin& join, int thread) {
   detail::ShuffleSources out(join, thread);
-  if (!join.opened(&out.worker)) return;
+  if (!join.opened()) return;
   const Fragment& build = join.build[static_cast<std::size_t>(thread)];
   const Fragment& probe = join.probe[static_cast<std::size_t>(thread)];
   join.check(out.build.push_bulk(build.tuples, build.count), "pushing into", out.build_name);
@@ -126,7 +126,7 @@ void replicate_partition(RankJoin& join, int thread) {
   const std::string name = build_flow(join.spec);
   flow::ReplicateSource source(join.node, worker, name, thread,
                                join.open_options<flow::ReplicateSourceOptions>(join.spec.build.schema));
-  if (!join.opened(&worker)) return;
+  if (!join.opened()) return;
   const Fragment& build = join.build[static_cast<std::size_t>(thread)];
   join.check(source.push_bulk(build.tuples, build.count), "pushing into", name);
   join.check(source.close(), "closing", name);

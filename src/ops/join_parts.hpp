@@ -63,14 +63,11 @@ struct RankJoin {
 
   // Called once by every thread when its flows are open: waits for Join::run. False: the join
   // was abandoned (a thread failed, or the Join is destroyed unrun); the thread returns at once.
-  // A partitioning thread passes its worker: the process's progress thread progresses it while
-  // the thread waits (UCX completes the sources' connections meanwhile, rather than in the run).
-  bool opened(fabric::Worker* worker = nullptr) {
-    if (worker != nullptr) node.adopt_progress(*worker);
+  // (A partitioning thread's worker is not progressed meanwhile: letting the progress thread
+  // adopt it made no measurable difference to the run over tcp, 2 M x 2 M tuples or 4 x 4.)
+  bool opened() {
     flows_open.count_down();
-    const bool run = released.wait();
-    if (worker != nullptr) node.abandon_progress(*worker);
-    return run;
+    return released.wait();
   }
   void abandon() {
     flows_open.abandon();

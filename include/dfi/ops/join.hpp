@@ -155,17 +155,14 @@ struct JoinResult {
 // This rank's part of one join, opened ahead of its run. The constructor starts the rank's
 // partitioning and join threads; each opens its flows (a partitioning thread its sources, with a
 // fabric worker of its own, connected to every target of the join; a join thread its targets)
-// and then waits for run(), which hands them the fragments; meanwhile the process's progress
-// thread progresses the partitioning threads' workers (cluster::Node::adopt_progress), so that
-// UCX completes their connections before the run. Owned by one thread: construct, run and
-// destroy it on the same thread (or hand it over with a happens-before).
+// and then waits for run(), which hands them the fragments. Owned by one thread: construct, run
+// and destroy it on the same thread (or hand it over with a happens-before).
 class Join {
  public:
   // Validates the spec, starts the threads and returns once every one of them has opened its
   // flows: then this rank's sources are connected to every rank's targets. Blocks until every
   // rank's targets exist (so every rank must construct its Join, or call run_join). Throws
-  // dfi::Error naming the join: invalid_argument (bad spec, a rank outside the join, more
-  // workers to progress than fabric::ProgressThread::kMaxAdopted), not_found
+  // dfi::Error naming the join: invalid_argument (bad spec, a rank outside the join), not_found
   // / timeout (the join was not created within options.open_timeout), peer_failed (a rank died
   // while the flows opened); the threads have ended when it throws.
   Join(cluster::Node& node, const JoinSpec& spec, const JoinRunOptions& options = {});
