@@ -1,8 +1,11 @@
-// ops::run_join, JoinAlgorithm::grace: the grace hash join on flows with an optional Bloom-filter
+// ops::Join, JoinAlgorithm::grace: the grace hash join on flows with an optional Bloom-filter
 // semi-join reduction (001 §5; the algorithm is described in join.hpp).
 //
-// One rank, `threads` partitioning threads P0.. and join threads J0..:
-//   P_t: [bloom: insert build keys into filter t; P0 ORs the rank's filters, pushes the blocks
+// One rank, `threads` partitioning threads P0.. and join threads J0.., started by Join's
+// constructor: each opens its flows (P_t the build and probe sources [bloom, P0: and the bloom
+// source], J_t the build and probe targets [bloom, J0: and the bloom target]) and waits for
+// Join::run [bloom: which first sizes the filters from the ranks' build counts]; then
+////   P_t: [bloom: insert build keys into filter t; P0 ORs the rank's filters, pushes the blocks
 //        into "<name>.bloom" and closes] push build fragment, close; wait until every J of the
 //        rank received its build side [bloom: and J0 merged every rank's filter]; push the probe
 //        fragment [bloom: only tuples whose key may be in the filter], close.
@@ -17,6 +20,7 @@
 #include <bit>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,42 +47,43 @@ const flow::Schema& bloom_schema() {
 
 // What the grace threads of one rank share besides RankJoin.
 struct GraceRank {
-  RankJoin& join;
-  std::span<const Fragment> build;
-  std::span<const Fragment> probe;
-  Countdown keys_inserted;  // bloom: every partitioning thread inserted its build keys
-  Countdown build_received;  // every join thread received its whole build side
-  Countdown filter_merged;   // bloom: J0 merged every rank's filter into `combined`
-  std::vector<kernels::BloomFilter> thread_filters;  // bloom: P_t's build keys
-  kernels::BloomFilter combined;                     // bloom: every rank's build keys (J0 writes)
-
-  GraceRank(RankJoin& j, std::span<const Fragment> b, std::span<const Fragment> p, std::size_t blocks)
-      : join(j),
-        build(b),
-        probe(p),
-        keys_inserted(j.spec.threads),
-        build_received(j.spec.threads),
-        filter_merged(1),
-        combined(blocks) {
-    if (join.spec.bloom) thread_filters.assign(static_cast<std::size_t>(join.spec.threads), combined);
-  }
+  explicit GraceRank(RankJoin& j) : join(j), keys_inserted(j.spec.threads), build_received(j.spec.threads) {}
   void abandon() {
     keys_inserted.abandon();
     build_received.abandon();
     filter_merged.abandon();
   }
+
+  RankJoin& join;
+  Countdown keys_inserted;  // bloom: every partitioning thread inserted its build keys
+  Countdown build_received;  // every join thread received its whole build side
+  Countdown filter_merged{1};  // bloom: J0 merged every rank's filter into `combined`
+  // bloom: sized by size_filters() in Join::run before the threads are released.
+  std::vector<kernels::BloomFilter> thread_filters;  // P_t's build keys
+  kernels::BloomFilter combined{1};                   // every rank's build keys (J0 writes)
 };
 
+// Bloom: the filter's size must be the same on every rank: it follows the build side's total,
+// which the ranks exchange.
+void size_filters(GraceRank& rank) {
+  RankJoin& join = rank.join;
+  std::uint64_t mine = 0;
+  for (const Fragment& f : join.build) mine += f.count;
+  const int ranks = join_ranks(join.spec, join.node.size());
+  const std::vector<std::string> counts = exchange_records(
+      join.node, "ops/join/" + join.spec.name + "/build-count/", ranks, std::to_string(mine));
+  std::uint64_t total = 0;
+  for (const std::string& count : counts) total += std::stoull(count);
+  rank.combined = kernels::BloomFilter(kernels::BloomFilter::blocks_for(total, join.spec.bloom_bits_per_key));
+  rank.thread_filters.assign(static_cast<std::size_t>(join.spec.threads), rank.combined);
+}
+
 // P0 with bloom: the rank's filter (its threads' filters ORed) to every rank.
-void ship_filter(GraceRank& rank, fabric::Worker& worker) {
+void ship_filter(GraceRank& rank, flow::ReplicateSource& source) {
   RankJoin& join = rank.join;
   kernels::BloomFilter& mine = rank.thread_filters[0];
   for (std::size_t t = 1; t < rank.thread_filters.size(); ++t) mine.merge(rank.thread_filters[t]);
   const std::string name = bloom_flow(join.spec);
-  flow::ReplicateSourceOptions options;
-  options.expected_schema = bloom_schema();
-  options.open_timeout = join.options.open_timeout;
-  flow::ReplicateSource source(join.node, worker, name, 0, options);
   std::byte tuple[kBloomTupleBytes];
   const auto blocks = mine.blocks();
   for (std::uint64_t b = 0; b < blocks.size(); ++b) {
@@ -90,13 +95,9 @@ void ship_filter(GraceRank& rank, fabric::Worker& worker) {
 }
 
 // J0 with bloom: every rank's filter, ORed into rank.combined.
-void merge_filters(GraceRank& rank) {
+void merge_filters(GraceRank& rank, flow::ReplicateTarget& in) {
   RankJoin& join = rank.join;
   const std::string name = bloom_flow(join.spec);
-  flow::ReplicateTargetOptions options;
-  options.expected_schema = bloom_schema();
-  options.open_timeout = join.options.open_timeout;
-  flow::ReplicateTarget in(join.node, name, 0, options);
   flow::TupleBatch batch;
   kernels::BloomFilter::Block block;
   for (;;) {
@@ -135,11 +136,17 @@ std::uint64_t push_filtered(const RankJoin& join, flow::ShuffleSource& source, c
 
 void grace_partition(GraceRank& rank, int thread) {
   RankJoin& join = rank.join;
-  const Fragment& build = rank.build[thread];
-  const Fragment& probe = rank.probe[thread];
-  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
+  ShuffleSources out(join, thread);
+  std::optional<flow::ReplicateSource> filter_out;
+  if (join.spec.bloom && thread == 0) {
+    filter_out.emplace(join.node, out.worker, bloom_flow(join.spec), 0,
+                       join.open_options<flow::ReplicateSourceOptions>(bloom_schema()));
+  }
+  if (!join.opened()) return;
+  const Fragment& build = join.build[static_cast<std::size_t>(thread)];
+  const Fragment& probe = join.probe[static_cast<std::size_t>(thread)];
   if (join.spec.bloom) {
-    kernels::BloomFilter& filter = rank.thread_filters[thread];
+    kernels::BloomFilter& filter = rank.thread_filters[static_cast<std::size_t>(thread)];
     const kernels::JoinTable::Layout& layout = join.build_layout;
     const auto* keys = static_cast<const std::byte*>(build.tuples) + layout.key_offset;
     for (std::size_t i = 0; i < build.count; ++i) {
@@ -148,34 +155,22 @@ void grace_partition(GraceRank& rank, int thread) {
     rank.keys_inserted.count_down();
     if (thread == 0) {
       if (!rank.keys_inserted.wait()) return;
-      ship_filter(rank, worker);
+      ship_filter(rank, *filter_out);
     }
   }
-  auto open = [&](const std::string& name, const Relation& relation) {
-    flow::SourceOptions options;
-    options.expected_schema = relation.schema;
-    options.open_timeout = join.options.open_timeout;
-    return std::make_unique<flow::ShuffleSource>(join.node, worker, name, thread, options);
-  };
-  const std::string build_name = build_flow(join.spec);
-  {
-    auto source = open(build_name, join.spec.build);
-    join.check(source->push_bulk(build.tuples, build.count), "pushing into", build_name);
-    join.check(source->close(), "closing", build_name);
-  }
+  join.check(out.build.push_bulk(build.tuples, build.count), "pushing into", out.build_name);
+  join.check(out.build.close(), "closing", out.build_name);
   // The probe side starts once this rank's build side is in (and the filter complete).
   if (!rank.build_received.wait()) return;
   if (join.spec.bloom && !rank.filter_merged.wait()) return;
-  const std::string probe_name = probe_flow(join.spec);
-  auto source = open(probe_name, join.spec.probe);
   JoinResult part;
   if (join.spec.bloom) {
-    part.shipped_probe_tuples = push_filtered(join, *source, probe_name, probe, rank.combined);
+    part.shipped_probe_tuples = push_filtered(join, out.probe, out.probe_name, probe, rank.combined);
   } else {
-    join.check(source->push_bulk(probe.tuples, probe.count), "pushing into", probe_name);
+    join.check(out.probe.push_bulk(probe.tuples, probe.count), "pushing into", out.probe_name);
     part.shipped_probe_tuples = probe.count;
   }
-  join.check(source->close(), "closing", probe_name);
+  join.check(out.probe.close(), "closing", out.probe_name);
   join.add(part);
 }
 
@@ -192,19 +187,20 @@ void materialise(const RankJoin& join, flow::ShuffleTarget& target, const std::s
 
 void grace_join(GraceRank& rank, int thread) {
   RankJoin& join = rank.join;
-  const std::string build_name = build_flow(join.spec);
-  const std::string probe_name = probe_flow(join.spec);
-  // Both targets open at once, so the sources can connect while the build side arrives.
-  const auto timeout = join.options.open_timeout;
-  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema, timeout);
-  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema, timeout);
-  if (join.spec.bloom && thread == 0) merge_filters(rank);
+  ShuffleTargets in(join, thread);
+  std::optional<flow::ReplicateTarget> filter_in;
+  if (join.spec.bloom && thread == 0) {
+    filter_in.emplace(join.node, bloom_flow(join.spec), 0,
+                      join.open_options<flow::ReplicateTargetOptions>(bloom_schema()));
+  }
+  if (!join.opened()) return;
+  if (filter_in) merge_filters(rank, *filter_in);
   std::vector<std::byte> build_rows, probe_rows;
-  materialise(join, build_in, build_name, build_rows);
+  materialise(join, in.build, in.build_name, build_rows);
   rank.build_received.count_down();
   JoinResult part;
   part.build_seconds = join.since_start();
-  materialise(join, probe_in, probe_name, probe_rows);
+  materialise(join, in.probe, in.probe_name, probe_rows);
 
   // Local phase: both sides cut into the same sub-partitions, joined one at a time.
   const kernels::JoinTable::Layout& build_layout = join.build_layout;
@@ -237,29 +233,25 @@ void grace_join(GraceRank& rank, int thread) {
   join.add(part);
 }
 
+class GraceThreads : public JoinThreads {
+ public:
+  explicit GraceThreads(RankJoin& join) : rank_(join) {}
+  void start(ThreadGroup& group) override {
+    for (int t = 0; t < rank_.join.spec.threads; ++t) group.start([this, t] { grace_join(rank_, t); });
+    for (int t = 0; t < rank_.join.spec.threads; ++t) group.start([this, t] { grace_partition(rank_, t); });
+  }
+  void before_run() override {
+    if (rank_.join.spec.bloom) size_filters(rank_);
+  }
+  void abandon() override { rank_.abandon(); }
+
+ private:
+  GraceRank rank_;
+};
+
 }  // namespace
 
-JoinResult run_grace(RankJoin& join, std::span<const Fragment> build, std::span<const Fragment> probe) {
-  std::size_t blocks = 1;
-  if (join.spec.bloom) {
-    // The filter's size must be the same on every rank: it follows the build side's total.
-    std::uint64_t mine = 0;
-    for (const Fragment& f : build) mine += f.count;
-    const int ranks = join_ranks(join.spec, join.node.size());
-    const std::vector<std::string> counts = exchange_records(
-        join.node, "ops/join/" + join.spec.name + "/build-count/", ranks, std::to_string(mine));
-    std::uint64_t total = 0;
-    for (const std::string& count : counts) total += std::stoull(count);
-    blocks = kernels::BloomFilter::blocks_for(total, join.spec.bloom_bits_per_key);
-  }
-  GraceRank rank(join, build, probe, blocks);
-  ThreadGroup threads;
-  threads.on_failure([&rank] { rank.abandon(); });
-  for (int t = 0; t < join.spec.threads; ++t) threads.start([&rank, t] { grace_join(rank, t); });
-  for (int t = 0; t < join.spec.threads; ++t) threads.start([&rank, t] { grace_partition(rank, t); });
-  threads.join();
-  return join.result;
-}
+std::unique_ptr<JoinThreads> grace_threads(RankJoin& join) { return std::make_unique<GraceThreads>(join); }
 
 void create_grace_flows(cluster::Node& node, const JoinSpec& spec) {
   if (!spec.bloom) return;

@@ -1,8 +1,9 @@
-// ops::run_join: the radix and fragment-and-replicate joins on flows (see join.hpp).
+// ops::Join and run_join (the threads of a rank, opened before the run), and the radix and
+// fragment-and-replicate joins on flows (see join.hpp).
 #include "dfi/ops/join.hpp"
 
 #include <algorithm>
-#include <barrier>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -17,6 +18,19 @@
 #include "join_parts.hpp"
 
 namespace dfi::ops {
+
+detail::ShuffleSources::ShuffleSources(RankJoin& join, int thread)
+    : worker(join.node.fabric(), join.worker_name(thread)),
+      build_name(build_flow(join.spec)),
+      probe_name(probe_flow(join.spec)),
+      build(join.node, worker, build_name, thread, join.open_options<flow::SourceOptions>(join.spec.build.schema)),
+      probe(join.node, worker, probe_name, thread, join.open_options<flow::SourceOptions>(join.spec.probe.schema)) {}
+
+detail::ShuffleTargets::ShuffleTargets(const RankJoin& join, int thread)
+    : build_name(build_flow(join.spec)),
+      probe_name(probe_flow(join.spec)),
+      build(join.node, build_name, thread, join.spec.build.schema, join.options.open_timeout),
+      probe(join.node, probe_name, thread, join.spec.probe.schema, join.options.open_timeout) {}
 
 void detail::probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
                          std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out) {
@@ -55,23 +69,15 @@ using detail::join_ranks;
 using detail::probe_batch;
 
 // Partitioning thread `thread` of the radix join: both fragments into the two shuffle flows.
-void radix_partition(RankJoin& join, int thread, const Fragment& build, const Fragment& probe) {
-  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
-  struct Side {
-    std::string flow;
-    const Relation& relation;
-    const Fragment& fragment;
-  };
-  for (const Side& side : {Side{build_flow(join.spec), join.spec.build, build},
-                           Side{probe_flow(join.spec), join.spec.probe, probe}}) {
-    flow::SourceOptions options;
-    options.expected_schema = side.relation.schema;
-    options.open_timeout = join.options.open_timeout;
-    flow::ShuffleSource source(join.node, worker, side.flow, thread, options);
-    join.check(source.push_bulk(side.fragment.tuples, side.fragment.count),
-               "pushing into", side.flow);
-    join.check(source.close(), "closing", side.flow);
-  }
+void radix_partition(RankJoin& join, int thread) {
+  detail::ShuffleSources out(join, thread);
+  if (!join.opened()) return;
+  const Fragment& build = join.build[static_cast<std::size_t>(thread)];
+  const Fragment& probe = join.probe[static_cast<std::size_t>(thread)];
+  join.check(out.build.push_bulk(build.tuples, build.count), "pushing into", out.build_name);
+  join.check(out.build.close(), "closing", out.build_name);
+  join.check(out.probe.push_bulk(probe.tuples, probe.count), "pushing into", out.probe_name);
+  join.check(out.probe.close(), "closing", out.probe_name);
   JoinResult part;
   part.shipped_probe_tuples = probe.count;
   join.add(part);
@@ -80,17 +86,12 @@ void radix_partition(RankJoin& join, int thread, const Fragment& build, const Fr
 // Join thread `thread` of the radix join: build from its build-flow target, probe from its
 // probe-flow target.
 void radix_join(RankJoin& join, int thread) {
-  const std::string build_name = build_flow(join.spec);
-  const std::string probe_name = probe_flow(join.spec);
-  // Both targets open at once, so the probe flow's sources can connect while the build runs.
-  flow::ShuffleTarget build_in(join.node, build_name, thread, join.spec.build.schema,
-                               join.options.open_timeout);
-  flow::ShuffleTarget probe_in(join.node, probe_name, thread, join.spec.probe.schema,
-                               join.options.open_timeout);
+  detail::ShuffleTargets in(join, thread);
   kernels::JoinTable table(join.build_layout);
+  if (!join.opened()) return;
   flow::TupleBatch batch;
   for (;;) {
-    join.check(build_in.consume(batch), "consuming", build_name);
+    join.check(in.build.consume(batch), "consuming", in.build_name);
     if (batch.empty()) break;
     table.add(batch.data, batch.count);
   }
@@ -100,32 +101,40 @@ void radix_join(RankJoin& join, int thread) {
   part.build_seconds = join.since_start();
   std::vector<Match> pairs;
   for (;;) {
-    join.check(probe_in.consume(batch), "consuming", probe_name);
+    join.check(in.probe.consume(batch), "consuming", in.probe_name);
     if (batch.empty()) break;
     probe_batch(join, table, batch.data, batch.count, thread, pairs, part);
   }
   join.add(part);
 }
 
+class RadixThreads : public detail::JoinThreads {
+ public:
+  explicit RadixThreads(RankJoin& join) : join_(join) {}
+  void start(ThreadGroup& group) override {
+    for (int t = 0; t < join_.spec.threads; ++t) group.start([this, t] { radix_join(join_, t); });
+    for (int t = 0; t < join_.spec.threads; ++t) group.start([this, t] { radix_partition(join_, t); });
+  }
+
+ private:
+  RankJoin& join_;
+};
+
 // Partitioning thread of the fragment-and-replicate join: the build fragment to every rank.
-void replicate_partition(RankJoin& join, int thread, const Fragment& build) {
-  fabric::Worker worker(join.node.fabric(), join.spec.name + " partition " + std::to_string(thread));
+void replicate_partition(RankJoin& join, int thread) {
+  fabric::Worker worker(join.node.fabric(), join.worker_name(thread));
   const std::string name = build_flow(join.spec);
-  flow::ReplicateSourceOptions options;
-  options.expected_schema = join.spec.build.schema;
-  options.open_timeout = join.options.open_timeout;
-  flow::ReplicateSource source(join.node, worker, name, thread, options);
+  flow::ReplicateSource source(join.node, worker, name, thread,
+                               join.open_options<flow::ReplicateSourceOptions>(join.spec.build.schema));
+  if (!join.opened()) return;
+  const Fragment& build = join.build[static_cast<std::size_t>(thread)];
   join.check(source.push_bulk(build.tuples, build.count), "pushing into", name);
   join.check(source.close(), "closing", name);
 }
 
 // Join thread 0 of the fragment-and-replicate join: the rank's table from the whole build side.
-void replicate_build(RankJoin& join, kernels::JoinTable& table) {
+void replicate_build(RankJoin& join, flow::ReplicateTarget& in, kernels::JoinTable& table) {
   const std::string name = build_flow(join.spec);
-  flow::ReplicateTargetOptions options;
-  options.expected_schema = join.spec.build.schema;
-  options.open_timeout = join.options.open_timeout;
-  flow::ReplicateTarget in(join.node, name, 0, options);
   flow::ReplicateBatch batch;
   for (;;) {
     join.check(in.consume(batch), "consuming", name);
@@ -138,53 +147,52 @@ void replicate_build(RankJoin& join, kernels::JoinTable& table) {
   table.build();
 }
 
-JoinResult run_radix(RankJoin& join, std::span<const Fragment> build,
-                     std::span<const Fragment> probe) {
-  ThreadGroup threads;
-  for (int t = 0; t < join.spec.threads; ++t) threads.start([&join, t] { radix_join(join, t); });
-  for (int t = 0; t < join.spec.threads; ++t) {
-    threads.start([&join, t, &build, &probe] { radix_partition(join, t, build[t], probe[t]); });
+// Join thread t of the fragment-and-replicate join: thread 0 builds the rank's table, then every
+// thread probes its own probe fragment against it.
+class FragmentReplicateThreads : public detail::JoinThreads {
+ public:
+  explicit FragmentReplicateThreads(RankJoin& join) : join_(join), table_(join.build_layout) {}
+  void start(ThreadGroup& group) override {
+    for (int t = 0; t < join_.spec.threads; ++t) group.start([this, t] { join(t); });
+    for (int t = 0; t < join_.spec.threads; ++t) group.start([this, t] { replicate_partition(join_, t); });
   }
-  threads.join();
-  return join.result;
-}
+  void abandon() override { built_.abandon(); }
 
-JoinResult run_fragment_replicate(RankJoin& join, std::span<const Fragment> build,
-                                  std::span<const Fragment> probe) {
-  kernels::JoinTable table(join.build_layout);
-  // Join threads wait here until thread 0 built the table (or failed: then they leave).
-  std::barrier built(join.spec.threads);
-  bool build_failed = false;  // written by thread 0 before the barrier, read after it
-  ThreadGroup threads;
-  for (int t = 0; t < join.spec.threads; ++t) {
-    threads.start([&, t] {
-      if (t == 0) {
-        try {
-          replicate_build(join, table);
-        } catch (...) {
-          build_failed = true;
-          built.arrive_and_wait();
-          throw;
-        }
-      }
-      built.arrive_and_wait();
-      if (build_failed) return;
-      JoinResult part;
-      if (t == 0) {
-        part.build_tuples = table.size();
-        part.build_seconds = join.since_start();
-      }
-      std::vector<Match> pairs;
-      probe_batch(join, table, static_cast<const std::byte*>(probe[t].tuples), probe[t].count, t,
-                  pairs, part);
-      join.add(part);
-    });
+ private:
+  void join(int thread) {
+    JoinResult part;
+    if (thread == 0) {
+      const std::string name = build_flow(join_.spec);
+      flow::ReplicateTarget in(join_.node, name, 0,
+                               join_.open_options<flow::ReplicateTargetOptions>(join_.spec.build.schema));
+      if (!join_.opened()) return;
+      replicate_build(join_, in, table_);
+      part.build_tuples = table_.size();
+      part.build_seconds = join_.since_start();
+      built_.count_down();
+    } else if (!join_.opened()) {
+      return;
+    }
+    if (!built_.wait()) return;  // thread 0 failed: the group rethrows its error
+    const Fragment& probe = join_.probe[static_cast<std::size_t>(thread)];
+    std::vector<Match> pairs;
+    probe_batch(join_, table_, static_cast<const std::byte*>(probe.tuples), probe.count, thread, pairs, part);
+    join_.add(part);
   }
-  for (int t = 0; t < join.spec.threads; ++t) {
-    threads.start([&, t] { replicate_partition(join, t, build[t]); });
+
+  RankJoin& join_;
+  kernels::JoinTable table_;  // written by thread 0 until built_, then read by all
+  Countdown built_{1};
+};
+
+void check_fragments(const JoinSpec& spec, std::span<const Fragment> build, std::span<const Fragment> probe) {
+  const std::size_t threads = static_cast<std::size_t>(spec.threads);
+  if (build.size() != threads || probe.size() != threads) {
+    throw Error(Errc::invalid_argument,
+                "join '" + spec.name + "': " + std::to_string(build.size()) + " build and " +
+                    std::to_string(probe.size()) + " probe fragments for " +
+                    std::to_string(threads) + " threads (one of each per thread)");
   }
-  threads.join();
-  return join.result;
 }
 
 }  // namespace
@@ -214,6 +222,7 @@ JoinResult& JoinResult::operator+=(const JoinResult& other) {
   checksum += other.checksum;
   seconds = std::max(seconds, other.seconds);
   build_seconds = std::max(build_seconds, other.build_seconds);
+  open_seconds = std::max(open_seconds, other.open_seconds);
   return *this;
 }
 
@@ -287,37 +296,76 @@ void create_join(cluster::Node& node, const JoinSpec& spec) {
   }
 }
 
-JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const Fragment> build,
-                    std::span<const Fragment> probe, const JoinRunOptions& options) {
-  spec.validate(node.size());
-  const std::size_t threads = static_cast<std::size_t>(spec.threads);
-  if (build.size() != threads || probe.size() != threads) {
-    throw Error(Errc::invalid_argument,
-                "join '" + spec.name + "': " + std::to_string(build.size()) + " build and " +
-                    std::to_string(probe.size()) + " probe fragments for " +
-                    std::to_string(threads) + " threads (one of each per thread)");
+struct Join::State {
+  State(cluster::Node& node, const JoinSpec& spec, const JoinRunOptions& options) : join(node, spec, options) {
+    switch (spec.algorithm) {
+      case JoinAlgorithm::radix: algorithm = std::make_unique<RadixThreads>(join); break;
+      case JoinAlgorithm::fragment_replicate:
+        algorithm = std::make_unique<FragmentReplicateThreads>(join);
+        break;
+      case JoinAlgorithm::grace: algorithm = detail::grace_threads(join); break;
+    }
+    threads.on_failure([this] { abandon(); });
   }
+  // Releases threads still waiting (for run(), or for a phase), then `threads` joins them.
+  ~State() { abandon(); }
+  void abandon() {
+    join.abandon();
+    algorithm->abandon();
+  }
+
+  RankJoin join;
+  std::unique_ptr<detail::JoinThreads> algorithm;
+  ThreadGroup threads;  // last: joined before what its threads use is destroyed
+};
+
+Join::Join(cluster::Node& node, const JoinSpec& spec, const JoinRunOptions& options) {
+  spec.validate(node.size());
   if (node.rank() >= join_ranks(spec, node.size())) {
     throw Error(Errc::invalid_argument, "join '" + spec.name + "': rank " +
                                             std::to_string(node.rank()) + " does not take part (ranks 0.." +
                                             std::to_string(join_ranks(spec, node.size()) - 1) + ")");
   }
-  RankJoin join{node, spec, options, detail::layout_of(spec.build), detail::layout_of(spec.probe), Clock::now(), {}, {}};
-  JoinResult result;
-  switch (spec.algorithm) {
-    case JoinAlgorithm::radix: result = run_radix(join, build, probe); break;
-    case JoinAlgorithm::fragment_replicate: result = run_fragment_replicate(join, build, probe); break;
-    case JoinAlgorithm::grace: result = detail::run_grace(join, build, probe); break;
+  const Clock::time_point start = Clock::now();
+  state_ = std::make_unique<State>(node, spec, options);
+  state_->algorithm->start(state_->threads);
+  if (!state_->join.flows_open.wait()) {
+    state_->threads.join();  // rethrows the first thread's error
+    throw Error(Errc::fatal, "join '" + spec.name + "': opening its flows was abandoned without an error");
   }
+  open_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Join::~Join() = default;
+
+JoinResult Join::run(std::span<const Fragment> build, std::span<const Fragment> probe) {
+  RankJoin& join = state_->join;
+  if (ran_) throw Error(Errc::invalid_argument, "join '" + join.spec.name + "': run() called twice (a Join runs once)");
+  check_fragments(join.spec, build, probe);
+  ran_ = true;
+  join.build = build;
+  join.probe = probe;
+  join.start = Clock::now();
+  state_->algorithm->before_run();
+  join.released.count_down();
+  state_->threads.join();
+  JoinResult result = join.result;
   result.seconds = join.since_start();
+  result.open_seconds = open_seconds_;
   return result;
+}
+
+JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const Fragment> build,
+                    std::span<const Fragment> probe, const JoinRunOptions& options) {
+  check_fragments(spec, build, probe);
+  return Join(node, spec, options).run(build, probe);
 }
 
 JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const JoinResult& mine) {
   std::ostringstream record;
   record.precision(17);
   record << mine.build_tuples << ' ' << mine.probe_tuples << ' ' << mine.shipped_probe_tuples << ' ' << mine.matches << ' '
-         << mine.checksum << ' ' << mine.seconds << ' ' << mine.build_seconds;
+         << mine.checksum << ' ' << mine.seconds << ' ' << mine.build_seconds << ' ' << mine.open_seconds;
   const int ranks = join_ranks(spec, node.size());
   const std::vector<std::string> records =
       detail::exchange_records(node, "ops/join/" + spec.name + "/result/", ranks, record.str());
@@ -326,7 +374,7 @@ JoinResult gather_join_results(cluster::Node& node, const JoinSpec& spec, const 
     std::istringstream in(records[r]);
     JoinResult part;
     in >> part.build_tuples >> part.probe_tuples >> part.shipped_probe_tuples >> part.matches >> part.checksum >> part.seconds >>
-        part.build_seconds;
+        part.build_seconds >> part.open_seconds;
     if (!in) {
       throw Error(Errc::protocol, "join '" + spec.name + "': malformed result record of rank " +
                                       std::to_string(r));

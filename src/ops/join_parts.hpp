@@ -1,16 +1,20 @@
-// What the join algorithms of ops/ share (join.cpp: radix and fragment-and-replicate;
-// grace_join.cpp: the grace hash join): the flow names, one rank's shared state and the probe of
-// a batch of probe tuples into the result.
+// What the join algorithms of ops/ share (join.cpp: ops::Join, radix and fragment-and-replicate;
+// grace_join.cpp: the grace hash join): the flow names, one rank's shared state, the interface of
+// an algorithm's threads and the probe of a batch of probe tuples into the result.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/thread_group.hpp"
+#include "dfi/fabric/worker.hpp"
+#include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/join_table.hpp"
 #include "dfi/ops/join.hpp"
 #include "records.hpp"
@@ -32,17 +36,43 @@ inline kernels::JoinTable::Layout layout_of(const Relation& relation) {
   return {relation.schema.tuple_bytes(), relation.schema.offset(key), relation.schema.column_bytes(key)};
 }
 
-// What one rank's threads share.
+// What one rank's threads share. The threads start in Join's constructor, open their flows,
+// and call opened(); Join::run sets the fragments and the start time and releases them.
 struct RankJoin {
+  RankJoin(cluster::Node& n, const JoinSpec& s, const JoinRunOptions& o)
+      : node(n),
+        spec(s),
+        options(o),
+        build_layout(layout_of(s.build)),
+        probe_layout(layout_of(s.probe)),
+        flows_open(2 * s.threads) {}
+
   cluster::Node& node;
-  const JoinSpec& spec;
-  const JoinRunOptions& options;
-  kernels::JoinTable::Layout build_layout;
-  kernels::JoinTable::Layout probe_layout;
+  const JoinSpec spec;
+  const JoinRunOptions options;
+  const kernels::JoinTable::Layout build_layout;
+  const kernels::JoinTable::Layout probe_layout;
+  // Written by Join::run before it releases the threads; read by them after opened().
+  std::span<const Fragment> build;
+  std::span<const Fragment> probe;
   Clock::time_point start;
+  Countdown flows_open;  // every thread of the rank (2 x threads) opened its flows
+  Countdown released{1};  // Join::run handed over the fragments
   std::mutex results_mutex;
   JoinResult result;  // guarded by results_mutex
 
+  // Called once by every thread when its flows are open: waits for Join::run. False: the join
+  // was abandoned (a thread failed, or the Join is destroyed unrun); the thread returns at once.
+  // (A partitioning thread's worker is not progressed meanwhile: letting the progress thread
+  // adopt it made no measurable difference to the run over tcp, 2 M x 2 M tuples or 4 x 4.)
+  bool opened() {
+    flows_open.count_down();
+    return released.wait();
+  }
+  void abandon() {
+    flows_open.abandon();
+    released.abandon();
+  }
   // Throws the join's error for a failed data-path call on `flow` ("consuming", "pushing into").
   void check(const Status& status, const char* action, const std::string& flow) const {
     check_call(status, "join", spec.name, node.rank(), action, flow);
@@ -52,6 +82,53 @@ struct RankJoin {
     result += part;
   }
   double since_start() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  // The name of partitioning thread `thread`'s fabric worker.
+  std::string worker_name(int thread) const { return spec.name + " partition " + std::to_string(thread); }
+  // Open options of a source or target of the join's flows (flow::SourceOptions,
+  // ReplicateSourceOptions, ReplicateTargetOptions): `schema` expected, the join's open timeout.
+  template <class Options>
+  Options open_options(const flow::Schema& schema) const {
+    Options o;
+    o.expected_schema = schema;
+    o.open_timeout = options.open_timeout;
+    return o;
+  }
+};
+
+// A partitioning thread's end of the radix and grace joins' two shuffle flows: a fabric worker
+// of its own (so the thread that constructs it must be the one that pushes) and its source of
+// each flow, opened (connected to every target) by the constructor.
+struct ShuffleSources {
+  ShuffleSources(RankJoin& join, int thread);
+  fabric::Worker worker;
+  const std::string build_name;
+  const std::string probe_name;
+  flow::ShuffleSource build;
+  flow::ShuffleSource probe;
+};
+
+// A join thread's end of the same flows: its target of each, opened by the constructor.
+struct ShuffleTargets {
+  ShuffleTargets(const RankJoin& join, int thread);
+  const std::string build_name;
+  const std::string probe_name;
+  flow::ShuffleTarget build;
+  flow::ShuffleTarget probe;
+};
+
+// The part of a prepared join particular to its algorithm (join.cpp: radix and
+// fragment-and-replicate; grace_join.cpp: grace).
+class JoinThreads {
+ public:
+  virtual ~JoinThreads() = default;
+  // Starts the rank's 2 x threads threads on `group`: each opens its flows, calls
+  // RankJoin::opened(), and joins once that returns true.
+  virtual void start(ThreadGroup& group) = 0;
+  // Join::run, with the fragments set, before the threads are released (grace with bloom: sizes
+  // the filter). Throws what the algorithm's setup throws.
+  virtual void before_run() {}
+  // A thread failed: releases the algorithm's own Countdowns (thread-safe).
+  virtual void abandon() {}
 };
 
 // Probes `count` probe tuples at `tuples` against `table`, into `out`; hands the pairs to the
@@ -59,8 +136,10 @@ struct RankJoin {
 void probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
                  std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out);
 
-// The grace hash join's part of run_join (grace_join.cpp) and of create_join (its flows).
-JoinResult run_grace(RankJoin& join, std::span<const Fragment> build, std::span<const Fragment> probe);
+std::unique_ptr<JoinThreads> radix_threads(RankJoin& join);
+std::unique_ptr<JoinThreads> fragment_replicate_threads(RankJoin& join);
+// The grace hash join's threads (grace_join.cpp) and its part of create_join (its flows).
+std::unique_ptr<JoinThreads> grace_threads(RankJoin& join);
 void create_grace_flows(cluster::Node& node, const JoinSpec& spec);
 
 }  // namespace dfi::ops::detail

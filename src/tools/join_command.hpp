@@ -38,10 +38,11 @@ struct JoinCommandOptions {
 std::string check_join_options(const JoinCommandOptions& options);
 
 // One join on generated data (join_data.hpp), called by every rank of `node`'s cluster: rank 0
-// creates the join, every rank generates its fragments, calls `ready` (may be null), passes a
-// cluster barrier and joins (with `run`'s sink, if any). Returns the result summed over the
-// ranks. Throws dfi::Error as ops::run_join and gather_join_results do; invalid_argument for bad
-// options.
+// creates the join, every rank generates its fragments, passes a cluster barrier, opens the join
+// (ops::Join), calls `ready` (may be null), passes another barrier and runs it (with `run`'s sink, if any): the
+// result's `seconds` is the run's from that barrier, `open_seconds` the open's. Returns the
+// result summed over the ranks. Throws dfi::Error as ops::Join, Join::run and
+// gather_join_results do; invalid_argument for bad options.
 ops::JoinResult run_generated_join(cluster::Node& node, const JoinCommandOptions& options,
                                    const std::function<void()>& ready = {},
                                    const ops::JoinRunOptions& run = {});

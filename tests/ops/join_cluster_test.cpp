@@ -110,16 +110,24 @@ TEST_P(JoinCluster, GraceBloomDropsMostProbeTuplesAtLowSelectivity) {
   EXPECT_LT(shipped, 4000u + 4000u + 400000u / 100) << run.all();
 }
 
-TEST_P(JoinCluster, TheSinkSeesEveryPair) {
+// `ops_node MODE` (sink: run_join; prepared: ops::Join opened, a barrier, run) for every
+// algorithm and grace with bloom: the sink sees every pair.
+void expect_every_pair(const std::string& transport, const std::string& mode) {
   for (const char* algorithm : {"radix", "fr", "grace"}) {
-    auto run = run_cluster(4, GetParam(), {OPS_NODE, "sink", algorithm, "2"});
+    auto run = run_cluster(4, transport, {OPS_NODE, mode, algorithm, "2"});
     ASSERT_EQ(run.code, 0) << run.all();
     EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
   }
-  auto run = run_cluster(4, GetParam(), {OPS_NODE, "sink", "grace", "2", "bloom"});
+  auto run = run_cluster(4, transport, {OPS_NODE, mode, "grace", "2", "bloom"});
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "sink-grace-bloom: 240000 pairs")) << run.all();
+  EXPECT_TRUE(contains(run.out, mode + "-grace-bloom: 240000 pairs")) << run.all();
 }
+
+TEST_P(JoinCluster, TheSinkSeesEveryPair) { expect_every_pair(GetParam(), "sink"); }
+
+// ops::Join: the flows opened before a barrier, the join run after it (what `dfi join` and the
+// bench do); run() refuses a second call and a wrong fragment count.
+TEST_P(JoinCluster, APreparedJoinRunsOnItsOpenFlows) { expect_every_pair(GetParam(), "prepared"); }
 
 TEST_P(JoinCluster, UserErrorsAreReportedClearly) {
   auto run = run_cluster(4, GetParam(), {OPS_NODE, "errors"});
@@ -135,10 +143,12 @@ TEST_P(JoinCluster, UserErrorsAreReportedClearly) {
 // it destroys a worker whose endpoint to the dead rank still holds a wireup message (an assertion
 // upstream removed, openucx/ucx#8175; ../shared/UCX-NOTES.md): such a survivor must have died of
 // exactly that assertion, and at least one survivor must report the error.
-void expect_clear_errors_after_a_kill(const std::string& transport, const std::string& scenario) {
+void expect_clear_errors_after_a_kill(const std::string& transport, const std::vector<std::string>& scenario) {
   RunOptions options;
   options.timeout = std::chrono::seconds(40);
-  auto run = run_cluster(4, transport, {OPS_NODE, scenario}, options);
+  std::vector<std::string> argv{OPS_NODE};
+  argv.insert(argv.end(), scenario.begin(), scenario.end());
+  auto run = run_cluster(4, transport, argv, options);
   EXPECT_NE(run.code, 0) << run.all();
   int reported = 0;
   for (int rank : {0, 1, 3}) {
@@ -160,12 +170,20 @@ void expect_clear_errors_after_a_kill(const std::string& transport, const std::s
 }
 
 // Rank 2 dies in the middle of the probe phase of a radix join.
-TEST_P(JoinCluster, AKilledRankGivesEveryOtherRankAClearError) { expect_clear_errors_after_a_kill(GetParam(), "kill"); }
+TEST_P(JoinCluster, AKilledRankGivesEveryOtherRankAClearError) { expect_clear_errors_after_a_kill(GetParam(), {"kill"}); }
 
 // Rank 2 dies while it pushes its build side: the other ranks' join threads fail, and their
 // partitioning threads, which wait for the build side before pushing the probe side, are released.
 TEST_P(JoinCluster, GraceAKilledRankGivesEveryOtherRankAClearError) {
-  expect_clear_errors_after_a_kill(GetParam(), "grace-kill");
+  expect_clear_errors_after_a_kill(GetParam(), {"grace-kill"});
+}
+
+// Rank 2 opens the join and dies before it runs it: the other ranks' runs end with peer_failed.
+TEST_P(JoinCluster, ARankKilledBetweenOpenAndRunGivesEveryOtherRankAClearError) {
+  for (const char* algorithm : {"radix", "fr", "grace"}) {
+    SCOPED_TRACE(algorithm);
+    expect_clear_errors_after_a_kill(GetParam(), {"prepared-kill", algorithm});
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, JoinCluster, ::testing::Values("shm", "tcp"),

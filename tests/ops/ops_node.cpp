@@ -5,6 +5,11 @@
 //       probe key i % B, so each probe tuple has exactly one partner; the sink sees every pair,
 //       with equal keys, and the pairs add up to the result (bloom: a grace join with the Bloom
 //       filter, which must ship every probe tuple: each has a partner)
+//   ops_node prepared ALGORITHM THREADS [bloom]   the same through ops::Join: every rank opens the
+//       join, passes a barrier, then runs it; a second run() and a wrong fragment count are refused
+//   ops_node prepared-kill ALGORITHM   every rank opens the join (ops::Join) and passes a barrier;
+//       rank 2 dies (SIGKILL) before its run(); every other rank's run() throws peer_failed
+//       naming rank 2
 //   ops_node kill                     rank 2 dies (SIGKILL) in its 20th sink call of a radix
 //       join; every other rank's run_join throws peer_failed naming rank 2
 //   ops_node grace-kill               rank 2 dies (SIGKILL) 300 ms into pushing a large build side of
@@ -78,8 +83,21 @@ Data make_data(const cluster::Node& node, int threads, std::uint64_t build_per_s
   return d;
 }
 
-void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads, bool bloom) {
-  const std::string name = "sink-" + std::string(ops::join_algorithm_name(algorithm)) + (bloom ? "-bloom" : "");
+template <class F>
+void expect_error(const std::string& what, Errc code, const std::string& part, F&& call) {
+  try {
+    call();
+    fail(what + ": no error");
+  } catch (const Error& e) {
+    if (e.code() != code || std::string(e.what()).find(part) == std::string::npos) {
+      fail(what + ": got " + std::string(errc_name(e.code())) + " '" + e.what() + "'");
+    }
+  }
+}
+
+void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads, bool bloom, bool prepared) {
+  const std::string name = std::string(prepared ? "prepared-" : "sink-") +
+                           std::string(ops::join_algorithm_name(algorithm)) + (bloom ? "-bloom" : "");
   ops::JoinSpec spec = make_spec(name, algorithm, threads);
   spec.bloom = bloom;
   if (node.rank() == 0) ops::create_join(node, spec);
@@ -97,7 +115,20 @@ void run_sink(cluster::Node& node, ops::JoinAlgorithm algorithm, int threads, bo
     }
     pairs += matches.size();
   };
-  const ops::JoinResult mine = ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
+  ops::JoinResult mine;
+  if (prepared) {
+    ops::Join join(node, spec, options);
+    if (!(join.open_seconds() > 0)) fail("open_seconds is " + std::to_string(join.open_seconds()));
+    node.barrier(name + "/start");
+    expect_error("fragment count", Errc::invalid_argument, "0 build and 0 probe fragments for " + std::to_string(threads),
+                 [&] { join.run({}, {}); });
+    mine = join.run(d.build_fragments, d.probe_fragments);
+    if (mine.open_seconds != join.open_seconds()) fail("the result's open_seconds is not the open's");
+    expect_error("second run", Errc::invalid_argument, "run() called twice",
+                 [&] { join.run(d.build_fragments, d.probe_fragments); });
+  } else {
+    mine = ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options);
+  }
   if (pairs != mine.matches) fail("the sink saw " + std::to_string(pairs.load()) + " pairs, the result says " + std::to_string(mine.matches));
   if (bad != 0) fail(std::to_string(bad.load()) + " bad pairs or sink calls");
   const ops::JoinResult all = ops::gather_join_results(node, spec, mine);
@@ -146,6 +177,20 @@ void run_grace_kill(cluster::Node& node) {
   expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
 }
 
+void run_prepared_kill(cluster::Node& node, ops::JoinAlgorithm algorithm) {
+  const ops::JoinSpec spec =
+      make_spec("prepared-kill-" + std::string(ops::join_algorithm_name(algorithm)), algorithm, 1);
+  if (node.rank() == 0) ops::create_join(node, spec);
+  // Small enough that what a survivor pushes towards rank 2 fits in its rings: the survivors
+  // learn of the death from the join's flows (the cluster's liveness watch), not from UCX's
+  // keepalive on a full ring, whose timing depends on the machine's load.
+  Data d = make_data(node, 1, 2'000, 4'000);
+  ops::Join join(node, spec);
+  node.barrier(spec.name + "/start");
+  if (node.rank() == 2) ::raise(SIGKILL);  // open, connected, never run
+  expect_peer_failed(node, "join", [&] { join.run(d.build_fragments, d.probe_fragments); });
+}
+
 void run_kill(cluster::Node& node) {
   const ops::JoinSpec spec = make_spec("kill", ops::JoinAlgorithm::radix, 1);
   if (node.rank() == 0) ops::create_join(node, spec);
@@ -160,18 +205,6 @@ void run_kill(cluster::Node& node) {
     if (node.rank() == 2 && ++batches == 20) ::raise(SIGKILL);
   };
   expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments, options); });
-}
-
-template <class F>
-void expect_error(const std::string& what, Errc code, const std::string& part, F&& call) {
-  try {
-    call();
-    fail(what + ": no error");
-  } catch (const Error& e) {
-    if (e.code() != code || std::string(e.what()).find(part) == std::string::npos) {
-      fail(what + ": got " + std::string(errc_name(e.code())) + " '" + e.what() + "'");
-    }
-  }
 }
 
 void run_errors(cluster::Node& node) {
@@ -245,8 +278,10 @@ int main(int argc, char** argv) {
   try {
     cluster::Node node;
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "sink" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "bloom"))) {
-      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]), argc == 5);
+    if ((mode == "sink" || mode == "prepared") && (argc == 4 || (argc == 5 && std::string(argv[4]) == "bloom"))) {
+      run_sink(node, ops::parse_join_algorithm(argv[2]), std::stoi(argv[3]), argc == 5, mode == "prepared");
+    } else if (mode == "prepared-kill" && argc == 3) {
+      run_prepared_kill(node, ops::parse_join_algorithm(argv[2]));
     } else if (mode == "kill") {
       run_kill(node);
     } else if (mode == "grace-kill") {
@@ -256,7 +291,7 @@ int main(int argc, char** argv) {
     } else if (mode == "agg-kill" && argc == 3) {
       run_agg_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: ops_node sink ALGORITHM THREADS [bloom] | kill | grace-kill | errors | agg-kill ALGORITHM\n");
+      std::fprintf(stderr, "usage: ops_node sink|prepared ALGORITHM THREADS [bloom] | prepared-kill ALGORITHM | kill | grace-kill | errors | agg-kill ALGORITHM\n");
       return 2;
     }
     node.finish();

@@ -1,4 +1,5 @@
-// ops::run_join — distributed equi-joins on flows (003 §4.3.1, §6.3.1; ../shared/DESIGN.md §8).
+// ops::Join, ops::run_join — distributed equi-joins on flows (003 §4.3.1, §6.3.1;
+// ../shared/DESIGN.md §8).
 //
 //   ops::JoinSpec spec{.name = "q", .algorithm = ops::JoinAlgorithm::radix,
 //                      .build = {schema_r, "key"}, .probe = {schema_s, "key"}, .threads = 2};
@@ -6,6 +7,12 @@
 //   // on every rank, with this rank's fragments (one per thread) of both relations:
 //   ops::JoinResult mine = ops::run_join(node, spec, build_fragments, probe_fragments);
 //   ops::JoinResult all = ops::gather_join_results(node, spec, mine);   // summed over ranks
+//
+// run_join opens the join's flows and runs it in one call. To keep the open out of a measured
+// region (an MPI join connects in MPI_Init), open first and run later:
+//   ops::Join join(node, spec);       // threads started, every source connected to every target
+//   node.barrier("q/start");          // every rank's flows open
+//   ops::JoinResult mine = join.run(build_fragments, probe_fragments);  // mine.open_seconds: the open
 //
 // Algorithms. Each rank runs `threads` partitioning threads (one flow source each) and `threads`
 // join threads (local state -> combine -> finalize: a table per join thread, the rank's result
@@ -44,15 +51,16 @@
 // kernels::pair_checksum(fold_tuple(build), fold_tuple(probe)), which kernels::reference_join
 // computes the same way on one node. A JoinRunOptions::sink sees the pairs themselves.
 //
-// Failures: a rank that dies mid-join makes every other rank's run_join throw
-// dfi::Error(peer_failed) naming the join, the flow and the rank (no hang); so does a stall
-// longer than the flows' stall timeout (Errc::timeout).
+// Failures: a rank that dies mid-join (or between its Join's open and run) makes every other
+// rank's run_join / Join::run throw dfi::Error(peer_failed) naming the join, the flow and the rank
+// (no hang); so does a stall longer than the flows' stall timeout (Errc::timeout).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -135,18 +143,57 @@ struct JoinResult {
   std::uint64_t shipped_probe_tuples = 0;
   std::uint64_t matches = 0;       // joined pairs
   std::uint64_t checksum = 0;      // sum of pair checksums, mod 2^64
-  double seconds = 0;              // run_join's wall time (gather: the slowest rank's)
-  double build_seconds = 0;        // until the last join thread's table was built (grace: its
-                                   // build side received) (gather: max)
+  double seconds = 0;              // the run's wall time, without the open (gather: the slowest
+                                   // rank's)
+  double build_seconds = 0;        // from the run's start until the last join thread's table was
+                                   // built (grace: its build side received) (gather: max)
+  double open_seconds = 0;         // opening the join's flows, before the run (gather: max)
 
   JoinResult& operator+=(const JoinResult& other);
 };
 
-// Runs this rank's part of the join: build[t] and probe[t] are the fragments of partitioning
-// thread t (exactly spec.threads of each). Blocks until every join thread of this rank is done.
-// Returns this rank's result. Throws dfi::Error: invalid_argument (wrong fragment count, a rank
-// outside the join), not_found / timeout (the join was not created), peer_failed (a rank died),
-// timeout (the flows stalled), naming the join.
+// This rank's part of one join, opened ahead of its run. The constructor starts the rank's
+// partitioning and join threads; each opens its flows (a partitioning thread its sources, with a
+// fabric worker of its own, connected to every target of the join; a join thread its targets)
+// and then waits for run(), which hands them the fragments. Owned by one thread: construct, run
+// and destroy it on the same thread (or hand it over with a happens-before).
+class Join {
+ public:
+  // Validates the spec, starts the threads and returns once every one of them has opened its
+  // flows: then this rank's sources are connected to every rank's targets. Blocks until every
+  // rank's targets exist (so every rank must construct its Join, or call run_join). Throws
+  // dfi::Error naming the join: invalid_argument (bad spec, a rank outside the join), not_found
+  // / timeout (the join was not created within options.open_timeout), peer_failed (a rank died
+  // while the flows opened); the threads have ended when it throws.
+  Join(cluster::Node& node, const JoinSpec& spec, const JoinRunOptions& options = {});
+  // Ends the threads. A Join destroyed without run() closes its sources empty: the other ranks'
+  // runs then complete without this rank's tuples (so a rank that cannot run should fail: its
+  // death makes the others' runs fail with peer_failed).
+  ~Join();
+  Join(const Join&) = delete;
+  Join& operator=(const Join&) = delete;
+
+  // Runs the join on the open flows: build[t] and probe[t] are the fragments of partitioning
+  // thread t (exactly spec.threads of each; they must stay valid until run returns). Blocks
+  // until every thread of this rank is done; returns this rank's result, `seconds` from this
+  // call (the open not included) and `open_seconds` the constructor's. Once per Join. Throws
+  // dfi::Error naming the join: invalid_argument (wrong fragment count, a second call),
+  // peer_failed (a rank died), timeout (the flows stalled).
+  JoinResult run(std::span<const Fragment> build, std::span<const Fragment> probe);
+
+  // How long the constructor took to open the flows.
+  double open_seconds() const { return open_seconds_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  double open_seconds_ = 0;
+  bool ran_ = false;
+};
+
+// Opens and runs this rank's part of the join in one call: Join(node, spec, options).run(build,
+// probe) (the result's `seconds` is the run's, `open_seconds` the open's). Throws what Join and
+// Join::run throw; a wrong fragment count before anything is opened.
 JoinResult run_join(cluster::Node& node, const JoinSpec& spec, std::span<const Fragment> build,
                     std::span<const Fragment> probe, const JoinRunOptions& options = {});
 
