@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -191,7 +192,11 @@ class DrivenQosScenario : public Scenario {
                                   (p.qos ? "shares " + phases_label(plan.phases) : std::string("equal shares")) +
                                   (p.mover_bytes_per_second > 0 ? ", mover capped" : ", mover not capped");
         context.say(round);
-        RankJob job{.nodes = 3, .scenario = name(), .params = p.to_json(), .timeout = timeout};
+        RankJob job;
+        job.nodes = 3;
+        job.scenario = name();
+        job.params = p.to_json();
+        job.timeout = timeout;
         const std::string command = rank_job_command(job, context);
         std::map<int, json> reports = run_rank_job(job, context);
         for (int r : {0, 1, 2}) {
@@ -300,7 +305,10 @@ class DrivenQosScenario : public Scenario {
   }
   static std::string flow_label(std::size_t k, std::size_t f, const Shares& s) {
     const double set = static_cast<double>(s[f]) / static_cast<double>(s[0] + s[1] + s[2]);
-    return "p" + std::to_string(k + 1) + " f" + std::to_string(f) + " (" + format(set, 2) + ")";
+    // Composed with a stream: GCC 12's -Wrestrict misfires on "literal" + std::to_string(...) here.
+    std::ostringstream label;
+    label << 'p' << k + 1 << " f" << f << " (" << format(set, 2) << ')';
+    return label.str();
   }
 
   // Every tuple pushed arrived exactly once and in order, per flow.
