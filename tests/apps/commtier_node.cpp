@@ -165,7 +165,10 @@ int exchange(cluster::Node& node, std::uint32_t lanes, const std::vector<std::st
     const std::size_t colon = configs[c].find(':');
     Buffers buffers{static_cast<std::uint32_t>(std::stoul(configs[c].substr(0, colon))),
                     static_cast<std::uint32_t>(std::stoul(configs[c].substr(colon + 1)))};
-    const std::string tier = "x" + std::to_string(c) + "-" + configs[c];
+    std::string tier = "x";  // appended: GCC 12's -Wrestrict misfires on "x" + std::to_string(c)
+    tier += std::to_string(c);
+    tier += '-';
+    tier += configs[c];
     if (node.rank() == 0) {
       TierSpec spec{.name = tier, .cu_rank = 1, .su_rank = 0, .lanes = lanes, .cu = buffers, .su = buffers};
       spec.stall_timeout = std::chrono::seconds(30);

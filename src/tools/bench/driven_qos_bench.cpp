@@ -227,14 +227,19 @@ class DrivenQosScenario : public Scenario {
           const std::string phase = phase_label(k, plan.phases[k]);
           aggregate.add(kind, phase, seconds > 0 ? sum / seconds / 1e9 : 0);
           aggregate.add_command(kind, command);
-          said += " " + phase + ":";
+          said += ' ';
+          said += phase;
+          said += ':';
           for (std::size_t f = 0; f < kFlows; ++f) {
             const double part = sum > 0 ? bytes[f] / sum : 0;
             share.add(kind, flow_label(k, f, plan.phases[k]), part);
             if (qos) achieved[k][f].push_back(part);
-            said += " " + format(part, 3);
+            said += ' ';
+            said += format(part, 3);
           }
-          said += " (" + format(sum / std::max(seconds, 1e-9) / 1e9, 2) + " GB/s)";
+          said += " (";
+          said += format(sum / std::max(seconds, 1e-9) / 1e9, 2);
+          said += " GB/s)";
         }
         share.add_command(kind, command);
         context.say(round + ":" + said + "; producer ring-full waits " + reports.at(0).at("stalls").dump() +
