@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "cluster_run.hpp"
 
@@ -23,7 +24,7 @@ class Commtier : public ::testing::TestWithParam<std::string> {};
 TEST_P(Commtier, EveryTransferArrivesOnceAndInOrderForEveryBufferConfiguration) {
   auto run = run_cluster(2, GetParam(), {COMMTIER_NODE, "exchange", "1", "1:64", "1:1024", "2:256", "3:4096", "7:1024"});
   ASSERT_EQ(run.code, 0) << run.all();
-  for (const std::string tier : {"x0-1:64", "x1-1:1024", "x2-2:256", "x3-3:4096", "x4-7:1024"}) {
+  for (const std::string& tier : std::vector<std::string>{"x0-1:64", "x1-1:1024", "x2-2:256", "x3-3:4096", "x4-7:1024"}) {
     EXPECT_TRUE(contains(run.out, tier + " SU lane 0: 300 requests checked, 300 replies sent")) << tier << run.all();
     EXPECT_TRUE(contains(run.out, tier + " CU lane 0: 300 replies checked")) << tier << run.all();
   }
@@ -32,7 +33,7 @@ TEST_P(Commtier, EveryTransferArrivesOnceAndInOrderForEveryBufferConfiguration) 
 TEST_P(Commtier, LanesAreIndependentAndEachKeepsItsOrder) {
   auto run = run_cluster(2, GetParam(), {COMMTIER_NODE, "exchange", "3", "2:512"});
   ASSERT_EQ(run.code, 0) << run.all();
-  for (const std::string lane : {"0", "1", "2"}) {
+  for (const std::string& lane : std::vector<std::string>{"0", "1", "2"}) {
     EXPECT_TRUE(contains(run.out, "x0-2:512 SU lane " + lane + ": 300 requests checked")) << run.all();
     EXPECT_TRUE(contains(run.out, "x0-2:512 CU lane " + lane + ": 300 replies checked")) << run.all();
   }
@@ -64,7 +65,7 @@ TEST_P(Commtier, ADeadStorageUnitIsNamedInTheComputeUnitsError) {
 // `dfi commtier`: both tests, through a tier with one and two buffers and two lanes, and through
 // flows; every transfer's size, number and the last one's content are checked by run_test.
 TEST_P(Commtier, TheCommtierCommandRunsBothTestsThroughATierAndThroughFlows) {
-  for (const std::vector<std::string> extra :
+  for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"--test", "consuming", "--buffers", "1"},
         std::vector<std::string>{"--test", "consuming", "--buffers", "2", "--lanes", "2"},
         std::vector<std::string>{"--test", "throughput", "--buffers", "3"},
