@@ -49,6 +49,7 @@
 #include "dfi/driven/producer.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "dfi/kernels/hash.hpp"
 #include "mpi_baseline.hpp"
 #include "rank_threads.hpp"
 #include "scenarios.hpp"
@@ -90,7 +91,7 @@ struct Point {
 // What one PU rank did for one point; the driver adds the ranks up.
 struct PuReport {
   std::uint64_t sent = 0, received = 0, received_sum = 0, stalls = 0;
-  std::int64_t start_ns = 0, end_ns = 0, producer_cpu_ns = 0, process_cpu_ns = 0;
+  std::int64_t start_ns = 0, end_ns = 0, producer_cpu_ns = 0, process_cpu_ns = 0, local_cpu_ns = 0;
   json to_json(std::size_t tuple_bytes) const {
     return {{"sent_tuples", sent},
             {"sent_key_sum", expected_key_sum(sent, block_tuples(tuple_bytes))},
@@ -100,7 +101,8 @@ struct PuReport {
             {"start_ns", start_ns},
             {"end_ns", end_ns},
             {"producer_cpu_ns", producer_cpu_ns},
-            {"process_cpu_ns", process_cpu_ns}};
+            {"process_cpu_ns", process_cpu_ns},
+            {"local_cpu_ns", local_cpu_ns}};
   }
 };
 
@@ -134,6 +136,28 @@ void push_all(const Point& point, Push&& push) {
     p += tb;
     if (p == end) p = tuples.data();
   }
+}
+
+// The floor under any push, no flow at all: the same loop routing every tuple with the flows' key
+// hash and copying it into a segment-sized buffer per consumer (a full buffer starts over).
+// Both producers do at least this; its CPU time per tuple bounds how far below the flow's the
+// driven producer can go. Measured on the producer thread before the start barrier.
+std::int64_t local_push_cpu_ns(const Point& point, std::size_t segment_bytes) {
+  const std::size_t tb = point.tuple_bytes;
+  const std::size_t capacity = std::max(tb, segment_bytes / tb * tb);
+  std::vector<std::vector<std::byte>> segments(kPuRanks, std::vector<std::byte>(capacity));
+  std::vector<std::size_t> fill(kPuRanks, 0);
+  const std::int64_t cpu = thread_cpu_ns();
+  push_all(point, [&](const std::byte* tuple, std::size_t bytes) {
+    const std::size_t d = kernels::route(kernels::load_key(tuple, sizeof(std::uint64_t)), kPuRanks);
+    std::memcpy(segments[d].data() + fill[d], tuple, bytes);
+    if ((fill[d] += bytes) == capacity) {
+      asm volatile("" : : "r"(segments[d].data()) : "memory");  // the segment "goes out"
+      fill[d] = 0;
+    }
+    return Status::ok();
+  });
+  return thread_cpu_ns() - cpu;
 }
 
 std::string point_prefix(std::size_t index) { return std::string("bench/") + kName + "/" + std::to_string(index) + "/"; }
@@ -194,6 +218,7 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
     } else {
       fabric::Worker worker(node.fabric(), std::string(kName) + " source");
       flow::ShuffleSource out(node, worker, spec.name, 0);
+      report.local_cpu_ns = local_push_cpu_ns(point, spec.options.segment_bytes);
       gate.ready_and_wait();
       const std::int64_t cpu = thread_cpu_ns();
       push_all(point, [&](const std::byte* t, std::size_t b) { return out.push(t, b); });
@@ -287,7 +312,7 @@ class DrivenShuffle final : public Scenario {
            "(last end of stream - first release from the start barrier); MPI: its own slowest rank. Counts and "
            "key sums checked on every side. PU cost: the producer thread's CPU time per pushed tuple "
            "(CLOCK_THREAD_CPUTIME_ID; perf's instruction counters are not supported on this VM), driven vs flow, "
-           "target <= 0.25x; and the PU ranks' process CPU time per tuple (every thread: over tcp the progress "
+           "target <= 0.25x, next to the floor of any push (key hash + copy into a local buffer, no flow); and the PU ranks' process CPU time per tuple (every thread: over tcp the progress "
            "thread serving UCX's emulated gets and puts), plus the mover rank's.";
   }
   std::vector<Parameter> parameters() const override {
@@ -361,7 +386,9 @@ class DrivenShuffle final : public Scenario {
                                    {"CPU time per tuple", "ns"}, Better::lower);
     producer.series("driven", Role::dfi, "driven::Producer::push");
     producer.series("flow", Role::baseline, "ShuffleSource::push");
+    producer.series("local", Role::baseline, "no flow: key hash + copy into a local segment per consumer (the floor of any push)");
     producer.compare("driven", "flow", kCostTarget);
+    producer.compare("driven", "local");
     Panel& process = result.panel("process_cpu", "PU ranks' process CPU time per pushed tuple (all threads)", size,
                                   {"CPU time per tuple", "ns"}, Better::lower);
     process.series("driven", Role::dfi, "driven PU ranks");
@@ -392,7 +419,7 @@ class DrivenShuffle final : public Scenario {
       }
       for (std::size_t i = 0; i < points.size(); ++i) {
         std::uint64_t sent = 0, sent_sum = 0, received = 0, received_sum = 0, stalls = 0;
-        std::int64_t start = INT64_MAX, end = INT64_MIN, producer_cpu = 0, pu_cpu = 0;
+        std::int64_t start = INT64_MAX, end = INT64_MIN, producer_cpu = 0, pu_cpu = 0, local_cpu = 0;
         for (int r = 0; r < kPuRanks; ++r) {
           const json& p = reports.at(r).at("points").at(i);
           sent += p.at("sent_tuples").get<std::uint64_t>();
@@ -404,6 +431,7 @@ class DrivenShuffle final : public Scenario {
           end = std::max(end, p.at("end_ns").get<std::int64_t>());
           producer_cpu += p.at("producer_cpu_ns").get<std::int64_t>();
           pu_cpu += p.at("process_cpu_ns").get<std::int64_t>();
+          local_cpu += p.at("local_cpu_ns").get<std::int64_t>();
         }
         const std::size_t tb = points[i].tuple_bytes;
         const std::uint64_t expected = points[i].tuples * kPuRanks;
@@ -427,6 +455,12 @@ class DrivenShuffle final : public Scenario {
         std::string said = "  " + std::to_string(tb) + " B: " + fixed(gbps, 3) + " GB/s; producer " +
                            fixed(producer_ns, 1) + " ns/tuple, PU processes " + fixed(pu_ns, 1) +
                            " ns/tuple, ring-full waits " + std::to_string(stalls);
+        if (!driven) {
+          const double local_ns = static_cast<double>(local_cpu) / per;
+          producer.add("local", tb, local_ns);
+          producer.add_command("local", command);
+          said += ", no-flow push floor " + fixed(local_ns, 1) + " ns/tuple";
+        }
         if (driven) {
           const json& m = reports.at(kPuRanks).at("points").at(i);
           const double mover_ns = m.at("process_cpu_ns").get<double>() / per;
