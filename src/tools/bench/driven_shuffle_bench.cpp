@@ -85,13 +85,14 @@ std::int64_t process_cpu_ns() {
 
 struct Point {
   std::size_t tuple_bytes = 0;
-  std::uint64_t tuples = 0;  // per producer
+  std::uint64_t tuples = 0;     // per producer
+  std::uint32_t segments = 0;   // per ring
 };
 
 // What one PU rank did for one point; the driver adds the ranks up.
 struct PuReport {
   std::uint64_t sent = 0, received = 0, received_sum = 0, stalls = 0;
-  std::int64_t start_ns = 0, end_ns = 0, producer_cpu_ns = 0, process_cpu_ns = 0, local_cpu_ns = 0;
+  std::int64_t start_ns = 0, end_ns = 0, producer_cpu_ns = 0, push_cpu_ns = 0, process_cpu_ns = 0, local_cpu_ns = 0;
   json to_json(std::size_t tuple_bytes) const {
     return {{"sent_tuples", sent},
             {"sent_key_sum", expected_key_sum(sent, block_tuples(tuple_bytes))},
@@ -101,6 +102,7 @@ struct PuReport {
             {"start_ns", start_ns},
             {"end_ns", end_ns},
             {"producer_cpu_ns", producer_cpu_ns},
+            {"push_cpu_ns", push_cpu_ns},
             {"process_cpu_ns", process_cpu_ns},
             {"local_cpu_ns", local_cpu_ns}};
   }
@@ -174,7 +176,7 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
   }
   spec.schema = schema_of(tb);
   spec.key_column = "key";
-  spec.options.segments = params.at("segments").get<std::uint32_t>();
+  spec.options.segments = point.segments;
   spec.options.segment_bytes = params.at("segment_bytes").get<std::uint32_t>();
   if (driven) {
     spec.type = driven::kDriven;
@@ -211,6 +213,8 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
       gate.ready_and_wait();
       const std::int64_t cpu = thread_cpu_ns();
       push_all(point, [&](const std::byte* t, std::size_t b) { return out.push(t, b); });
+      if (Status s = out.flush(); !s) throw Error(s.code(), s.message());
+      report.push_cpu_ns = thread_cpu_ns() - cpu;
       if (Status s = out.close(); !s) throw Error(s.code(), s.message());
       report.producer_cpu_ns = thread_cpu_ns() - cpu;
       report.sent = point.tuples;
@@ -218,10 +222,12 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
     } else {
       fabric::Worker worker(node.fabric(), std::string(kName) + " source");
       flow::ShuffleSource out(node, worker, spec.name, 0);
-      report.local_cpu_ns = local_push_cpu_ns(point, spec.options.segment_bytes);
+      if (params.at("cost").get<bool>()) report.local_cpu_ns = local_push_cpu_ns(point, spec.options.segment_bytes);
       gate.ready_and_wait();
       const std::int64_t cpu = thread_cpu_ns();
       push_all(point, [&](const std::byte* t, std::size_t b) { return out.push(t, b); });
+      if (Status s = out.flush(); !s) throw Error(s.code(), s.message());
+      report.push_cpu_ns = thread_cpu_ns() - cpu;
       if (Status s = out.close(); !s) throw Error(s.code(), s.message());
       report.producer_cpu_ns = thread_cpu_ns() - cpu;
       report.sent = out.counters().tuples;
@@ -275,7 +281,8 @@ int run_rank_program(const json& params, std::ostream& out, std::ostream& err) {
   json points = json::array();
   std::size_t index = 0;
   for (const json& p : params.at("points")) {
-    const Point point{p.at("tuple_bytes").get<std::size_t>(), p.at("tuples").get<std::uint64_t>()};
+    const Point point{p.at("tuple_bytes").get<std::size_t>(), p.at("tuples").get<std::uint64_t>(),
+                      p.at("segments").get<std::uint32_t>()};
     points.push_back(node.rank() < kPuRanks ? run_pu(node, params, point, index, driven)
                                             : run_mover(node, params, index));
     node.barrier(point_prefix(index) + "done");
@@ -324,7 +331,9 @@ class DrivenShuffle final : public Scenario {
         {"max_tuples_per_source", {{"shm", 1000000}, {"tcp", 250000}}, {{"shm", 4000000}, {"tcp", 1000000}},
          "upper bound of tuples per producer"},
         {"segments", {{"shm", 32}, {"tcp", 8}}, {{"shm", 32}, {"tcp", 8}},
-         "segments per ring, both DFI sides (the flow defaults)"},
+         "segments per ring in the bandwidth runs, both DFI sides (the flow defaults)"},
+        {"cost_bytes_per_source", {{"shm", 4u << 20}, {"tcp", 2u << 20}}, {{"shm", 8u << 20}, {"tcp", 4u << 20}},
+         "tuple bytes each producer pushes in the PU cost runs (rings sized to hold them)"},
         {"segment_bytes", {{"shm", 8208}, {"tcp", 32784}}, {{"shm", 8208}, {"tcp", 32784}},
          "segment size including the 16 B footer, both DFI sides (the flow defaults)"},
         {"mpi", true, true, "also run the MPI_Alltoallv baseline"},
@@ -342,18 +351,31 @@ class DrivenShuffle final : public Scenario {
     const std::vector<std::size_t> sizes = context.param("tuple_sizes");
     const std::size_t bytes = context.param("bytes_per_source");
     const std::uint64_t max_tuples = context.param("max_tuples_per_source");
+    const std::size_t cost_bytes = context.param("cost_bytes_per_source");
+    const std::uint32_t segments = context.param("segments");
+    const std::size_t segment_payload = context.param("segment_bytes").get<std::size_t>() - 16;
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
-    std::vector<Point> points;
+    std::vector<Point> points, cost_points;
     for (std::size_t s : sizes) {
       if (s < 16 || s % 8 != 0)
         throw Error(Errc::invalid_argument, "bench driven-shuffle: tuple size " + std::to_string(s) +
                                                 " must be a multiple of 8 and at least 16");
-      points.push_back({s, std::clamp<std::uint64_t>(bytes / s, 1000, max_tuples)});
+      points.push_back({s, std::clamp<std::uint64_t>(bytes / s, 1000, max_tuples), segments});
+      // cost runs: every ring holds twice its share of the producer's tuples, so no push waits
+      const std::uint64_t tuples = std::max<std::uint64_t>(1000, cost_bytes / s);
+      const std::uint64_t per_ring = (tuples + kPuRanks - 1) / kPuRanks;
+      const std::uint64_t per_segment = std::max<std::uint64_t>(1, segment_payload / s);
+      cost_points.push_back({s, tuples, static_cast<std::uint32_t>(2 * ((per_ring + per_segment - 1) / per_segment) + 4)});
     }
-    json planned = json::array();
-    for (const Point& p : points) planned.push_back({{"tuple_bytes", p.tuple_bytes}, {"tuples", p.tuples}});
+    auto plan = [](const std::vector<Point>& ps) {
+      json planned = json::array();
+      for (const Point& p : ps)
+        planned.push_back({{"tuple_bytes", p.tuple_bytes}, {"tuples", p.tuples}, {"segments", p.segments}});
+      return planned;
+    };
     json parameters = context.resolved_parameters();
-    parameters["points"] = planned;
+    parameters["points"] = plan(points);
+    parameters["cost_points"] = plan(cost_points);
     result.set_parameters(parameters);
     const std::string why_no_mpi = context.param("mpi").get<bool>() ? mpi_unavailable() : "not asked for (mpi=false)";
     const bool mpi = why_no_mpi.empty();
@@ -365,8 +387,11 @@ class DrivenShuffle final : public Scenario {
                     "ranks plus a 5th rank that only runs the mover. Every rank shares the machine's cores, so the "
                     "mover's work is CPU time taken from the PUs, not an extra core.");
     result.add_note("PU cost is CPU time, not instructions: `perf stat -e instructions:u` reports <not supported> "
-                    "on this VM. Producer CPU includes waiting for ring space (both sides wait with the same "
-                    "Backoff: spin, yield, then sleep).");
+                    "on this VM. push_cpu: separate runs of cost_bytes_per_source per producer with rings that hold "
+                    "twice a producer's share (no push waits for space; ring-full waits are printed), the producer "
+                    "thread's CPU over its push loop and flush (close, which waits for the mover or the targets, "
+                    "left out). producer_cpu: the bandwidth runs, the whole push loop and close, waiting for ring "
+                    "space included (both sides wait with the same Backoff: spin, yield, then sleep).");
     if (tcp) {
       result.add_note("tcp: UCX emulates the mover's gets and puts with active messages that the PU ranks' "
                       "progress threads serve; that CPU time is in the PU process cost, not in the producer's.");
@@ -382,13 +407,18 @@ class DrivenShuffle final : public Scenario {
       bandwidth.series("mpi", Role::baseline, "MPI_Alltoallv (batched), 4 ranks");
       bandwidth.compare("driven", "mpi");
     }
-    Panel& producer = result.panel("producer_cpu", "Producer thread CPU time per pushed tuple", size,
-                                   {"CPU time per tuple", "ns"}, Better::lower);
+    Panel& push = result.panel("push_cpu", "PU cost: producer thread CPU per pushed tuple, rings never full (push + flush)",
+                               size, {"CPU time per tuple", "ns"}, Better::lower);
+    push.series("driven", Role::dfi, "driven::Producer::push");
+    push.series("flow", Role::baseline, "ShuffleSource::push");
+    push.series("local", Role::baseline, "no flow: key hash + copy into a local segment per consumer (the floor of any push)");
+    push.compare("driven", "flow", kCostTarget);
+    push.compare("driven", "local");
+    Panel& producer = result.panel("producer_cpu", "Producer thread CPU per pushed tuple in the bandwidth runs (waits and close included)",
+                                   size, {"CPU time per tuple", "ns"}, Better::lower);
     producer.series("driven", Role::dfi, "driven::Producer::push");
     producer.series("flow", Role::baseline, "ShuffleSource::push");
-    producer.series("local", Role::baseline, "no flow: key hash + copy into a local segment per consumer (the floor of any push)");
-    producer.compare("driven", "flow", kCostTarget);
-    producer.compare("driven", "local");
+    producer.compare("driven", "flow");
     Panel& process = result.panel("process_cpu", "PU ranks' process CPU time per pushed tuple (all threads)", size,
                                   {"CPU time per tuple", "ns"}, Better::lower);
     process.series("driven", Role::dfi, "driven PU ranks");
@@ -398,28 +428,31 @@ class DrivenShuffle final : public Scenario {
 
     RankJob job;
     job.scenario = name();
-    job.params = {{"points", planned},
-                  {"segments", context.param("segments")},
+    job.params = {{"cost", false},
                   {"segment_bytes", context.param("segment_bytes")},
                   {"timeout_ms", std::chrono::milliseconds(timeout).count()}};
     job.timeout = timeout * 2;
 
-    auto measure_dfi = [&](bool driven, int rep) {
+    auto measure_dfi = [&](bool driven, bool cost, int rep) {
       const std::string side = driven ? "driven" : "flow";
+      const std::vector<Point>& run_points = cost ? cost_points : points;
       RankJob j = job;
       j.nodes = driven ? kPuRanks + 1 : kPuRanks;
       j.params["side"] = side;
+      j.params["cost"] = cost;
+      j.params["points"] = plan(run_points);
       context.say("repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) + ": " + side +
-                  " over " + (context.netns ? "netns tcp" : context.transport));
+                  (cost ? " (PU cost, rings never full)" : "") + " over " + (context.netns ? "netns tcp" : context.transport));
       const std::map<int, json> reports = run_rank_job(j, context);
       const std::string command = rank_job_command(j, context);
       for (int r = 0; r < j.nodes; ++r) {
         if (!reports.count(r))
           throw Error(Errc::protocol, "bench driven-shuffle: " + side + " rank " + std::to_string(r) + " reported nothing");
       }
-      for (std::size_t i = 0; i < points.size(); ++i) {
+      for (std::size_t i = 0; i < run_points.size(); ++i) {
+        const Point& point = run_points[i];
         std::uint64_t sent = 0, sent_sum = 0, received = 0, received_sum = 0, stalls = 0;
-        std::int64_t start = INT64_MAX, end = INT64_MIN, producer_cpu = 0, pu_cpu = 0, local_cpu = 0;
+        std::int64_t start = INT64_MAX, end = INT64_MIN, producer_cpu = 0, push_cpu = 0, pu_cpu = 0, local_cpu = 0;
         for (int r = 0; r < kPuRanks; ++r) {
           const json& p = reports.at(r).at("points").at(i);
           sent += p.at("sent_tuples").get<std::uint64_t>();
@@ -430,20 +463,37 @@ class DrivenShuffle final : public Scenario {
           start = std::min(start, p.at("start_ns").get<std::int64_t>());
           end = std::max(end, p.at("end_ns").get<std::int64_t>());
           producer_cpu += p.at("producer_cpu_ns").get<std::int64_t>();
+          push_cpu += p.at("push_cpu_ns").get<std::int64_t>();
           pu_cpu += p.at("process_cpu_ns").get<std::int64_t>();
           local_cpu += p.at("local_cpu_ns").get<std::int64_t>();
         }
-        const std::size_t tb = points[i].tuple_bytes;
-        const std::uint64_t expected = points[i].tuples * kPuRanks;
+        const std::size_t tb = point.tuple_bytes;
+        const std::uint64_t expected = point.tuples * kPuRanks;
         if (sent != expected || received != sent || received_sum != sent_sum) {
           throw Error(Errc::protocol, "bench driven-shuffle: " + side + ", " + std::to_string(tb) + " B: sent " +
                                           std::to_string(sent) + " tuples (key sum " + std::to_string(sent_sum) +
                                           "), received " + std::to_string(received) + " (key sum " +
                                           std::to_string(received_sum) + "), expected " + std::to_string(expected));
         }
+        const double per = static_cast<double>(sent);
+        std::string said = "  " + std::to_string(tb) + " B: ";
+        if (cost) {
+          const double push_ns = static_cast<double>(push_cpu) / per;
+          push.add(side, tb, push_ns);
+          push.add_command(side, command);
+          said += "push " + fixed(push_ns, 1) + " ns/tuple (" + std::to_string(point.segments) +
+                  " segments per ring, ring-full waits " + std::to_string(stalls) + ")";
+          if (!driven) {
+            const double local_ns = static_cast<double>(local_cpu) / per;
+            push.add("local", tb, local_ns);
+            push.add_command("local", command);
+            said += ", no-flow push floor " + fixed(local_ns, 1) + " ns/tuple";
+          }
+          context.say(said);
+          continue;
+        }
         const double seconds = static_cast<double>(end - start) / 1e9;
         const double gbps = seconds > 0 ? static_cast<double>(received * tb) / seconds / 1e9 : 0;
-        const double per = static_cast<double>(sent);
         const double producer_ns = static_cast<double>(producer_cpu) / per;
         const double pu_ns = static_cast<double>(pu_cpu) / per;
         bandwidth.add(side, tb, gbps);
@@ -452,15 +502,8 @@ class DrivenShuffle final : public Scenario {
         producer.add_command(side, command);
         process.add(side, tb, pu_ns);
         process.add_command(side, command);
-        std::string said = "  " + std::to_string(tb) + " B: " + fixed(gbps, 3) + " GB/s; producer " +
-                           fixed(producer_ns, 1) + " ns/tuple, PU processes " + fixed(pu_ns, 1) +
-                           " ns/tuple, ring-full waits " + std::to_string(stalls);
-        if (!driven) {
-          const double local_ns = static_cast<double>(local_cpu) / per;
-          producer.add("local", tb, local_ns);
-          producer.add_command("local", command);
-          said += ", no-flow push floor " + fixed(local_ns, 1) + " ns/tuple";
-        }
+        said += fixed(gbps, 3) + " GB/s; producer " + fixed(producer_ns, 1) + " ns/tuple, PU processes " +
+                fixed(pu_ns, 1) + " ns/tuple, ring-full waits " + std::to_string(stalls);
         if (driven) {
           const json& m = reports.at(kPuRanks).at("points").at(i);
           const double mover_ns = m.at("process_cpu_ns").get<double>() / per;
@@ -492,10 +535,11 @@ class DrivenShuffle final : public Scenario {
       }
     };
     for (int rep = 1; rep <= context.repeat; ++rep) {
-      run_alternating(rep, [&] { measure_dfi(true, rep); }, [&] {
-        measure_dfi(false, rep);
+      run_alternating(rep, [&] { measure_dfi(true, false, rep); }, [&] {
+        measure_dfi(false, false, rep);
         if (mpi) measure_mpi(rep);
       });
+      run_alternating(rep, [&] { measure_dfi(true, true, rep); }, [&] { measure_dfi(false, true, rep); });
     }
   }
 
