@@ -2,7 +2,8 @@
 // ranks, MPI_Alltoallv when OpenMPI is there), cut down with --set to one small point over shm
 // and tcp. Checks the result's shape: bandwidth of all sides, the producer CPU comparison against
 // its 0.25 target and the no-flow floor (runs whose rings never fill), the producer CPU of the
-// bandwidth runs, the PU process cost with the mover's; never the values (a loaded machine
+// bandwidth runs, the PU process cost with the mover's and the part
+// outside the producer and consumer threads; never the values (a loaded machine
 // decides them). A lost, duplicated or misrouted tuple makes the scenario fail by itself.
 #include <gtest/gtest.h>
 
@@ -38,6 +39,9 @@ void check_driven_shuffle(const json& r) {
   ASSERT_NE(producer, nullptr);
   ASSERT_EQ((*producer)["ratios"].size(), 1u);
   EXPECT_GT((*producer)["ratios"][0]["dfi_value"].get<double>(), 0);
+  const json* helpers = find_by_id(r["panels"], "helper_cpu");
+  ASSERT_NE(helpers, nullptr);
+  EXPECT_EQ((*helpers)["ratios"].size(), 1u);
   const json* process = find_by_id(r["panels"], "process_cpu");
   ASSERT_NE(process, nullptr);
   for (const char* side : {"driven", "driven_mover", "flow"}) {

@@ -20,14 +20,21 @@
 // sides.
 //
 // PU cost: perf's instruction counters are not available on this VM (`perf stat -e
-// instructions:u true` says <not supported>), so the cost is CPU time. Per rank and point:
-//   producer   CLOCK_THREAD_CPUTIME_ID of the producer thread over its push loop and close,
-//              divided by the tuples it pushed (waiting for ring space is included on both sides:
-//              both wait with the same Backoff; the stall counts are reported);
-//   process    getrusage(RUSAGE_SELF) of the PU rank from the start barrier until its threads are
-//              joined (producer, consumer and every helper thread, i.e. over tcp the progress
-//              thread that serves UCX's emulated gets and puts of the mover), per tuple pushed;
-//   mover      the same for the mover rank (driven only).
+// instructions:u true` says <not supported>), so the cost is CPU time, per pushed tuple:
+//   push_cpu   separate runs (cost_bytes_per_source per producer) whose rings hold twice a
+//              producer's share, so no push waits for space: CLOCK_THREAD_CPUTIME_ID of the
+//              producer thread over its push loop and flush (close, which waits for the mover or
+//              the targets, left out). Driven vs flow is the PU cost (target <= 0.25x),
+//              next to the floor of any push: the same loop routing and copying into a local
+//              segment buffer per consumer, no flow. Both sides write fresh ring memory here (the
+//              flow's source its staging segments and, on shm, the target's ring), page faults
+//              included;
+//   producer_cpu  the same thread in the bandwidth runs, push loop and close: waiting for ring
+//              space included (both sides wait with the same Backoff: spin, yield, sleep);
+//   process_cpu   getrusage(RUSAGE_SELF) of the PU ranks from the start barrier until their
+//              threads are joined; helper_cpu: that minus the producer's and the consumer's
+//              thread CPU, i.e. the progress thread, which over tcp serves UCX's emulated gets
+//              and puts of the mover; the mover rank's process CPU is shown apart.
 #include <sys/resource.h>
 #include <time.h>
 
@@ -92,7 +99,8 @@ struct Point {
 // What one PU rank did for one point; the driver adds the ranks up.
 struct PuReport {
   std::uint64_t sent = 0, received = 0, received_sum = 0, stalls = 0;
-  std::int64_t start_ns = 0, end_ns = 0, producer_cpu_ns = 0, push_cpu_ns = 0, process_cpu_ns = 0, local_cpu_ns = 0;
+  std::int64_t start_ns = 0, end_ns = 0, producer_cpu_ns = 0, push_cpu_ns = 0, consumer_cpu_ns = 0,
+               process_cpu_ns = 0, local_cpu_ns = 0;
   json to_json(std::size_t tuple_bytes) const {
     return {{"sent_tuples", sent},
             {"sent_key_sum", expected_key_sum(sent, block_tuples(tuple_bytes))},
@@ -103,6 +111,7 @@ struct PuReport {
             {"end_ns", end_ns},
             {"producer_cpu_ns", producer_cpu_ns},
             {"push_cpu_ns", push_cpu_ns},
+            {"consumer_cpu_ns", consumer_cpu_ns},
             {"process_cpu_ns", process_cpu_ns},
             {"local_cpu_ns", local_cpu_ns}};
   }
@@ -189,6 +198,7 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
   threads.start("consumer", [&](RankThreads::Gate& gate) {
     flow::TupleBatch batch;
     auto consume_all = [&](auto& in) {
+      const std::int64_t cpu = thread_cpu_ns();
       for (;;) {
         if (Status s = in.consume(batch, timeout); !s) throw Error(s.code(), s.message());
         if (batch.empty()) break;
@@ -196,6 +206,7 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
         report.received += batch.count;
       }
       report.end_ns = ns_since_epoch(Clock::now());
+      report.consumer_cpu_ns = thread_cpu_ns() - cpu;
     };
     if (driven) {
       driven::Consumer in(node, spec.name, 0);
@@ -392,9 +403,12 @@ class DrivenShuffle final : public Scenario {
                     "thread's CPU over its push loop and flush (close, which waits for the mover or the targets, "
                     "left out). producer_cpu: the bandwidth runs, the whole push loop and close, waiting for ring "
                     "space included (both sides wait with the same Backoff: spin, yield, then sleep).");
+    result.add_note("push_cpu runs write fresh ring memory on both sides (page faults included); the no-flow floor "
+                    "reuses one segment buffer per consumer, cache-resident.");
     if (tcp) {
       result.add_note("tcp: UCX emulates the mover's gets and puts with active messages that the PU ranks' "
-                      "progress threads serve; that CPU time is in the PU process cost, not in the producer's.");
+                      "progress threads serve; that CPU time is in the PU process cost and helper_cpu (process minus "
+                      "producer and consumer threads), not in the producer's.");
     }
 
     const Axis size{"tuple size", "B", "log2"};
@@ -425,6 +439,12 @@ class DrivenShuffle final : public Scenario {
     process.series("driven_mover", Role::dfi, "driven mover rank (not a PU; the switch in 000)");
     process.series("flow", Role::baseline, "flow ranks");
     process.compare("driven", "flow");
+    Panel& helpers = result.panel("helper_cpu", "PU ranks' CPU outside the producer and consumer threads per pushed tuple "
+                                  "(the progress thread: over tcp it serves the mover's emulated gets and puts)",
+                                  size, {"CPU time per tuple", "ns"}, Better::lower);
+    helpers.series("driven", Role::dfi, "driven PU ranks");
+    helpers.series("flow", Role::baseline, "flow ranks");
+    helpers.compare("driven", "flow");
 
     RankJob job;
     job.scenario = name();
@@ -452,7 +472,7 @@ class DrivenShuffle final : public Scenario {
       for (std::size_t i = 0; i < run_points.size(); ++i) {
         const Point& point = run_points[i];
         std::uint64_t sent = 0, sent_sum = 0, received = 0, received_sum = 0, stalls = 0;
-        std::int64_t start = INT64_MAX, end = INT64_MIN, producer_cpu = 0, push_cpu = 0, pu_cpu = 0, local_cpu = 0;
+        std::int64_t start = INT64_MAX, end = INT64_MIN, producer_cpu = 0, push_cpu = 0, pu_cpu = 0, local_cpu = 0, consumer_cpu = 0;
         for (int r = 0; r < kPuRanks; ++r) {
           const json& p = reports.at(r).at("points").at(i);
           sent += p.at("sent_tuples").get<std::uint64_t>();
@@ -464,6 +484,7 @@ class DrivenShuffle final : public Scenario {
           end = std::max(end, p.at("end_ns").get<std::int64_t>());
           producer_cpu += p.at("producer_cpu_ns").get<std::int64_t>();
           push_cpu += p.at("push_cpu_ns").get<std::int64_t>();
+          consumer_cpu += p.at("consumer_cpu_ns").get<std::int64_t>();
           pu_cpu += p.at("process_cpu_ns").get<std::int64_t>();
           local_cpu += p.at("local_cpu_ns").get<std::int64_t>();
         }
@@ -502,8 +523,12 @@ class DrivenShuffle final : public Scenario {
         producer.add_command(side, command);
         process.add(side, tb, pu_ns);
         process.add_command(side, command);
+        const double helper_ns = static_cast<double>(pu_cpu - producer_cpu - consumer_cpu) / per;
+        helpers.add(side, tb, helper_ns);
+        helpers.add_command(side, command);
         said += fixed(gbps, 3) + " GB/s; producer " + fixed(producer_ns, 1) + " ns/tuple, PU processes " +
-                fixed(pu_ns, 1) + " ns/tuple, ring-full waits " + std::to_string(stalls);
+                fixed(pu_ns, 1) + " ns/tuple (outside producer and consumer " + fixed(helper_ns, 1) +
+                "), ring-full waits " + std::to_string(stalls);
         if (driven) {
           const json& m = reports.at(kPuRanks).at("points").at(i);
           const double mover_ns = m.at("process_cpu_ns").get<double>() / per;
