@@ -338,8 +338,7 @@ class DrivenQosScenario : public Scenario {
       spec.type = driven::kDriven;
       spec.sources = {{0, static_cast<int>(f)}};
       spec.targets = {{1, static_cast<int>(f)}};
-      spec.schema = flow::Schema({{"key", flow::Type::uint64, 1},
-                                  {"payload", flow::Type::chars, static_cast<std::uint32_t>(plan.tuple_bytes - 8)}});
+      spec.schema = tuple_block_schema(plan.tuple_bytes);
       spec.routing = flow::Routing::explicit_target;
       spec.options.segments = plan.segments;
       spec.options.segment_bytes = plan.segment_bytes;

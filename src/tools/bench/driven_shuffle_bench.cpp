@@ -117,21 +117,6 @@ struct PuReport {
   }
 };
 
-flow::Schema schema_of(std::size_t tb) {
-  return flow::Schema({{"key", flow::Type::uint64, 1},
-                       {"payload", flow::Type::chars, static_cast<std::uint32_t>(tb - 8)}});
-}
-
-std::uint64_t sum_keys(const flow::TupleBatch& batch, std::size_t tb) {
-  std::uint64_t sum = 0;
-  const std::byte* p = batch.data;
-  for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
-    std::uint64_t key;
-    std::memcpy(&key, p, sizeof key);
-    sum += key;
-  }
-  return sum;
-}
 
 // The producer's push loop, the same for both sides: tuple at a time through the 64 KiB block.
 template <class Push>
@@ -183,7 +168,7 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
     spec.sources.push_back({r, 0});
     spec.targets.push_back({r, 0});
   }
-  spec.schema = schema_of(tb);
+  spec.schema = tuple_block_schema(tb);
   spec.key_column = "key";
   spec.options.segments = point.segments;
   spec.options.segment_bytes = params.at("segment_bytes").get<std::uint32_t>();
@@ -202,7 +187,7 @@ json run_pu(cluster::Node& node, const json& params, const Point& point, std::si
       for (;;) {
         if (Status s = in.consume(batch, timeout); !s) throw Error(s.code(), s.message());
         if (batch.empty()) break;
-        report.received_sum += sum_keys(batch, tb);
+        report.received_sum += sum_tuple_keys(batch.data, batch.count, tb);
         report.received += batch.count;
       }
       report.end_ns = ns_since_epoch(Clock::now());

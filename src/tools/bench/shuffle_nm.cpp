@@ -216,14 +216,7 @@ Received socket_reader(const std::vector<Socket>& in, std::size_t tb,
       }
       k.fill += static_cast<std::size_t>(n);
       const std::size_t whole = k.fill / tb;
-      const std::byte* p = k.buffer.data();
-      std::uint64_t sum = 0;
-      for (std::size_t i = 0; i < whole; ++i, p += tb) {
-        std::uint64_t key;
-        std::memcpy(&key, p, sizeof key);
-        sum += key;
-      }
-      r.key_sum += sum;
+      r.key_sum += sum_tuple_keys(k.buffer.data(), whole, tb);
       r.tuples += whole;
       const std::size_t rest = k.fill - whole * tb;
       if (rest > 0) std::memmove(k.buffer.data(), k.buffer.data() + whole * tb, rest);
@@ -319,8 +312,7 @@ json run_flow(cluster::Node& node, const json& params, const Point& point, std::
     spec.sources.push_back({r, 0});
     spec.targets.push_back({r, 0});
   }
-  spec.schema = flow::Schema({{"key", flow::Type::uint64, 1},
-                              {"payload", flow::Type::chars, static_cast<std::uint32_t>(tb - 8)}});
+  spec.schema = tuple_block_schema(tb);
   spec.key_column = "key";
   spec.options.segments = params.at("segments").get<std::uint32_t>();
   spec.options.segment_bytes = params.at("segment_bytes").get<std::uint32_t>();
@@ -336,14 +328,7 @@ json run_flow(cluster::Node& node, const json& params, const Point& point, std::
     for (;;) {
       if (Status s = target.consume(batch, timeout); !s) throw Error(s.code(), s.message());
       if (batch.empty()) break;
-      std::uint64_t sum = 0;
-      const std::byte* p = batch.data;
-      for (std::size_t i = 0; i < batch.count; ++i, p += tb) {
-        std::uint64_t key;
-        std::memcpy(&key, p, sizeof key);
-        sum += key;
-      }
-      received.key_sum += sum;
+      received.key_sum += sum_tuple_keys(batch.data, batch.count, tb);
       received.tuples += batch.count;
     }
     received.end_ns = now_ns();

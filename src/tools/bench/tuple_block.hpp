@@ -10,6 +10,8 @@
 #include <cstring>
 #include <span>
 
+#include "dfi/flow/schema.hpp"
+
 namespace dfi::tools::bench {
 
 inline constexpr std::size_t kTupleBlockBytes = 64 * 1024;
@@ -36,6 +38,25 @@ inline std::uint64_t expected_key_sum(std::uint64_t tuples, std::uint64_t block)
   const std::uint64_t laps = tuples / block;
   const std::uint64_t rest = tuples % block;
   return laps * (block * (block - 1) / 2) + (rest == 0 ? 0 : rest * (rest - 1) / 2);
+}
+
+// The flow schema of these tuples: the 8-byte key, then tuple_bytes - 8 bytes of payload
+// (tuple_bytes >= 16).
+inline flow::Schema tuple_block_schema(std::size_t tuple_bytes) {
+  return flow::Schema({{"key", flow::Type::uint64, 1},
+                       {"payload", flow::Type::chars, static_cast<std::uint32_t>(tuple_bytes - 8)}});
+}
+
+// Sum (mod 2^64) of the keys of the `count` tuples of `tuple_bytes` at `data`: what a receiver
+// checks against expected_key_sum().
+inline std::uint64_t sum_tuple_keys(const std::byte* data, std::size_t count, std::size_t tuple_bytes) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < count; ++i, data += tuple_bytes) {
+    std::uint64_t key;
+    std::memcpy(&key, data, sizeof key);
+    sum += key;
+  }
+  return sum;
 }
 
 }  // namespace dfi::tools::bench
