@@ -224,7 +224,7 @@ Status Receiver::receive(Message& message, std::chrono::milliseconds timeout) {
 }
 
 Status Receiver::whole(std::byte* into, std::size_t room, Take mode, Transfer& transfer,
-                       std::chrono::milliseconds timeout) {
+                       std::chrono::milliseconds timeout, std::vector<std::byte>* grow) {
   transfer = Transfer{};
   if (in_transfer_) {
     return {Errc::invalid_argument, label() + ": a whole transfer asked for in the middle of one taken message by message"};
@@ -234,6 +234,11 @@ Status Receiver::whole(std::byte* into, std::size_t room, Take mode, Transfer& t
   if (header == nullptr) {
     transfer.end_of_stream = true;
     return {};
+  }
+  if (grow != nullptr) {  // the caller's vector takes the transfer's size
+    grow->resize(header->total_bytes);
+    into = grow->data();
+    room = grow->size();
   }
   if (mode == Take::copy && header->total_bytes > room) {
     return {Errc::invalid_argument, label() + ": a transfer of " + std::to_string(header->total_bytes) +
@@ -259,13 +264,7 @@ Status Receiver::receive_transfer(std::span<std::byte> into, Transfer& transfer,
 
 Status Receiver::receive_transfer(std::vector<std::byte>& into, Transfer& transfer,
                                   std::chrono::milliseconds timeout) {
-  transfer = Transfer{};
-  const MessageHeader* header = nullptr;
-  if (!in_transfer_) {
-    if (Status s = peek(header, timeout); !s) return s;
-    if (header != nullptr) into.resize(header->total_bytes);
-  }
-  return whole(into.data(), into.size(), Take::copy, transfer, timeout);
+  return whole(nullptr, 0, Take::copy, transfer, timeout, &into);
 }
 
 Status Receiver::discard_transfer(Transfer& transfer, std::chrono::milliseconds timeout) {

@@ -368,7 +368,8 @@ TestResult run_test(cluster::Node& node, const TestOptions& o, std::ostream& pro
           const std::uint64_t bytes = share(o.sizes[k], o.lanes, lane);
           const std::uint64_t transfers = transfers_for(o, o.sizes[k]);
           const auto opcode = static_cast<std::uint32_t>(k);
-          for (std::uint64_t i = 0; i < warmup_for(o, o.sizes[k]); ++i) {
+          const std::uint64_t warmup = warmup_for(o, o.sizes[k]);
+          for (std::uint64_t i = 0; i < warmup; ++i) {
             words[0] = i;
             end->send(opcode, data, bytes);
           }
@@ -404,7 +405,8 @@ TestResult run_test(cluster::Node& node, const TestOptions& o, std::ostream& pro
           const std::uint64_t bytes = share(o.sizes[k], o.lanes, lane);
           const std::uint64_t transfers = transfers_for(o, o.sizes[k]);
           const std::string where = lane_name(o, "CU", lane) + ", transfers of " + std::to_string(bytes) + " B";
-          for (std::uint64_t i = 0; i < warmup_for(o, o.sizes[k]); ++i) {
+          const std::uint64_t warmup = warmup_for(o, o.sizes[k]);
+          for (std::uint64_t i = 0; i < warmup; ++i) {
             end->receive(static_cast<std::uint32_t>(k), into, bytes, copy);
           }
           end->signal();  // ready

@@ -163,8 +163,9 @@ class Receiver {
   // one is done). Ok with ended_ set at end of stream.
   Status peek(const MessageHeader*& header, std::chrono::milliseconds timeout);
   void take(const MessageHeader& header, Message& message);  // takes the peeked message
+  // The next whole transfer into `into` (`room` bytes), or into `*grow` resized to its size.
   Status whole(std::byte* into, std::size_t room, Take mode, Transfer& transfer,
-               std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout, std::vector<std::byte>* grow = nullptr);
   Status malformed(const std::string& what) const;
 
   flow::detail::TargetRings rings_;
