@@ -110,7 +110,12 @@ Status Barrier::wait(std::chrono::milliseconds timeout) {
   while (arrived < target) {
     if (Status s = counter_.load(kArrived, arrived); !s) return {s.code(), label_ + ": " + s.message()};
     if (arrived >= target) break;
-    if (Status s = check_members(); !s) return s;
+    if (Status s = check_members(); !s) {
+      // A member may complete the round (it saw every arrival) and die before this member's
+      // next look at the counter: the round is complete all the same, so look once more.
+      if (counter_.load(kArrived, arrived).is_ok() && arrived >= target) break;
+      return s;
+    }
     if (deadline.expired()) {
       return {Errc::timeout, label_ + ": round " + std::to_string(round_) + " incomplete after " +
                                  std::to_string(timeout.count()) + " ms (" +
