@@ -1,6 +1,8 @@
 #include "dfi/cluster/node.hpp"
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
@@ -8,29 +10,12 @@
 #include "dfi/launch/environment.hpp"
 #include "dfi/registry/client.hpp"
 #include "dfi/registry/server.hpp"
+#include "dfi/cluster/records.hpp"
 
 namespace dfi::cluster {
 namespace {
 
 std::string address_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/address"; }
-
-// Splits "host:port"; throws invalid_argument naming DFI_REGISTRY otherwise.
-std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    throw Error(Errc::invalid_argument, "registry address '" + text + "' is not host:port (DFI_REGISTRY)");
-  }
-  int port = 0;
-  try {
-    port = std::stoi(text.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  if (port <= 0 || port > 65535) {
-    throw Error(Errc::invalid_argument, "registry address '" + text + "' has no valid port (DFI_REGISTRY)");
-  }
-  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
-}
 
 }  // namespace
 
@@ -59,8 +44,7 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
                           : std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
   if (rank_ == 0 && options.embed_registry) {
-    auto [host, port] = split_host_port(options.registry);
-    server_ = std::make_unique<registry::Server>(registry::ServerOptions{host, port, options.token});
+    server_ = std::make_unique<registry::Server>(registry::server_options_at(options.registry, options.token));
   }
   client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
 
@@ -170,8 +154,21 @@ void Node::adopt_progress(fabric::Worker& worker) { progress_->adopt(worker); }
 void Node::abandon_progress(fabric::Worker& worker) { progress_->abandon(worker); }
 
 void Node::finish() {
-  barrier("dfi/node/finish");
+  if (failed_ranks().empty()) {
+    barrier("dfi/node/finish");
+    stop_watcher();
+    return;
+  }
+  // A rank died, so a barrier of all ranks would never fill: the survivors meet through records
+  // instead (a dead rank counts as arrived), and the registry's host stays until the others left.
+  client_->publish("dfi/node/finished/" + std::to_string(rank_), "1", /*replace=*/true);
+  (void)survivors_records(*this, "dfi/node/finished/", size_, registry_timeout_);
   stop_watcher();
+  if (!server_) return;
+  const auto deadline = std::chrono::steady_clock::now() + registry_timeout_;
+  while (client_->members().size() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace dfi::cluster

@@ -79,6 +79,12 @@ Status ReplicateSource::width_error(std::size_t bytes) const {
                                       rings_.spec().schema.describe() + "}"};
 }
 
+void ReplicateSource::abandon() noexcept {
+  if (closed_) return;
+  rings_.abandon();
+  closed_ = true;
+}
+
 Status ReplicateSource::make_room() {
   if (closed_) return {Errc::flow_failed, rings_.label() + ": push after close"};
   return emit();

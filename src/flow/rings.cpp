@@ -155,6 +155,11 @@ Status SourceRings::close() {
   return first;
 }
 
+void SourceRings::abandon() noexcept {
+  for (auto& writer : writers_) writer->abandon();
+  closed_ = true;
+}
+
 memory::RingCounters SourceRings::counters() const {
   memory::RingCounters sum;
   for (const auto& writer : writers_) {

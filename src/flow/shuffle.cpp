@@ -120,6 +120,11 @@ Status ShuffleSource::close() {
   return latch(rings_.close());
 }
 
+void ShuffleSource::abandon() noexcept {
+  rings_.abandon();
+  (void)latch({Errc::flow_failed, rings_.label() + ": abandoned"});
+}
+
 FlowCounters ShuffleSource::counters() const {
   memory::RingCounters rings = rings_.counters();
   // Tuples pushed: published ones and those still batched (a push that failed added none).

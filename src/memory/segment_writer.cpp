@@ -338,6 +338,16 @@ Status SegmentWriter<Access>::close() {
   return access_.status();
 }
 
+template <class Access>
+void SegmentWriter<Access>::abandon() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  for (Staging& staging : stagings_) {
+    for (fabric::Request& send : staging.sends) (void)send.wait();
+    staging.sends.clear();
+  }
+}
+
 template class SegmentWriter<LocalRing>;
 template class SegmentWriter<RemoteRing>;
 

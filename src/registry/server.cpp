@@ -962,6 +962,15 @@ void Server::Impl::stop() noexcept {
   loop_.reset();  // closes the listening socket now rather than at destruction
 }
 
+ServerOptions server_options_at(std::string_view host_port, std::string token) {
+  net::HostPort at = net::split_host_port(host_port);
+  ServerOptions options;
+  options.bind_host = std::move(at.host);
+  options.port = at.port;
+  options.token = std::move(token);
+  return options;
+}
+
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Server::~Server() = default;
 std::uint16_t Server::port() const noexcept { return impl_->port_; }

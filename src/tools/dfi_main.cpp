@@ -28,6 +28,7 @@
 #include "kv_command.hpp"
 #include "txn.hpp"
 #include "commtier_command.hpp"
+#include "registry_command.hpp"
 
 namespace {
 
@@ -197,6 +198,17 @@ int main(int argc, char** argv) {
   commtier->add_flag("--json", commtier_json, "Also print the result as one JSON line (commtier-json: ...)");
   commtier->add_flag("!--no-progress", commtier_options.progress, "No line per transfer size while it runs");
 
+  auto* registry = app.add_subcommand("registry", "The registry as a process of its own");
+  registry->require_subcommand(1);
+  auto* registry_serve = registry->add_subcommand(
+      "serve", "Serve the registry at DFI_REGISTRY (ranks then run with DFI_REGISTRY_EXTERNAL=1), so any rank may die");
+  dfi::tools::RegistryServeOptions registry_options;
+  registry_serve->add_option("--address", registry_options.address, "host:port to listen on (default: DFI_REGISTRY)");
+  registry_serve->add_option("--ranks", registry_options.ranks,
+                             "Exit once this many ranks joined and all of them left (0: until SIGINT/SIGTERM)");
+  registry_serve->add_option("--timeout", registry_options.timeout_seconds,
+                             "With --ranks: give up if they have not all joined within this many seconds");
+
   auto* info = app.add_subcommand("info", "Configuration and environment");
   bool show_config = false;
   info->add_flag("--config", show_config, "Every setting with its environment variable, value and meaning");
@@ -257,6 +269,7 @@ int main(int argc, char** argv) {
       commtier_options.timeout = std::chrono::milliseconds(static_cast<long long>(commtier_timeout_s * 1000));
       return dfi::tools::run_commtier(commtier_options, commtier_json, std::cout, std::cerr);
     }
+    if (*registry_serve) return dfi::tools::run_registry_serve(registry_options, std::cout, std::cerr);
     if (*info) return print_config();
   } catch (const dfi::Error& e) {
     std::cerr << "dfi: " << e.what() << '\n';

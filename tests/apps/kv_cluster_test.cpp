@@ -101,10 +101,74 @@ TEST_P(KvCluster, BadOptionsAreNamed) {
   EXPECT_TRUE(contains(run.err, "the unreplicated service has exactly one replica (got 2)")) << run.all();
 }
 
-// A follower killed 1 s into a 60 s run: the run ends long before its length, and the leader's
-// error names the flow and the dead rank (views do not change yet: issue 12's next slice).
-TEST_P(KvCluster, AKilledFollowerEndsTheRunWithAnErrorNamingIt) {
+// A shell command for every rank: rank `victim` runs `kv` in the background and kills it (kill -9)
+// after `seconds`; the others exec it. Rank 0 hosts the registry, so when it is the victim the
+// registry runs as a process of its own (`dfi registry serve`) beside it and outlives it.
+std::string kill_rank(int victim, const std::string& seconds, const std::string& kv, int ranks) {
+  const std::string dfi = DFI_BINARY;
+  std::string killed = kv + " & pid=$!; sleep " + seconds + "; kill -9 $pid; wait; exit 0";
+  if (victim == 0) {
+    killed = dfi + " registry serve --ranks " + std::to_string(ranks) + " --timeout 60 >/dev/null & DFI_REGISTRY_EXTERNAL=1 " +
+             killed;
+  }
+  return "if [ \"$DFI_RANK\" = " + std::to_string(victim) + " ]; then " + killed + "; else exec " + kv + "; fi";
+}
+
+// The conflicting load for `seconds` (a kill lands in the middle of it), as one shell command.
+std::string conflicting_run(const std::string& protocol, const std::string& seconds, const std::string& dir) {
+  return std::string(DFI_BINARY) + " kv bench --protocol " + protocol +
+         " --replicas 3 --threads 2 --window 4 --keys 8 --reads 0.6 --deletes 0.2 --seconds " + seconds +
+         " --history " + dir + " --no-progress";
+}
+
+// Multi-Paxos, a follower killed 1 s into a 2.5 s run: the leader and the clients move to view 1
+// (the two survivors), the run completes, the survivors agree, every history is linearizable.
+TEST_P(KvCluster, MultiPaxosSurvivesAKilledFollower) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto run = run_cluster(5, GetParam(), {"/bin/sh", "-c", kill_rank(2, "1", conflicting_run("paxos", "2.5", dir_), 5)},
+                         options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: view changes: the service ended in view 1; rank(s) 2 died")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 2 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
+}
+
+// Multi-Paxos, the leader (rank 0) killed 1 s into a 2.5 s run: rank 1 or 2 (the longer log)
+// leads view 1, the clients send their unanswered requests again (writes applied once), the run
+// completes, the survivors agree, every history is linearizable.
+TEST_P(KvCluster, MultiPaxosSurvivesAKilledLeader) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto run = run_cluster(5, GetParam(), {"/bin/sh", "-c", kill_rank(0, "1", conflicting_run("paxos", "2.5", dir_), 5)},
+                         options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 1] kv: view changes: the service ended in view 1; rank(s) 0 died")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 2 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
+}
+
+// Multi-Paxos, both followers of three killed: no majority is left, and every rank still running
+// ends with an error saying so instead of waiting.
+TEST_P(KvCluster, LosingAMajorityEndsTheRunWithAnErrorNamingIt) {
   const std::string kv = std::string(DFI_BINARY) + " kv bench --replicas 3 --threads 1 --seconds 60 --no-progress";
+  const std::string script = "if [ \"$DFI_RANK\" = 1 ] || [ \"$DFI_RANK\" = 2 ]; then " + kv +
+                             " & pid=$!; sleep 1; kill -9 $pid; exit 0; else exec " + kv + "; fi";
+  RunOptions options;
+  options.timeout = std::chrono::seconds(50);
+  auto run = run_cluster(4, GetParam(), {"/bin/sh", "-c", script}, options);
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_LT(run.seconds, 45) << run.all();
+  EXPECT_TRUE(contains(run.err, "kv service 'kv': view 1 has 1 live replica(s) of 3, fewer than a majority")) << run.all();
+}
+
+// NOPaxos has no view change yet (issue 12): a follower killed 1 s into a 60 s run ends the run
+// long before its length, with an error naming the dead rank.
+TEST_P(KvCluster, NOPaxosEndsTheRunWithAnErrorNamingAKilledReplica) {
+  const std::string kv =
+      std::string(DFI_BINARY) + " kv bench --protocol nopaxos --replicas 3 --threads 1 --seconds 60 --no-progress";
   const std::string script = "if [ \"$DFI_RANK\" = 2 ]; then " + kv + " & pid=$!; sleep 1; kill -9 $pid; exit 0; else exec " +
                              kv + "; fi";
   RunOptions options;
@@ -112,7 +176,6 @@ TEST_P(KvCluster, AKilledFollowerEndsTheRunWithAnErrorNamingIt) {
   auto run = run_cluster(4, GetParam(), {"/bin/sh", "-c", script}, options);
   EXPECT_NE(run.code, 0) << run.all();
   EXPECT_LT(run.seconds, 45) << run.all();
-  EXPECT_TRUE(contains(run.err, "kv service 'kv' (rank 0)")) << run.all();
   EXPECT_TRUE(contains(run.err, "rank 2")) << run.all();
 }
 

@@ -97,7 +97,9 @@ class Node {
 
   // Final barrier: after it no peer touches this process's memory any more. Rank 0 hosts the
   // registry, so it must not leave before the others are done with it. Stops the liveness
-  // watcher, since ranks now leave on purpose.
+  // watcher, since ranks now leave on purpose. When ranks died (failed_ranks() not empty), the
+  // survivors meet through records instead, a dead rank counting as arrived, and the registry's
+  // host then waits (up to the registry timeout) until every other rank left.
   void finish();
 
   // Lets this process's progress thread progress `worker` whenever its owner has not claimed it

@@ -3,6 +3,8 @@
 // rank publishes one registry record, and every rank reads all of them).
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,5 +29,13 @@ inline void check_call(const Status& status, const char* kind, const std::string
 // naming a rank that died before it published, timeout naming the record that did not appear.
 std::vector<std::string> exchange_records(Node& node, const std::string& prefix, int ranks,
                                           const std::string& mine);
+
+// The records `<prefix>0` .. `<prefix><ranks-1>` of the ranks that published one, waiting for each
+// rank until it published or was declared dead; a rank that died before it published gives
+// nullopt. Every caller that waits long enough gets the same answer (a record outlives its rank;
+// a dead rank publishes nothing more). Publishes nothing. Throws dfi::Error: timeout (`timeout`
+// passed with a live rank still silent, naming it and the record).
+std::vector<std::optional<std::string>> survivors_records(Node& node, const std::string& prefix, int ranks,
+                                                          std::chrono::milliseconds timeout);
 
 }  // namespace dfi::cluster

@@ -170,6 +170,9 @@ class ReplicateSource {
   Status flush();
   // Sends what is buffered, then end-of-stream to every target it writes to. Idempotent.
   Status close();
+  // Leaves the flow without an end of stream (as ShuffleSource::abandon): the targets see the
+  // segments published so far and then nothing. Idempotent; never throws.
+  void abandon() noexcept;
 
   // Targets this source writes to itself (all of them when naive, `fanout` when relaying).
   std::size_t link_count() const noexcept { return rings_.target_count(); }

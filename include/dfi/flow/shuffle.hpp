@@ -131,6 +131,11 @@ class ShuffleSource {
   Status flush();
   // Sends what is buffered and marks end of stream at every target. Idempotent.
   Status close();
+  // Leaves the flow without an end of stream: what is buffered is dropped, the targets see the
+  // tuples published so far and then nothing (they learn of the end some other way — a replicated
+  // service's view change, apps/kv). Later calls fail with flow_failed; the destructor does not
+  // close. Waits only for sends already in flight. Idempotent; never throws.
+  void abandon() noexcept;
 
   std::size_t target_count() const noexcept { return rings_.target_count(); }
   std::size_t memory_bytes() const noexcept { return rings_.memory_bytes(); }

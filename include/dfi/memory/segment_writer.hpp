@@ -101,6 +101,11 @@ class SegmentWriter {
   // everything is on its way (put path: visible at the reader). Idempotent.
   Status close();
 
+  // Leaves the ring without an end-of-stream, for a writer whose reader learns of the end some
+  // other way (a replicated service moving to a new view): waits for the sends in flight (their
+  // errors ignored), then refuses every later call as after close(). Idempotent; never throws.
+  void abandon() noexcept;
+
   bool closed() const noexcept { return closed_; }
   // The sequence the next published segment gets (1 for the first).
   std::uint64_t next_sequence() const noexcept { return next_; }

@@ -61,6 +61,9 @@ class TupleWriter {
     if (Status s = flush(); !s) return s;
     return segments_.close();
   }
+  // Leaves the ring without publishing what is batched or an end-of-stream
+  // (SegmentWriter::abandon).
+  void abandon() noexcept { segments_.abandon(); }
   // Slots free at the reader (SegmentWriter::free_slots).
   Status free_slots(std::uint64_t& free) { return segments_.free_slots(free); }
 

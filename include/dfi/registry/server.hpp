@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "dfi/registry/limits.hpp"
 
@@ -45,6 +46,11 @@ struct ServerOptions {
   std::chrono::milliseconds hello_timeout{10'000};
   std::chrono::milliseconds frame_timeout{10'000};
 };
+
+// Options for a server listening at `host_port` ("host:port" or "[v6-host]:port", as DFI_REGISTRY)
+// with `token`; the other fields keep their defaults. Throws dfi::Error(invalid_argument) naming
+// the text when it is not host:port.
+ServerOptions server_options_at(std::string_view host_port, std::string token);
 
 class Server {
  public:

@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -19,6 +20,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/cluster/records.hpp"
 #include "dfi/fabric/worker.hpp"
+#include "dfi/registry/client.hpp"
 #include "names.hpp"
 
 namespace dfi::apps::kv {
@@ -92,6 +94,7 @@ class LatencyHistogram {
 struct ClientResult {
   std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0;
   double seconds = 0;
+  std::uint64_t longest_wait_ns = 0;  // the longest time without a completion (a view change)
   LatencyHistogram latency;
   std::vector<HistoryEntry> history;
   std::string error;
@@ -130,6 +133,7 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
     const auto start = Clock::now();
     const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
     std::uint64_t submitted = 0;
+    std::int64_t last_return = now_ns();
     for (;;) {
       // The clock is read once per poll round, not per request.
       const bool stop = o.requests != 0 ? submitted >= o.requests : Clock::now() >= end;
@@ -157,6 +161,8 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       Completion done;
       client.poll(done).throw_if_error();
       const std::int64_t ret = now_ns();
+      result.longest_wait_ns = std::max(result.longest_wait_ns, static_cast<std::uint64_t>(ret - last_return));
+      last_return = ret;
       auto it = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.seq == done.seq; });
       const Pending p = *it;
       it->seq = 0;
@@ -189,30 +195,39 @@ std::string fmt_us(std::uint64_t ns) {
   return buf;
 }
 
-// Rank 0: adds up every rank's report and checks the replicas against each other.
-int summarize(const BenchOptions& o, const std::vector<std::string>& reports, std::ostream& out, std::ostream& err,
-              BenchSummary& summary) {
+// The lowest rank that reported: adds up every report and checks the replicas against each other.
+// `reports[r]` is empty for a rank that died before it reported.
+int summarize(const BenchOptions& o, const std::vector<std::optional<std::string>>& reports, std::ostream& out,
+              std::ostream& err, BenchSummary& summary) {
   const ServiceOptions& s = o.service;
-  std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0, clients = 0;
+  std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0, clients = 0, longest_wait = 0;
   double rate = 0;
   LatencyHistogram latency;
   struct Replica {
-    std::uint64_t writes, reads, rounds, slots, keys, digest;
+    int rank;
+    std::uint64_t writes, reads, rounds, slots, keys, digest, answered, view;
   };
   std::vector<Replica> replicas;
+  std::vector<int> dead;
   for (std::size_t rank = 0; rank < reports.size(); ++rank) {
-    std::istringstream in(reports[rank]);
+    if (!reports[rank]) {
+      dead.push_back(static_cast<int>(rank));
+      continue;
+    }
+    std::istringstream in(*reports[rank]);
     std::string kind;
     in >> kind;
     if (kind == "r") {
       Replica r{};
-      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest;
+      r.rank = static_cast<int>(rank);
+      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest >> r.answered >> r.view;
       replicas.push_back(r);
     } else {
-      std::uint64_t n = 0, g = 0, p = 0, d = 0, c = 0;
+      std::uint64_t n = 0, g = 0, p = 0, d = 0, c = 0, w = 0;
       double r = 0;
-      in >> n >> g >> p >> d >> c >> r;
+      in >> n >> g >> p >> d >> c >> r >> w;
       ops += n, gets += g, puts += p, dels += d, clients += c, rate += r;
+      longest_wait = std::max(longest_wait, w);
       latency.decode_add(in);
     }
   }
@@ -225,17 +240,29 @@ int summarize(const BenchOptions& o, const std::vector<std::string>& reports, st
   out << "kv: latency p50 " << fmt_us(latency.percentile_ns(50)) << ", p95 " << fmt_us(latency.percentile_ns(95))
       << ", p99 " << fmt_us(latency.percentile_ns(99)) << "\n";
   int status = 0;
-  const Replica& leader = replicas.front();
-  if (leader.reads + leader.writes != ops) {
-    err << "kv bench: the leader answered " << leader.reads + leader.writes << " requests, the clients completed "
-        << ops << "\n";
+  if (replicas.empty()) {
+    err << "kv bench: no replica reported\n";
+    return 1;
+  }
+  const Replica& first = replicas.front();
+  if (first.view != 0 || !dead.empty()) {
+    out << "kv: view changes: the service ended in view " << first.view << "; rank(s)";
+    for (int r : dead) out << ' ' << r;
+    out << " died; the longest wait of a client for a completion: " << fmt_us(longest_wait) << "\n";
+  }
+  // Every request a client completed was answered by a leader; with a dead rank, some of those
+  // answers are in its lost report.
+  std::uint64_t answered = 0;
+  for (const Replica& r : replicas) answered += r.answered;
+  if (dead.empty() && answered != ops) {
+    err << "kv bench: the leaders answered " << answered << " requests, the clients completed " << ops << "\n";
     status = 1;
   }
-  for (std::size_t r = 1; r < replicas.size(); ++r) {
-    if (replicas[r].slots != leader.slots || replicas[r].keys != leader.keys || replicas[r].digest != leader.digest) {
-      err << "kv bench: replica " << r << " applied " << replicas[r].slots << " slots (" << replicas[r].keys
-          << " keys, digest " << replicas[r].digest << "), the leader " << leader.slots << " (" << leader.keys
-          << " keys, digest " << leader.digest << ")\n";
+  for (const Replica& r : replicas) {
+    if (r.slots != first.slots || r.keys != first.keys || r.digest != first.digest || r.view != first.view) {
+      err << "kv bench: replica rank " << r.rank << " applied " << r.slots << " slots (" << r.keys << " keys, digest "
+          << r.digest << ", view " << r.view << "), replica rank " << first.rank << " " << first.slots << " ("
+          << first.keys << " keys, digest " << first.digest << ", view " << first.view << ")\n";
       status = 1;
     }
   }
@@ -245,10 +272,11 @@ int summarize(const BenchOptions& o, const std::vector<std::string>& reports, st
   summary.p50_us = static_cast<double>(latency.percentile_ns(50)) / 1000.0;
   summary.p95_us = static_cast<double>(latency.percentile_ns(95)) / 1000.0;
   summary.p99_us = static_cast<double>(latency.percentile_ns(99)) / 1000.0;
+  summary.longest_wait_us = static_cast<double>(longest_wait) / 1000.0;
   summary.replicas_agree = status == 0;
   if (status == 0) {
-    out << "kv: replicas agree: " << replicas.size() << " of " << replicas.size() << " applied " << leader.slots
-        << " writes, " << leader.keys << " keys, digest " << std::hex << leader.digest << std::dec << "\n";
+    out << "kv: replicas agree: " << replicas.size() << " of " << s.replicas << " applied " << first.slots
+        << " writes, " << first.keys << " keys, digest " << std::hex << first.digest << std::dec << "\n";
   }
   return status;
 }
@@ -266,7 +294,8 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     try {
       const ReplicaStats r = run_replica(node, o.service);
       std::ostringstream line;
-      line << "r " << r.writes << ' ' << r.reads << ' ' << r.rounds << ' ' << r.slots << ' ' << r.keys << ' ' << r.digest;
+      line << "r " << r.writes << ' ' << r.reads << ' ' << r.rounds << ' ' << r.slots << ' ' << r.keys << ' ' << r.digest
+           << ' ' << r.answered << ' ' << r.view;
       report = line.str();
     } catch (const Error& e) {
       failure = e.what();
@@ -302,6 +331,7 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     double rate = 0;
     for (ClientResult& r : results) {
       if (!r.error.empty() && failure.empty()) failure = r.error;
+      total.longest_wait_ns = std::max(total.longest_wait_ns, r.longest_wait_ns);
       total.ops += r.ops, total.gets += r.gets, total.puts += r.puts, total.dels += r.dels;
       if (r.seconds > 0) rate += static_cast<double>(r.ops) / r.seconds;
       total.latency.merge(r.latency);
@@ -312,7 +342,7 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     }
     std::ostringstream line;
     line << "c " << total.ops << ' ' << total.gets << ' ' << total.puts << ' ' << total.dels << ' ' << threads << ' '
-         << rate << total.latency.encode();
+         << rate << ' ' << total.longest_wait_ns << total.latency.encode();
     report = line.str();
   }
   if (!failure.empty()) {
@@ -320,8 +350,11 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     return 1;
   }
   try {
-    const std::vector<std::string> reports = cluster::exchange_records(node, names.reports, node.size(), report);
-    if (node.rank() != 0) return 0;
+    node.registry().publish(names.reports + std::to_string(node.rank()), report);
+    const std::vector<std::optional<std::string>> reports =
+        cluster::survivors_records(node, names.reports, node.size(), o.service.timeout);
+    const auto first = std::find_if(reports.begin(), reports.end(), [](const auto& r) { return r.has_value(); });
+    if (first - reports.begin() != node.rank()) return 0;
     BenchSummary mine;
     const int status = summarize(o, reports, out, err, mine);
     if (summary != nullptr) *summary = mine;

@@ -4,15 +4,22 @@
 #include <string>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/deadline.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "fifo.hpp"
 #include "names.hpp"
+#include "views.hpp"
 
 namespace dfi::apps::kv {
 
 namespace {
 constexpr const char* kKind = "kv client";
+// How long one wait for replies lasts before the client looks whether its view broke.
+constexpr std::chrono::milliseconds kReplySlice{20};
+// How long the client waits for the failure detector to confirm that a failed flow call was a
+// view member's death (as the replicas do).
+constexpr std::chrono::milliseconds kVerdictWait{3000};
 }
 
 struct Client::State {
@@ -31,38 +38,131 @@ struct Client::State {
     bool leader = false;      // the leader's reply arrived (its result is in `reply`)
     std::size_t answers = 0;  // replies so far
     Reply reply{};
+    Request request{};        // sent again in a new view until answered
   };
 
-  State(cluster::Node& n, fabric::Worker& worker, const ServiceOptions& options, int thread, std::size_t i)
+  State(cluster::Node& n, fabric::Worker& w, const ServiceOptions& options, int t, std::size_t i)
       : node(n),
+        worker(w),
         o(options),
+        thread(t),
         names(options.name),
         index(i),
         nopaxos(options.protocol == Protocol::nopaxos),
         answers_needed(nopaxos ? static_cast<std::size_t>(options.replicas / 2 + 1) : 1),
         answers_all(nopaxos ? static_cast<std::size_t>(options.replicas) : 1),
-        replies(n, names.replies, thread, reply_schema(), options.timeout),
+        view(detail::first_view(options)),
         entries(options.window),
         ready(options.window) {
+    open_flows();
+  }
+
+  // Opens this client's ends of the current view's flows (closing the previous view's).
+  void open_flows() {
+    batch = {};
+    next_reply = 0;
+    // A view left: no end of stream on its flow (the leader would take it for our close).
+    if (requests) requests->abandon();
+    requests.reset();
+    multicast.reset();
+    replies.reset();
+    names = Names(o.name, view.number);
+    requests_closed = false;
+    replies.emplace(node, names.replies, thread, reply_schema(), o.timeout);
     if (nopaxos) {
       flow::ReplicateSourceOptions s;
       s.expected_schema = request_schema();
-      s.open_timeout = options.timeout;
-      multicast.emplace(n, worker, names.requests, thread, s);
+      s.open_timeout = o.timeout;
+      multicast.emplace(node, worker, names.requests, thread, s);
     } else {
       flow::SourceOptions s;
       s.expected_schema = request_schema();
-      s.open_timeout = options.timeout;
-      requests.emplace(n, worker, names.requests, thread, s);
+      s.open_timeout = o.timeout;
+      requests.emplace(node, worker, names.requests, thread, s);
     }
   }
 
-  Status push(const Request& r) { return nopaxos ? multicast->push(&r, sizeof r) : requests->push_to(0, &r, sizeof r); }
+  // After a flow call failed with `failure`: when a member of the view died (Multi-Paxos), moves
+  // to the next view that opens, sends every unanswered request again there and returns ok;
+  // otherwise returns `failure`.
+  Status recover(const Status& failure) {
+    if (nopaxos || !detail::view_breaks_within(node, view, kVerdictWait)) return failure;
+    return change_view();
+  }
+
+  Status change_view() {
+    try {
+      for (;;) {
+        for (std::uint64_t number = view.number + 1;; ++number) {
+          detail::View next = detail::decide_view(node, o, number);
+          if (detail::wait_view_open(node, o, next)) {
+            view = std::move(next);
+            break;
+          }
+        }
+        ++views_changed;
+        const bool closing = closed;
+        open_flows();
+        if (resend() && (!closing || close_requests_here())) return {};
+        // The new view broke as well: on to the one after it.
+        if (!detail::view_breaks_within(node, view, kVerdictWait)) {
+          return error(Errc::peer_failed, "cannot send to " + detail::describe(view));
+        }
+      }
+    } catch (const Error& e) {
+      return error(e.code(), e.what());
+    }
+  }
+
+  // Sends every unanswered request of the window again, oldest first; false if a call failed.
+  bool resend() {
+    std::uint64_t sent = 0;
+    for (;;) {
+      const Entry* next = nullptr;
+      for (const Entry& e : entries) {
+        if (e.used && !e.completed && e.seq > sent && (next == nullptr || e.seq < next->seq)) next = &e;
+      }
+      if (next == nullptr) break;
+      if (!push(next->request)) return false;
+      sent = next->seq;
+    }
+    return static_cast<bool>(flush_requests());
+  }
+
+  bool close_requests_here() {
+    if (!close_requests()) return false;
+    requests_closed = true;
+    return true;
+  }
+
+  Status push(const Request& r) {
+    return nopaxos ? multicast->push(&r, sizeof r) : requests->push_to(0, &r, sizeof r);
+  }
   Status flush_requests() { return nopaxos ? multicast->flush() : requests->flush(); }
   Status close_requests() { return nopaxos ? multicast->close() : requests->close(); }
 
   Status error(Errc code, const std::string& what) const {
     return Status(code, std::string(kKind) + " " + std::to_string(index) + " of service '" + o.name + "': " + what);
+  }
+
+  // Consumes the next batch of replies into `batch`, following the service into new views
+  // (Multi-Paxos): a failed call or a quiet spell in a view that a member's death broke.
+  Status consume_replies() {
+    const Deadline deadline(o.timeout);
+    for (;;) {
+      Status c = replies->consume(batch, nopaxos ? o.timeout : kReplySlice);
+      if (c) return c;
+      if (c.code() == Errc::timeout && !nopaxos) {
+        // Quiet: the replicas may have moved to a new view without us (a follower died).
+        if (detail::view_broken(node, view)) {
+          if (Status v = change_view(); !v) return v;
+          continue;
+        }
+        if (!deadline.expired()) continue;
+      }
+      if (c.code() == Errc::timeout) return c;
+      if (Status v = recover(c); !v) return v;
+    }
   }
 
   // Takes the next reply (consuming a batch when the last one is used up) and books it; an entry
@@ -71,7 +171,7 @@ struct Client::State {
     if (next_reply == batch.count) {
       next_reply = 0;
       batch = {};
-      if (Status c = replies.consume(batch, o.timeout); !c) return c;
+      if (Status c = consume_replies(); !c) return c;
       if (batch.empty()) {
         return error(Errc::protocol, "flow '" + names.replies + "' ended (the replicas stopped) with " +
                                          std::to_string(outstanding) + " request(s) unanswered");
@@ -131,15 +231,20 @@ struct Client::State {
   }
 
   cluster::Node& node;
+  fabric::Worker& worker;
   ServiceOptions o;
-  Names names;
+  int thread;
+  Names names;  // of the current view
   std::size_t index;
   bool nopaxos;
   std::size_t answers_needed;  // replies that complete a request
   std::size_t answers_all;     // replies that free its place in the window
+  detail::View view;
+  std::uint64_t views_changed = 0;
+  bool requests_closed = false;  // in the current view
   std::optional<flow::ShuffleSource> requests;      // unreplicated, Multi-Paxos
   std::optional<flow::ReplicateSource> multicast;   // NOPaxos
-  flow::ShuffleTarget replies;
+  std::optional<flow::ShuffleTarget> replies;
   std::vector<Entry> entries;  // the window
   detail::Fifo<std::size_t> ready;  // completed entries not handed out yet, oldest first
   std::size_t outstanding = 0;  // submitted, not handed out
@@ -199,13 +304,15 @@ Status Client::submit(Op op, std::uint64_t key, const Value* value, std::uint64_
     e.key = key;
     e.op = op;
     e.used = true;
+    e.request = r;
     break;
   }
-  if (Status pushed = s.push(r); !pushed) return pushed;
   ++s.outstanding;
   ++s.held;
   s.unflushed = true;
   seq = r.seq;
+  // A view that broke: recover() sends every unanswered request, this one too, in the next.
+  if (Status pushed = s.push(r); !pushed) return s.recover(pushed);
   return {};
 }
 
@@ -213,7 +320,8 @@ Status Client::flush() {
   State& s = *state_;
   if (!s.unflushed) return {};
   s.unflushed = false;
-  return s.flush_requests();
+  if (Status f = s.flush_requests(); !f) return s.recover(f);
+  return {};
 }
 
 Status Client::poll(Completion& done) {
@@ -276,10 +384,13 @@ Status Client::close() {
   s.batch = {};
   s.next_reply = 0;
   s.closed = true;
-  if (Status c = s.close_requests(); !c) return c;
-  flow::TupleBatch rest;
-  if (Status c = s.replies.consume(rest, s.o.timeout); !c) return c;
-  if (!rest.empty()) return s.error(Errc::protocol, "a reply after the last request on flow '" + s.names.replies + "'");
+  if (Status c = s.close_requests(); !c) {
+    if (Status v = s.recover(c); !v) return v;  // closes them in the next view
+  } else {
+    s.requests_closed = true;
+  }
+  if (Status c = s.consume_replies(); !c) return c;
+  if (!s.batch.empty()) return s.error(Errc::protocol, "a reply after the last request on flow '" + s.names.replies + "'");
   return {};
 }
 

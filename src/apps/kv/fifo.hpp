@@ -26,6 +26,8 @@ class Fifo {
     ++size_;
   }
   const T& front() const noexcept { return items_[head_]; }
+  // The i-th oldest item (i < size()).
+  T& operator[](std::size_t i) noexcept { return items_[(head_ + i) & (items_.size() - 1)]; }
   void pop_front() noexcept {
     head_ = (head_ + 1) & (items_.size() - 1);
     --size_;

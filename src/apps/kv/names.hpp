@@ -1,23 +1,39 @@
-// The registry and flow names of one kv service.
+// The registry and flow names of one kv service. Every view of the service has flows of its own
+// (`<service>.v<view>.requests`, ...): a view's flows end with the view.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dfi::apps::kv {
 
 struct Names {
-  explicit Names(const std::string& service)
-      : requests(service + ".requests"),
-        replies(service + ".replies"),
-        accept(service + ".accept"),
-        accepted(service + ".accepted"),
-        reports("kv/" + service + "/report/") {}
+  explicit Names(const std::string& service, std::uint64_t view = 0)
+      : requests(flow(service, view, "requests")),
+        replies(flow(service, view, "replies")),
+        accept(flow(service, view, "accept")),
+        accepted(flow(service, view, "accepted")),
+        reports("kv/" + service + "/report/"),
+        view_record("kv/" + service + "/view/" + std::to_string(view)),
+        view_states(view_record + "/state/") {}
 
   std::string requests;
   std::string replies;
   std::string accept;
   std::string accepted;
-  std::string reports;  // + rank: what a rank reports after the run (cluster::exchange_records)
+  std::string reports;      // + rank: what a rank reports after the run (cluster::exchange_records)
+  std::string view_record;  // the view's leader and members, published once its flows exist
+  std::string view_states;  // + rank: a replica's log length as it enters the view
+
+ private:
+  static std::string flow(const std::string& service, std::uint64_t view, const char* what) {
+    std::string name = service;
+    name += ".v";
+    name += std::to_string(view);
+    name += '.';
+    name += what;
+    return name;
+  }
 };
 
 }  // namespace dfi::apps::kv

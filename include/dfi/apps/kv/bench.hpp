@@ -9,9 +9,12 @@
 // rest a pattern derived from it), so a history names exactly which write a get saw, and a get
 // that returns a torn or unknown value is caught at once.
 //
-// After the run every rank reports to all (cluster::exchange_records): rank 0 prints throughput,
-// latency percentiles, and checks that every replica applied the same writes (same key count and
-// digest) and that the leader answered exactly the requests the clients completed. With
+// After the run every rank reports to all (cluster::survivors_records): the lowest rank that
+// reported prints throughput, latency percentiles, and checks that every replica that reported
+// applied the same writes (same slot and key count, digest and final view) and — when no rank
+// died — that the leaders answered exactly the requests the clients completed. When views
+// changed (Multi-Paxos: a replica died, service.hpp), it also prints the final view and the
+// longest time any client went without a completion (the failover time, as the clients saw it). With
 // `history_dir`, every client rank writes its clients' histories there (history.hpp), for the
 // Porcupine checker (tests/porcupine).
 #pragma once
@@ -36,17 +39,19 @@ struct BenchOptions {
   bool progress = true;           // the first client rank prints a line per second
 };
 
-// What rank 0 adds up after a run.
+// What the summarizing rank adds up after a run.
 struct BenchSummary {
   std::uint64_t requests = 0;       // completed by all clients
   std::uint64_t clients = 0;
   double requests_per_second = 0;   // sum over clients of requests / their run time
   double p50_us = 0, p95_us = 0, p99_us = 0;  // request latency (bucket upper bounds, 12.5 %)
+  double longest_wait_us = 0;       // the longest a client went without a completion (failover)
   bool replicas_agree = false;
 };
 
-// Runs this rank's role. Returns 0 when the run completed and (rank 0) the replicas agree; 1
-// otherwise, with the reason on `err` naming the rank, flow or peer. Rank 0 fills `summary` when
+// Runs this rank's role. Returns 0 when the run completed and (summarizing rank) the replicas
+// agree; 1 otherwise, with the reason on `err` naming the rank, flow or peer. The summarizing rank
+// (the lowest that reported) fills `summary` when
 // given. Throws dfi::Error for bad options (invalid_argument).
 int run_bench(cluster::Node& node, const BenchOptions& options, std::ostream& out, std::ostream& err,
               BenchSummary* summary = nullptr);

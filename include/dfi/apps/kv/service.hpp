@@ -162,6 +162,8 @@ struct ReplicaStats {
   std::uint64_t keys = 0;     // keys in the store at the end
   std::uint64_t digest = 0;   // order-independent digest of the store at the end: replicas that
                               // applied the same writes agree
+  std::uint64_t answered = 0; // requests answered as leader (in every view it led)
+  std::uint64_t view = 0;     // the view the service ended in (Multi-Paxos)
 };
 
 // Runs this rank's replica (leader on rank 0, follower on ranks 1 .. replicas-1) on the calling

@@ -106,6 +106,9 @@ class SourceRings {
   const std::string& label() const noexcept { return label_; }
   // Publishes what is buffered, then end-of-stream, on every ring; first error. Idempotent.
   Status close();
+  // Leaves every ring without publishing what is buffered or an end-of-stream
+  // (memory::SegmentWriter::abandon). Idempotent.
+  void abandon() noexcept;
   bool closed() const noexcept { return closed_; }
   std::size_t memory_bytes() const noexcept { return memory_bytes_; }
   memory::RingCounters counters() const;
