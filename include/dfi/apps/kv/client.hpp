@@ -10,9 +10,13 @@
 //   client.get(42, out, found).throw_if_error();
 //   client.close().throw_if_error();          // when done: lets the service end
 //
-// Errors of every call name the service, the flow and the peer: peer_failed (the leader died),
-// timeout (no reply within ServiceOptions::timeout), invalid_argument (window full, bad op),
-// protocol (a reply to no outstanding request). Nothing on the request path allocates.
+// Multi-Paxos: when a replica dies, the client follows the service into its next view (it learns
+// the view from the registry, see service.hpp) and sends every request not yet answered again;
+// the calls that noticed return normally. Errors of every call name the service, the flow and the
+// peer: peer_failed (fewer than a majority of the replicas left; NOPaxos and unreplicated: a
+// replica died), timeout (no reply within ServiceOptions::timeout), invalid_argument (window
+// full, bad op), protocol (a reply to no outstanding request). Nothing on the request path
+// allocates; a view change does.
 #pragma once
 
 #include <cstddef>

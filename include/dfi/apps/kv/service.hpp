@@ -1,54 +1,71 @@
 // apps::kv service — a key-value store replicated over flows (003 §4.3.2, Fig 3).
 //
-// Ranks 0 .. replicas-1 are the replicas (rank 0 leads); clients are threads of the other ranks.
-// A request is one fixed-width tuple (key, operation, 64 B value); so is a reply. The service is
-// four flows, all created by create_service:
+// Ranks 0 .. replicas-1 are the replicas (rank 0 leads view 0); clients are threads of the other
+// ranks. A request is one fixed-width tuple (key, operation, 64 B value); so is a reply. Every
+// view v of the service has four flows of its own, the first created by create_service:
 //
-//   <name>.requests   shuffle  every client thread -> the leader          (Request)
-//   <name>.accept     replicate the leader -> every follower              (Accept; Multi-Paxos)
-//   <name>.accepted   shuffle  every follower -> the leader               (Accepted; Multi-Paxos)
-//   <name>.replies    shuffle  the leader -> client thread i, by its index (Reply)
+//   <name>.v<v>.requests   shuffle  every client thread -> the leader          (Request)
+//   <name>.v<v>.accept     replicate the leader -> every follower              (Accept; Multi-Paxos)
+//   <name>.v<v>.accepted   shuffle  every follower -> the leader               (Accepted; Multi-Paxos)
+//   <name>.v<v>.replies    shuffle  the leader -> client thread i, by its index (Reply)
 //
 // Protocols:
 //   unreplicated  the leader executes each request and replies: the baseline of the benchmark.
-//   paxos         Multi-Paxos, normal case with a stable leader (view 0). The leader takes the
-//                 requests that arrived, gives every write the next log slot and sends the whole
-//                 batch as one *round* of Accept tuples on the replicate flow (a read-only round
-//                 sends one heartbeat tuple). A follower appends what it consumes to its log and
-//                 answers each consumed batch with one Accepted tuple naming the last round and
-//                 slot it holds (the rings keep each pair in order, so the answer covers every
-//                 earlier round). A round is chosen once a majority of the replicas (the leader
-//                 and replicas/2 followers) hold it; the leader then applies its writes in slot
-//                 order and replies. Every Accept carries the leader's commit slot, and followers
-//                 apply their log up to it. Rounds are pipelined: up to max_rounds_in_flight are
-//                 outstanding, which bounds every ring's fill (no flow can block another).
+//   paxos         Multi-Paxos. The leader takes the requests that arrived, gives every write the
+//                 next log slot and sends the whole batch as one *round* of Accept tuples on the
+//                 replicate flow (a read-only round sends one heartbeat tuple). A follower appends
+//                 what it consumes to its log and answers each consumed batch with one Accepted
+//                 tuple naming the last round and slot it holds (the rings keep each pair in
+//                 order, so the answer covers every earlier round). A round is chosen once a
+//                 majority of the replicas (the leader and replicas/2 followers) hold it; the
+//                 leader then applies its writes in slot order and replies. Every Accept carries
+//                 the leader's commit slot, and followers apply their log up to it. Rounds are
+//                 pipelined: up to max_rounds_in_flight are outstanding, which bounds every
+//                 ring's fill (no flow can block another).
 //
-//   nopaxos       NOPaxos (Li et al., OSDI 2016), normal case: <name>.requests is an *ordered*
+//                 Views (src/apps/kv/views.hpp). A view ends when one of its replicas is declared
+//                 dead (the registry's failure detector: its connection closed). The survivors
+//                 publish the length of their logs for the next view; every replica and client
+//                 decides that view from the same records — its members are the replicas that
+//                 published (at least a majority, else every rank stops with an error saying
+//                 so), its leader the one with the longest log. A replica's log holds every
+//                 write that was chosen (a chosen write is on a majority, and every survivor's
+//                 log is a prefix of the old leader's), so the longest log holds them all. The
+//                 new leader creates the view's flows and opens the view with round 0, its
+//                 state (store and client table, which a follower swaps in only once it arrived
+//                 whole and only if it is ahead of its own), and round 1, its log after its
+//                 applied slot, proposed again. Clients follow into the view and send every
+//                 request not yet answered again; each replica keeps, per client, the number of
+//                 its last applied write and the result of its recent writes, so a write sent
+//                 twice is applied once and answered with its first result. Flows of a view
+//                 that ended are abandoned, not closed: no peer takes their silence for the end
+//                 of the service. Rank 0 hosts the registry unless it runs on its own (`dfi
+//                 registry serve`, DFI_REGISTRY_EXTERNAL=1): only then may rank 0 die.
+//
+//   nopaxos       NOPaxos (Li et al., OSDI 2016), normal case: <name>.v0.requests is an *ordered*
 //                 replicate flow from every client to every replica — the ordered unreliable
 //                 multicast, whose sequencer (a counter in rank 0's memory that every client's
 //                 segment takes a number from) stands in for the paper's switch — and
-//                 <name>.replies has every replica as a source. Every replica consumes the
+//                 <name>.v0.replies has every replica as a source. Every replica consumes the
 //                 requests in the one global order and applies the writes; the leader also answers
 //                 the reads and sends every result, a follower acknowledges each consumed segment
-//                 (one client's consecutive requests) with one tuple. A client
-//                 completes a request once it holds the leader's reply and replicas/2
-//                 followers' (a majority). No accept/accepted flows: one fewer message delay than
-//                 Multi-Paxos. A gap event (a sequence number that reached no replica: its client
-//                 died while sending) ends the run with an error naming it — gap agreement, view
-//                 change and synchronisation are the next slice.
+//                 (one client's consecutive requests) with one tuple. A client completes a request
+//                 once it holds the leader's reply and replicas/2 followers' (a majority). No
+//                 accept/accepted flows: one fewer message delay than Multi-Paxos. A gap event (a
+//                 sequence number that reached no replica: its client died while sending) or a
+//                 dead replica ends the run with an error naming it — gap agreement, view change
+//                 and synchronisation are the next slice.
 //
 // Reads are linearizable through a quorum round, not through the log (Raft's "read index"): a
 // read that arrived before round r started is answered once round r is chosen and every write of
 // rounds <= r is applied. It sees every write that completed before it was invoked (those were
 // applied earlier) and nothing that was not chosen. Reads need no log slot and no payload on the
 // replicate flow (95 % of the YCSB mix), and — unlike a leader lease — no assumption about clock
-// drift; the quorum round is what will make them safe once views change (a deposed leader cannot
-// complete a round).
+// drift; a deposed leader cannot complete a round, since its followers left its view.
 //
-// Not yet (issue 12, later slices): view change when the leader dies, log catch-up for a
-// replica that fell behind, NOPaxos gap agreement and synchronisation. A dead replica or client
-// now ends the run with an error naming it: a shuffle target fails for good once one of its
-// sources died, so surviving a dead follower needs the flows of a new view.
+// Not yet (issue 12, later slices): log catch-up for a replica that restarts, a replica that is
+// alive but cut off (a view change waits for every live replica's state record, up to the
+// timeout), a dead client (the leader's requests flow fails for good: an error naming it).
 #pragma once
 
 #include <array>
@@ -166,11 +183,12 @@ struct ReplicaStats {
   std::uint64_t view = 0;     // the view the service ended in (Multi-Paxos)
 };
 
-// Runs this rank's replica (leader on rank 0, follower on ranks 1 .. replicas-1) on the calling
-// thread until every client closed its requests: then the leader closes the accept flow, the
-// followers close theirs, and the leader closes the replies. Throws dfi::Error naming the service,
-// the flow and the peer: peer_failed (a client died; the leader: fewer than a majority of the
-// replicas alive), timeout, protocol (a malformed tuple).
+// Runs this rank's replica (leader or follower in each view, see above) on the calling thread
+// until every client closed its requests: then the leader closes the accept flow, the followers
+// close theirs, and the leader closes the replies. Multi-Paxos goes through a new view whenever a
+// replica dies. Throws dfi::Error naming the service, the flow and the peer: peer_failed (a client
+// died; fewer than a majority of the replicas alive; NOPaxos and unreplicated: any replica
+// died), timeout, protocol (a malformed tuple).
 ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options);
 
 }  // namespace dfi::apps::kv
