@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
                   "With --netns: tc qdisc on every rank's link, e.g. \"netem delay 1ms loss 0.1%\"");
   run->add_option("--timeout", timeout_s, "Kill the cluster after this many seconds (0 = never)");
   run->add_option("--grace", grace_s, "Seconds the other ranks get to finish after one fails");
+  bool registry_apart = false;
+  run->add_flag("--registry-apart", registry_apart,
+                "Serve the registry from the launcher instead of rank 0, so that any rank may die (not with --netns)");
   run->add_option("program", cluster_options.argv, "PROGRAM ARGS... (after --)")->required();
 
   auto* fabric = app.add_subcommand("fabric", "Fabric tools");
@@ -222,6 +225,16 @@ int main(int argc, char** argv) {
       if (cluster_options.netns) cluster_options.transport = "tcp";
       cluster_options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
       cluster_options.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+      std::optional<dfi::tools::RegistryApart> apart;
+      if (registry_apart) {
+        if (cluster_options.netns) {
+          throw dfi::Error(dfi::Errc::invalid_argument,
+                           "dfi cluster run: --registry-apart listens on this host's loopback, which ranks in network "
+                           "namespaces cannot reach");
+        }
+        apart.emplace();
+        for (auto& setting : apart->environment()) cluster_options.extra_env.insert(cluster_options.extra_env.begin(), setting);
+      }
       return dfi::launch::run_cluster(cluster_options, std::cout, std::cerr);
     }
     if (*check) return dfi::tools::run_fabric_check(check_options, std::cout, std::cerr);

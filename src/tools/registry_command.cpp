@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <random>
 #include <algorithm>
 #include <ostream>
 
@@ -14,6 +15,23 @@
 #include "dfi/registry/server.hpp"
 
 namespace dfi::tools {
+
+RegistryApart::RegistryApart() {
+  std::random_device random;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) token_ += kHex[random() & 0xf];
+  registry::ServerOptions options;
+  options.bind_host = "127.0.0.1";
+  options.port = 0;
+  options.token = token_;
+  server_ = std::make_unique<registry::Server>(options);
+}
+
+RegistryApart::~RegistryApart() = default;
+
+std::vector<std::pair<std::string, std::string>> RegistryApart::environment() const {
+  return {{"DFI_REGISTRY", server_->address()}, {"DFI_REGISTRY_TOKEN", token_}, {"DFI_REGISTRY_EXTERNAL", "1"}};
+}
 
 int run_registry_serve(const RegistryServeOptions& options, std::ostream& out, std::ostream& err) {
   try {

@@ -7,9 +7,36 @@
 #pragma once
 
 #include <iosfwd>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+namespace dfi::registry {
+class Server;
+}
 
 namespace dfi::tools {
+
+// A registry served by this process for a local cluster it launches (`dfi cluster run
+// --registry-apart`, bench jobs whose ranks may die): the ranks get its address and token and
+// DFI_REGISTRY_EXTERNAL=1 through environment(), so rank 0 embeds none and any rank may die.
+// Listens on 127.0.0.1 (any free port) with a fresh random token until destroyed. Throws
+// dfi::Error(io) when it cannot listen.
+class RegistryApart {
+ public:
+  RegistryApart();
+  ~RegistryApart();
+  RegistryApart(const RegistryApart&) = delete;
+  RegistryApart& operator=(const RegistryApart&) = delete;
+
+  // DFI_REGISTRY, DFI_REGISTRY_TOKEN and DFI_REGISTRY_EXTERNAL=1, for ClusterOptions::extra_env.
+  std::vector<std::pair<std::string, std::string>> environment() const;
+
+ private:
+  std::string token_;
+  std::unique_ptr<registry::Server> server_;
+};
 
 struct RegistryServeOptions {
   std::string address;  // host:port to listen on; empty: DFI_REGISTRY

@@ -1,4 +1,4 @@
-// `dfi bench kv --quick` and `dfi bench kv-etcd --quick`, for real, cut down with --set to
+// `dfi bench kv --quick`, `dfi bench kv-failover --quick` and `dfi bench kv-etcd --quick`, for real, cut down with --set to
 // seconds: 3 replicas, 2 client ranks of one thread, 4 requests outstanding each. Checks the
 // result's shape — every protocol's series, throughput positive, the declared comparisons —
 // never how fast anything is (a run whose replicas disagree fails the scenario by itself).
@@ -43,6 +43,28 @@ TEST(BenchKv, QuickOverShm) {
 TEST(BenchKv, QuickOverTcp) {
   check_series(testing::run_quick("kv", "tcp", kCutDown, 120s), {"nopaxos", "paxos", "unreplicated"}, 3);
 }
+
+// kv-failover: the leader and then a follower killed mid-run, each next to a run where none is;
+// every run's survivors must agree (the scenario fails otherwise) and end in a view after 0.
+void check_failover(const json& r) {
+  ASSERT_TRUE(r.is_object());
+  for (const char* panel : {"failover", "throughput"}) {
+    const json* p = find_by_id(r["panels"], panel);
+    ASSERT_NE(p, nullptr) << panel;
+    for (const char* id : {"paxos", "no-failure"}) {
+      const json* s = find_by_id((*p)["series"], id);
+      ASSERT_NE(s, nullptr) << panel << ' ' << id;
+      ASSERT_EQ((*s)["points"].size(), 2u) << panel << ' ' << id;
+      for (const json& point : (*s)["points"]) EXPECT_GT(point["value"].get<double>(), 0) << panel << ' ' << id;
+    }
+  }
+}
+
+const std::vector<std::string> kFailoverCutDown = {"--set", "seconds=1.5", "--set", "kill_after_s=0.7"};
+
+TEST(BenchKvFailover, QuickOverShm) { check_failover(testing::run_quick("kv-failover", "shm", kFailoverCutDown, 180s)); }
+
+TEST(BenchKvFailover, QuickOverTcp) { check_failover(testing::run_quick("kv-failover", "tcp", kFailoverCutDown, 180s)); }
 
 TEST(BenchKvEtcd, QuickOverShm) {
   if (std::string why = etcd_unavailable(); !why.empty()) GTEST_SKIP() << "the etcd baseline cannot run: " << why;

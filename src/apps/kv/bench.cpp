@@ -273,7 +273,9 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
   summary.p95_us = static_cast<double>(latency.percentile_ns(95)) / 1000.0;
   summary.p99_us = static_cast<double>(latency.percentile_ns(99)) / 1000.0;
   summary.longest_wait_us = static_cast<double>(longest_wait) / 1000.0;
+  summary.view = first.view;
   summary.replicas_agree = status == 0;
+  summary.summarized = true;
   if (status == 0) {
     out << "kv: replicas agree: " << replicas.size() << " of " << s.replicas << " applied " << first.slots
         << " writes, " << first.keys << " keys, digest " << std::hex << first.digest << std::dec << "\n";

@@ -1,12 +1,14 @@
 #include "cluster_job.hpp"
 
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <streambuf>
 
 #include "dfi/common/error.hpp"
 #include "dfi/launch/local_cluster.hpp"
 #include "process.hpp"
+#include "registry_command.hpp"
 #include "scenario.hpp"
 
 namespace dfi::tools::bench {
@@ -79,6 +81,7 @@ std::string rank_job_command(const RankJob& job, const RunContext& context) {
   } else {
     argv.insert(argv.end(), {"--transport", context.transport});
   }
+  if (job.registry_apart) argv.push_back("--registry-apart");
   argv.push_back("--");
   for (const std::string& a : rank_argv(job, "dfi")) argv.push_back(a);
   std::string env;
@@ -98,6 +101,15 @@ std::map<int, nlohmann::json> run_rank_job(const RankJob& job, const RunContext&
   options.timeout = job.timeout;
   options.grace = std::chrono::seconds(3);
   options.extra_env = job.env;
+  std::optional<RegistryApart> apart;
+  if (job.registry_apart) {
+    if (context.netns) {
+      throw Error(Errc::invalid_argument, "bench " + job.scenario + ": a registry apart from rank 0 is not reachable from "
+                                          "network namespaces");
+    }
+    apart.emplace();
+    for (auto& setting : apart->environment()) options.extra_env.insert(options.extra_env.begin(), setting);
+  }
 
   RankOutput capture(context.progress);
   std::ostream out(&capture);

@@ -27,6 +27,9 @@ struct RankJob {
   std::chrono::milliseconds timeout{120000};
   // Extra environment for every rank (e.g. DFI_OP_TIMEOUT_MS).
   std::vector<std::pair<std::string, std::string>> env;
+  // The launcher serves the registry (RegistryApart), not rank 0: any rank, rank 0 included,
+  // may die (not with netns).
+  bool registry_apart = false;
   // The rank program when it is not `dfi bench-rank <scenario> '<params json>'` (a Python rank,
   // scenario python): its argv, which gets the params itself; it reports with the same marker.
   std::vector<std::string> program;

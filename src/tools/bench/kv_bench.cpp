@@ -11,13 +11,23 @@
 // (etcd_baseline.hpp), with linearizable reads on both. DFI's clients are 2 ranks of `threads`
 // threads with `window` requests outstanding each; etcd's load generator opens 2 x `threads`
 // client connections with `window` goroutines each: the same offered load.
+//
+// Scenario kv-failover: Multi-Paxos under the kv load while one replica is killed (kill -9) in
+// the middle of the run — the leader or a follower — with the registry served by the launcher
+// (so rank 0 may die). Reports the longest time any client went without a completion (the
+// failover time as clients see it: detection, the view change and the resent requests) and
+// checks that the survivors agree.
 #include <algorithm>
 #include <map>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include <thread>
+
 #include "dfi/apps/kv/bench.hpp"
+#include "dfi/launch/child_process.hpp"
+#include "dfi/launch/environment.hpp"
 #include "cluster_job.hpp"
 #include "etcd_baseline.hpp"
 #include "dfi/cluster/node.hpp"
@@ -39,19 +49,31 @@ struct KvLoad {
   std::chrono::milliseconds timeout{120000};
 };
 
-// One `dfi kv bench` cluster run: rank 0's summary (fails when the replicas disagree).
+// A replica to kill in the middle of a run (kv-failover).
+struct KvKill {
+  int rank = -1;  // -1: none
+  double after_seconds = 0;
+};
+
+// One `dfi kv bench` cluster run: the summary of the rank that summarized (the lowest that
+// reported; fails when the replicas disagree).
 json run_dfi_kv(RunContext& context, const std::string& scenario, const std::string& protocol, int replicas,
-                const KvLoad& load, std::string& command) {
+                const KvLoad& load, std::string& command, const KvKill& kill = {}) {
   RankJob job;
   job.nodes = replicas + kClientRanks;
   job.scenario = scenario;
   job.timeout = load.timeout;
   job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
                 {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds}};
+  if (kill.rank >= 0) {
+    job.params["kill_rank"] = kill.rank;
+    job.params["kill_after_s"] = kill.after_seconds;
+    job.registry_apart = true;
+  }
   command = rank_job_command(job, context);
   std::map<int, json> reports = run_rank_job(job, context);
-  if (!reports.count(0)) throw Error(Errc::protocol, "bench " + scenario + ": rank 0 reported no result");
-  const json& r = reports.at(0);
+  if (reports.empty()) throw Error(Errc::protocol, "bench " + scenario + ": no rank reported a result");
+  const json& r = reports.begin()->second;
   if (!r.at("replicas_agree").get<bool>()) {
     throw Error(Errc::protocol, "bench " + scenario + ": the replicas disagree (" + protocol + ", window " +
                                     std::to_string(load.window) + ")");
@@ -59,8 +81,23 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   return r;
 }
 
-// Every rank of a `dfi kv bench` run of either scenario.
+// Every rank of a `dfi kv bench` run of any kv scenario. The rank named by "kill_rank" runs its
+// part as a child process and kills it (SIGKILL to its process group) after "kill_after_s".
 int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
+  if (params.contains("kill_rank") && launch::discover_launch().rank == params.at("kill_rank").get<int>()) {
+    json rest = params;
+    rest.erase("kill_rank");
+    rest.erase("kill_after_s");
+    launch::ChildProcess victim =
+        // Every kv scenario's ranks run this function: scenario kv's rank program will do.
+        launch::ChildProcess::start({{"/proc/self/exe", "bench-rank", "kv", rest.dump()}, {}});
+    std::this_thread::sleep_for(std::chrono::duration<double>(params.at("kill_after_s").get<double>()));
+    if (!victim.running()) {
+      err << "bench kv rank: the replica to kill ended before it was killed:\n" << victim.output();
+      return 1;
+    }
+    return 0;  // ~ChildProcess: SIGKILL
+  }
   apps::kv::BenchOptions options;
   options.service.protocol = apps::kv::parse_protocol(params.at("protocol").get<std::string>());
   options.service.replicas = params.at("replicas");
@@ -74,12 +111,14 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
     apps::kv::BenchSummary summary;
     const int status = apps::kv::run_bench(node, options, err, err, &summary);
     if (status != 0) return status;
-    if (node.rank() == 0) {
+    if (summary.summarized) {
       report_rank_result(out, {{"requests", summary.requests},
                                {"requests_per_second", summary.requests_per_second},
                                {"p50_us", summary.p50_us},
                                {"p95_us", summary.p95_us},
                                {"p99_us", summary.p99_us},
+                               {"longest_wait_us", summary.longest_wait_us},
+                               {"view", summary.view},
                                {"replicas_agree", summary.replicas_agree}});
     }
     node.finish();
@@ -280,8 +319,99 @@ class KvEtcdScenario : public Scenario {
   }
 };
 
+class KvFailoverScenario : public Scenario {
+ public:
+  std::string name() const override { return "kv-failover"; }
+  std::string title() const override { return "Replicated key-value store: Multi-Paxos failover when a replica is killed"; }
+  std::string description() const override {
+    return "The kv scenario's load on Multi-Paxos with `replicas` replicas; `kill_after_s` into each run one "
+           "replica is killed with SIGKILL — the leader (rank 0) or a follower — while the launcher serves the "
+           "registry. The survivors and the clients move to a new view (the longest log leads, clients send "
+           "their unanswered requests again). Measured: the longest time any client went without a completion "
+           "(failover as the clients see it: detection through the registry, the view change, the resent "
+           "requests) and the run's throughput; every run checks that the surviving replicas agree.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"replicas", 3, 5, "replica ranks"},
+        {"threads", 2, 2, "client threads per client rank"},
+        {"window", 4, 16, "requests outstanding per client"},
+        {"keys", 1000, 100000, "keys the requests draw from"},
+        {"seconds", 2.5, 4.0, "run length of every client"},
+        {"kill_after_s", 1.0, 1.5, "when the replica is killed, from its start"},
+        {"victims", json::array({"leader", "follower"}), json::array({"leader", "follower"}), "which replica is killed"},
+        {"timeout_s", 120, 300, "bound of each cluster run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"no-failure", "the same load and cluster with no replica killed: the longest wait of a client "
+                           "in a run without a view change"}};
+  }
+
+  void run(RunContext& context, Result& result) override {
+    const int replicas = context.param("replicas");
+    const int threads = context.param("threads");
+    const std::uint64_t window = context.param("window");
+    const std::uint64_t keys = context.param("keys");
+    const double seconds = context.param("seconds");
+    const double kill_after = context.param("kill_after_s");
+    const std::vector<std::string> victims = context.param("victims");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    result.set_parameters(context.resolved_parameters());
+    result.add_baseline("no-failure", baselines()[0].description);
+    result.add_note("Target (issue 12): service back within 1 s of the kill, read off the clients' completions.");
+    Panel& wait = result.panel("failover", "Longest wait of a client for a completion",
+                               {"killed replica", "", "category"}, {"longest wait", "ms", "linear"}, Better::lower);
+    Panel& tput = result.panel("throughput", "Throughput of the run", {"killed replica", "", "category"},
+                               {"throughput", "k req/s", "linear"}, Better::higher);
+    for (Panel* p : {&wait, &tput}) {
+      p->series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas, one killed");
+      p->series("no-failure", Role::baseline, "Multi-Paxos, no replica killed");
+    }
+    tput.compare("paxos", "no-failure");
+    const KvLoad load{threads, window, keys, seconds, timeout};
+    for (int rep = 1; rep <= context.repeat; ++rep) {
+      for (const std::string& victim : victims) {
+        if (victim != "leader" && victim != "follower") {
+          throw Error(Errc::invalid_argument, "bench kv-failover: victim '" + victim + "' (leader or follower)");
+        }
+        const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) + ", " +
+                                  victim + " killed";
+        auto killed = [&] {
+          context.say(round);
+          std::string command;
+          const KvKill kill{victim == "leader" ? 0 : replicas - 1, kill_after};
+          const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, kill);
+          if (r.at("view").get<std::uint64_t>() == 0) {
+            throw Error(Errc::protocol, "bench kv-failover: the run ended in view 0 although a replica was killed");
+          }
+          const double ms = r.at("longest_wait_us").get<double>() / 1000.0;
+          context.say(round + ": longest wait " + std::to_string(ms) + " ms, view " + r.at("view").dump());
+          wait.add("paxos", victim, ms);
+          tput.add("paxos", victim, r.at("requests_per_second").get<double>() / 1000.0);
+          for (Panel* p : {&wait, &tput}) p->add_command("paxos", command);
+        };
+        auto calm = [&] {
+          context.say(round + " (baseline: none killed)");
+          std::string command;
+          const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command);
+          wait.add("no-failure", victim, r.at("longest_wait_us").get<double>() / 1000.0);
+          tput.add("no-failure", victim, r.at("requests_per_second").get<double>() / 1000.0);
+          for (Panel* p : {&wait, &tput}) p->add_command("no-failure", command);
+        };
+        run_alternating(rep, killed, calm);
+      }
+    }
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return run_kv_rank(params, out, err);
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<Scenario> make_kv_failover_scenario() { return std::make_unique<KvFailoverScenario>(); }
 std::unique_ptr<Scenario> make_kv_scenario() { return std::make_unique<KvScenario>(); }
 std::unique_ptr<Scenario> make_kv_etcd_scenario() { return std::make_unique<KvEtcdScenario>(); }
 

@@ -46,7 +46,9 @@ struct BenchSummary {
   double requests_per_second = 0;   // sum over clients of requests / their run time
   double p50_us = 0, p95_us = 0, p99_us = 0;  // request latency (bucket upper bounds, 12.5 %)
   double longest_wait_us = 0;       // the longest a client went without a completion (failover)
+  std::uint64_t view = 0;           // the view the service ended in
   bool replicas_agree = false;
+  bool summarized = false;          // this rank summarized the run (the others leave it untouched)
 };
 
 // Runs this rank's role. Returns 0 when the run completed and (summarizing rank) the replicas
