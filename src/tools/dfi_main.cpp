@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
   kv_bench->add_option("--deletes", kv_options.delete_ratio, "Share of the writes that are deletes");
   kv_bench->add_option("--seconds", kv_options.seconds, "Run length of every client");
   kv_bench->add_option("--requests", kv_options.requests, "Requests per client, then stop (0: run --seconds)");
+  kv_bench->add_option("--rate", kv_options.rate, "Requests per second each client offers at most (0: as the window allows)");
   kv_bench->add_option("--history", kv_options.history_dir, "Directory for the clients' histories (kv-<rank>.history)");
   kv_bench->add_option("--seed", kv_options.seed, "Seed of the workload");
   kv_bench->add_option("--name", kv_options.service.name, "Service name (its flows are <name>.requests, ...)");

@@ -1,4 +1,4 @@
-// `dfi bench kv --quick`, `dfi bench kv-failover --quick` and `dfi bench kv-etcd --quick`, for real, cut down with --set to
+// `dfi bench kv --quick`, `kv-failover --quick`, `kv-jepsen --quick` and `kv-etcd --quick`, for real, cut down with --set to
 // seconds: 3 replicas, 2 client ranks of one thread, 4 requests outstanding each. Checks the
 // result's shape — every protocol's series, throughput positive, the declared comparisons —
 // never how fast anything is (a run whose replicas disagree fails the scenario by itself).
@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "bench/etcd_baseline.hpp"
+#include "bench/go_tool.hpp"
 #include "bench/result.hpp"
 #include "bench_e2e.hpp"
 
@@ -65,6 +66,23 @@ const std::vector<std::string> kFailoverCutDown = {"--set", "seconds=1.5", "--se
 TEST(BenchKvFailover, QuickOverShm) { check_failover(testing::run_quick("kv-failover", "shm", kFailoverCutDown, 180s)); }
 
 TEST(BenchKvFailover, QuickOverTcp) { check_failover(testing::run_quick("kv-failover", "tcp", kFailoverCutDown, 180s)); }
+
+// kv-jepsen: 4 short runs (no fault, the leader, a follower, no fault), every history linearizable.
+TEST(BenchKvJepsen, QuickOverShm) {
+  if (!go_binary()) GTEST_SKIP() << "no Go: no Porcupine checker (README set-up installs Go)";
+  const json r = testing::run_quick("kv-jepsen", "shm", {"--set", "histories=4", "--set", "seconds=1.2"}, 180s);
+  ASSERT_TRUE(r.is_object());
+  const json* p = find_by_id(r["panels"], "histories");
+  ASSERT_NE(p, nullptr);
+  const json* ok = find_by_id((*p)["series"], "linearizable");
+  const json* bad = find_by_id((*p)["series"], "violations");
+  ASSERT_NE(ok, nullptr);
+  ASSERT_NE(bad, nullptr);
+  double linearizable = 0;
+  for (const json& point : (*ok)["points"]) linearizable += point["value"].get<double>();
+  EXPECT_EQ(linearizable, 4);
+  for (const json& point : (*bad)["points"]) EXPECT_EQ(point["value"].get<double>(), 0) << point["x"];
+}
 
 TEST(BenchKvEtcd, QuickOverShm) {
   if (std::string why = etcd_unavailable(); !why.empty()) GTEST_SKIP() << "the etcd baseline cannot run: " << why;

@@ -101,6 +101,9 @@ struct ClientResult {
 };
 
 void check_bench(const cluster::Node& node, const BenchOptions& o) {
+  if (!(o.rate >= 0)) {
+    throw Error(Errc::invalid_argument, "kv bench '" + o.service.name + "': rate must not be negative");
+  }
   check_options(o.service, node.size());
   auto bad = [&](const std::string& what) {
     return Error(Errc::invalid_argument, "kv bench '" + o.service.name + "': " + what);
@@ -134,10 +137,19 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
     const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
     std::uint64_t submitted = 0;
     std::int64_t last_return = now_ns();
+    // Paced (rate > 0): request n is due n / rate seconds after the start.
+    const auto due = [&](std::uint64_t n) {
+      return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(static_cast<double>(n) / o.rate));
+    };
     for (;;) {
       // The clock is read once per poll round, not per request.
-      const bool stop = o.requests != 0 ? submitted >= o.requests : Clock::now() >= end;
-      while (!stop && client.outstanding() < o.service.window && (o.requests == 0 || submitted < o.requests)) {
+      const auto now = Clock::now();
+      const bool stop = o.requests != 0 ? submitted >= o.requests : now >= end;
+      const std::uint64_t allowed = o.rate > 0 ? static_cast<std::uint64_t>(
+                                                     std::chrono::duration<double>(now - start).count() * o.rate) + 1
+                                               : UINT64_MAX;
+      while (!stop && client.outstanding() < o.service.window && (o.requests == 0 || submitted < o.requests) &&
+             submitted < allowed) {
         Op op = Op::get;
         if (coin(rng) >= o.read_ratio) op = coin(rng) < o.delete_ratio ? Op::del : Op::put;
         const std::uint64_t key = key_of(rng);
@@ -157,7 +169,11 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
         }
         ++submitted;
       }
-      if (client.outstanding() == 0) break;
+      if (client.outstanding() == 0) {
+        if (stop) break;
+        std::this_thread::sleep_until(std::min(due(submitted), end));  // paced, ahead of time
+        continue;
+      }
       Completion done;
       client.poll(done).throw_if_error();
       const std::int64_t ret = now_ns();

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "dfi/common/error.hpp"
+#include "go_tool.hpp"
 #include "paths.hpp"
 #include "process.hpp"
 
@@ -17,32 +18,10 @@ constexpr const char* kInstallHint =
     "install Debian's etcd-server and etcd-client (scripts/dev bench installs them) and Go (>= the "
     "version in bench/etcd/ycsb/go.mod)";
 
-std::optional<std::string> go_binary() {
-  if (auto go = launch::find_program("go")) return go;
-  if (fs::exists("/usr/local/go/bin/go")) return std::string("/usr/local/go/bin/go");
-  return std::nullopt;
-}
-
 // Builds bench/etcd/ycsb unless the binary is newer than its sources; returns its path.
 std::string build_ycsb() {
-  const std::optional<std::string> go = go_binary();
-  if (!go) throw Error(Errc::not_found, std::string("bench: no Go for the etcd load generator: ") + kInstallHint);
-  const fs::path source = fs::path(bench_source_dir()) / "etcd" / "ycsb";
-  const fs::path binary = fs::path(bench_build_dir()) / "etcd" / "ycsb";
-  std::error_code ec;
-  if (fs::exists(binary, ec)) {
-    fs::file_time_type newest{};
-    for (const char* f : {"main.go", "go.mod", "go.sum"}) newest = std::max(newest, fs::last_write_time(source / f));
-    if (fs::last_write_time(binary, ec) >= newest) return binary.string();
-  }
-  fs::create_directories(binary.parent_path(), ec);
-  const std::vector<std::string> argv = {*go, "-C", source.string(), "build", "-buildvcs=false", "-o", binary.string(), "."};
-  launch::ChildResult r = launch::run_child({argv, {}}, std::chrono::minutes(5));
-  if (r.exit_code != 0 || r.timed_out) {
-    throw Error(Errc::io, "bench: building the etcd load generator failed: " + shell_join(argv) + "\n" +
-                              tail_lines(r.output, 20));
-  }
-  return binary.string();
+  return build_go_tool((fs::path(bench_source_dir()) / "etcd" / "ycsb").string(),
+                       (fs::path(bench_build_dir()) / "etcd" / "ycsb").string(), "the etcd load generator", kInstallHint);
 }
 
 }  // namespace

@@ -17,8 +17,17 @@
 // (so rank 0 may die). Reports the longest time any client went without a completion (the
 // failover time as clients see it: detection, the view change and the resent requests) and
 // checks that the survivors agree.
+//
+// Scenario kv-jepsen: many short Multi-Paxos runs with randomized loads (window, keys, read and
+// delete ratios) and randomized faults (none, the leader killed, a follower killed, and with 5
+// replicas the leader and then a follower), each run's client histories checked for
+// linearizability by Porcupine (tests/porcupine/kvcheck). Counts linearizable histories and
+// violations per fault; a violating run's histories are kept for inspection.
 #include <algorithm>
+#include <filesystem>
 #include <map>
+#include <random>
+#include <sstream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -30,6 +39,8 @@
 #include "dfi/launch/environment.hpp"
 #include "cluster_job.hpp"
 #include "etcd_baseline.hpp"
+#include "go_tool.hpp"
+#include "paths.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/error.hpp"
 #include "scenarios.hpp"
@@ -47,27 +58,34 @@ struct KvLoad {
   std::uint64_t keys = 100000;
   double seconds = 1;
   std::chrono::milliseconds timeout{120000};
+  double reads = 0.95;
+  double deletes = 0;
+  double rate = 0;          // per client, 0: as the window allows
+  std::string history_dir;  // non-empty: the clients write their histories there
 };
 
-// A replica to kill in the middle of a run (kv-failover).
+// A replica to kill in the middle of a run (kv-failover, kv-jepsen).
 struct KvKill {
-  int rank = -1;  // -1: none
+  int rank = 0;
   double after_seconds = 0;
 };
 
 // One `dfi kv bench` cluster run: the summary of the rank that summarized (the lowest that
 // reported; fails when the replicas disagree).
 json run_dfi_kv(RunContext& context, const std::string& scenario, const std::string& protocol, int replicas,
-                const KvLoad& load, std::string& command, const KvKill& kill = {}) {
+                const KvLoad& load, std::string& command, const std::vector<KvKill>& kills = {}) {
   RankJob job;
   job.nodes = replicas + kClientRanks;
   job.scenario = scenario;
   job.timeout = load.timeout;
   job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
-                {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds}};
-  if (kill.rank >= 0) {
-    job.params["kill_rank"] = kill.rank;
-    job.params["kill_after_s"] = kill.after_seconds;
+                {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds},
+                {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate}};
+  if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
+  if (!kills.empty()) {
+    json list = json::array();
+    for (const KvKill& k : kills) list.push_back({{"rank", k.rank}, {"after_s", k.after_seconds}});
+    job.params["kills"] = list;
     job.registry_apart = true;
   }
   command = rank_job_command(job, context);
@@ -81,17 +99,19 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   return r;
 }
 
-// Every rank of a `dfi kv bench` run of any kv scenario. The rank named by "kill_rank" runs its
-// part as a child process and kills it (SIGKILL to its process group) after "kill_after_s".
+// Every rank of a `dfi kv bench` run of any kv scenario. A rank named in "kills" runs its part as
+// a child process and kills it (SIGKILL to its process group) after its "after_s".
 int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
-  if (params.contains("kill_rank") && launch::discover_launch().rank == params.at("kill_rank").get<int>()) {
+  const int me = launch::discover_launch().rank;
+  const json kills = params.value("kills", json::array());
+  const auto mine = std::find_if(kills.begin(), kills.end(), [&](const json& k) { return k.at("rank").get<int>() == me; });
+  if (mine != kills.end()) {
     json rest = params;
-    rest.erase("kill_rank");
-    rest.erase("kill_after_s");
+    rest.erase("kills");
     launch::ChildProcess victim =
         // Every kv scenario's ranks run this function: scenario kv's rank program will do.
         launch::ChildProcess::start({{"/proc/self/exe", "bench-rank", "kv", rest.dump()}, {}});
-    std::this_thread::sleep_for(std::chrono::duration<double>(params.at("kill_after_s").get<double>()));
+    std::this_thread::sleep_for(std::chrono::duration<double>(mine->at("after_s").get<double>()));
     if (!victim.running()) {
       err << "bench kv rank: the replica to kill ended before it was killed:\n" << victim.output();
       return 1;
@@ -105,6 +125,10 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
   options.service.window = params.at("window");
   options.keys = params.at("keys");
   options.seconds = params.at("seconds");
+  options.read_ratio = params.value("reads", 0.95);
+  options.delete_ratio = params.value("deletes", 0.0);
+  options.rate = params.value("rate", 0.0);
+  options.history_dir = params.value("history", std::string());
   options.progress = false;
   try {
     cluster::Node node;
@@ -381,7 +405,7 @@ class KvFailoverScenario : public Scenario {
           context.say(round);
           std::string command;
           const KvKill kill{victim == "leader" ? 0 : replicas - 1, kill_after};
-          const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, kill);
+          const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, {kill});
           if (r.at("view").get<std::uint64_t>() == 0) {
             throw Error(Errc::protocol, "bench kv-failover: the run ended in view 0 although a replica was killed");
           }
@@ -409,8 +433,131 @@ class KvFailoverScenario : public Scenario {
   }
 };
 
+constexpr const char* kGoHint = "install Go (the README set-up does) to build the Porcupine checker tests/porcupine/kvcheck";
+
+class KvJepsenScenario : public Scenario {
+ public:
+  std::string name() const override { return "kv-jepsen"; }
+  std::string title() const override {
+    return "Replicated key-value store: randomized faults, every history checked by Porcupine";
+  }
+  std::string description() const override {
+    return "`histories` short Multi-Paxos runs (`replicas` replicas, 2 client ranks x 2 threads, `seconds` each) "
+           "with a randomized load (window 1/4/8, 4/16/64 keys, 50/80/95 % reads, 0/20 % of the writes deletes, "
+           "each client offering at most `rate` requests/s) "
+           "and a fault taking turns: none, the leader killed, a follower killed, and with 5 replicas the leader "
+           "and then a follower — each kill (SIGKILL) at a random time while the clients run, the registry "
+           "served by the launcher. Every run's client histories go to Porcupine (tests/porcupine/kvcheck, "
+           "partitioned by key); every run also checks that the surviving replicas agree.";
+  }
+  std::vector<Parameter> parameters() const override {
+    return {
+        {"histories", 8, 1000, "runs, each one history per client rank"},
+        {"replicas", 3, 5, "replica ranks"},
+        {"seconds", 1.5, 2.0, "run length of every client"},
+        {"rate", 500, 500, "requests per second each of the 4 clients offers (keeps histories checkable)"},
+        {"seed", 1, 1, "seed of the randomized loads and faults"},
+        {"timeout_s", 60, 120, "bound of each cluster run"},
+    };
+  }
+  std::vector<BaselineInfo> baselines() const override {
+    return {{"none", "the same randomized loads without a fault"}};
+  }
+  std::string unavailable(const RunContext&) const override {
+    return go_binary() ? std::string() : std::string("no Go: ") + kGoHint;
+  }
+
+  void run(RunContext& context, Result& result) override {
+    namespace fs = std::filesystem;
+    const int histories = context.param("histories");
+    const int replicas = context.param("replicas");
+    const double seconds = context.param("seconds");
+    const double rate = context.param("rate");
+    const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    std::mt19937_64 rng(context.param("seed").get<std::uint64_t>());
+    result.set_parameters(context.resolved_parameters());
+    result.add_baseline("none", baselines()[0].description);
+    const std::string kvcheck = build_go_tool(
+        (fs::path(bench_source_dir()).parent_path() / "tests" / "porcupine" / "kvcheck").string(),
+        (fs::path(bench_build_dir()) / "porcupine" / "kvcheck").string(), "the Porcupine checker kvcheck", kGoHint);
+    const fs::path work = fs::path(bench_build_dir()) / "kv-jepsen";
+    std::vector<std::string> faults = {"none", "leader", "follower"};
+    if (replicas >= 5) faults.push_back("leader+follower");
+    Panel& checked = result.panel("histories", "Histories checked by Porcupine", {"fault", "", "category"},
+                                  {"histories", "", "linear"}, Better::higher);
+    checked.series("linearizable", Role::dfi, "linearizable");
+    checked.series("violations", Role::dfi, "not linearizable");
+    Panel& wait = result.panel("wait", "Longest wait of a client for a completion (median over the runs)",
+                               {"fault", "", "category"}, {"longest wait", "ms", "linear"}, Better::lower);
+    wait.series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas");
+    std::map<std::string, int> linearizable, violations;
+    std::uint64_t operations = 0;
+    const auto pick = [&](std::initializer_list<double> options) {
+      return *(options.begin() + static_cast<std::ptrdiff_t>(rng() % options.size()));
+    };
+    for (int i = 0; i < histories; ++i) {
+      const std::string& fault = faults[static_cast<std::size_t>(i) % faults.size()];
+      KvLoad load;
+      load.threads = 2;
+      load.window = static_cast<std::uint64_t>(pick({1, 4, 8}));
+      load.keys = static_cast<std::uint64_t>(pick({4, 16, 64}));
+      load.rate = rate;
+      load.reads = pick({0.5, 0.8, 0.95});
+      load.deletes = pick({0.0, 0.2});
+      load.seconds = seconds;
+      load.timeout = timeout;
+      const fs::path dir = work / std::to_string(i);
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      load.history_dir = dir.string();
+      std::uniform_real_distribution<double> when(0.3, std::max(0.4, seconds - 0.5));
+      std::vector<KvKill> kills;
+      if (fault == "leader" || fault == "leader+follower") kills.push_back({0, when(rng)});
+      if (fault == "follower") kills.push_back({1 + static_cast<int>(rng() % static_cast<unsigned>(replicas - 1)), when(rng)});
+      if (fault == "leader+follower") kills.push_back({replicas - 1, kills[0].after_seconds + 0.3 * (static_cast<double>(rng() % 100) / 100.0)});
+      std::ostringstream round;
+      round << "history " << i + 1 << "/" << histories << ": " << fault << ", window " << load.window << ", "
+            << load.keys << " keys, " << load.reads * 100 << " % reads";
+      std::string command;
+      const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, kills);
+      std::vector<std::string> argv = {kvcheck};
+      for (const auto& entry : fs::directory_iterator(dir)) argv.push_back(entry.path().string());
+      const launch::ChildResult check = launch::run_child({argv, {}}, std::chrono::minutes(10));
+      if (check.exit_code == 0) {
+        ++linearizable[fault];
+        fs::remove_all(dir);
+      } else if (check.exit_code == 1) {
+        ++violations[fault];
+        context.say(round.str() + ": NOT LINEARIZABLE, histories kept in " + dir.string() + "\n" + check.output);
+      } else {
+        throw Error(Errc::io, "bench kv-jepsen: kvcheck failed (exit " + std::to_string(check.exit_code) + ") on " +
+                                  dir.string() + ": " + check.output);
+      }
+      operations += r.at("requests").get<std::uint64_t>();
+      wait.add("paxos", fault, r.at("longest_wait_us").get<double>() / 1000.0);
+      wait.add_command("paxos", command);
+      context.say(round.str() + ": " + (check.exit_code == 0 ? "linearizable" : "VIOLATION") + " (" +
+                  r.at("requests").dump() + " operations, view " + r.at("view").dump() + ")");
+    }
+    int total_violations = 0;
+    for (const std::string& fault : faults) {
+      checked.add("linearizable", fault, linearizable[fault]);
+      checked.add("violations", fault, violations[fault]);
+      total_violations += violations[fault];
+    }
+    result.add_note(std::to_string(histories) + " histories, " + std::to_string(operations) + " operations in all: " +
+                    std::to_string(total_violations) + " not linearizable" +
+                    (total_violations == 0 ? "." : " (their histories are kept under " + work.string() + ")."));
+  }
+
+  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
+    return run_kv_rank(params, out, err);
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<Scenario> make_kv_jepsen_scenario() { return std::make_unique<KvJepsenScenario>(); }
 std::unique_ptr<Scenario> make_kv_failover_scenario() { return std::make_unique<KvFailoverScenario>(); }
 std::unique_ptr<Scenario> make_kv_scenario() { return std::make_unique<KvScenario>(); }
 std::unique_ptr<Scenario> make_kv_etcd_scenario() { return std::make_unique<KvEtcdScenario>(); }

@@ -25,6 +25,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_kv_scenario());
   all.push_back(make_kv_etcd_scenario());
   all.push_back(make_kv_failover_scenario());
+  all.push_back(make_kv_jepsen_scenario());
   all.push_back(make_rsi_scenario());
   all.push_back(make_commtier_scenario());
   all.push_back(make_driven_qos_scenario());

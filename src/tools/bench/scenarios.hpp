@@ -24,6 +24,7 @@ std::unique_ptr<Scenario> make_agg_scenario();           // agg_bench.cpp
 std::unique_ptr<Scenario> make_kv_scenario();            // kv_bench.cpp
 std::unique_ptr<Scenario> make_kv_etcd_scenario();       // kv_bench.cpp
 std::unique_ptr<Scenario> make_kv_failover_scenario();   // kv_bench.cpp
+std::unique_ptr<Scenario> make_kv_jepsen_scenario();     // kv_bench.cpp
 std::unique_ptr<Scenario> make_rsi_scenario();           // rsi_bench.cpp
 std::unique_ptr<Scenario> make_python_scenario();        // python_bench.cpp
 std::unique_ptr<Scenario> make_commtier_scenario();      // commtier_bench.cpp

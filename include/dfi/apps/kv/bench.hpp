@@ -34,6 +34,7 @@ struct BenchOptions {
   double delete_ratio = 0.0;      // share of the writes that are deletes
   double seconds = 3;             // run length of every client
   std::uint64_t requests = 0;     // per client, then stop (0: run `seconds`)
+  double rate = 0;                // requests per second each client offers at most (0: as the window allows)
   std::string history_dir;        // non-empty: write histories there
   std::uint64_t seed = 1;
   bool progress = true;           // the first client rank prints a line per second
