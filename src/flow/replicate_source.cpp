@@ -83,10 +83,12 @@ void ReplicateSource::abandon() noexcept {
   if (closed_) return;
   rings_.abandon();
   closed_ = true;
+  abandoned_ = true;
+  limit_ = 0;  // every later push takes the slow path, which refuses it
 }
 
 Status ReplicateSource::make_room() {
-  if (closed_) return {Errc::flow_failed, rings_.label() + ": push after close"};
+  if (closed_) return {Errc::flow_failed, rings_.label() + (abandoned_ ? ": push after abandon()" : ": push after close")};
   return emit();
 }
 
@@ -222,6 +224,7 @@ Status ReplicateSource::flush() {
 }
 
 Status ReplicateSource::close() {
+  if (abandoned_) return {Errc::flow_failed, rings_.label() + ": close after abandon()"};
   if (closed_) return {};
   Status first = emit();
   if (!first.is_ok() && first.code() != Errc::peer_failed && first.code() != Errc::flow_failed)

@@ -113,6 +113,7 @@ Status ShuffleSource::flush() {
 }
 
 Status ShuffleSource::close() {
+  if (abandoned_) return failure_.again(rings_.label());
   if (failure_.failed() && !rings_.closed()) {
     (void)rings_.close();  // end-of-stream to the targets that are still alive
     return push_error(tuple_bytes_);
@@ -121,8 +122,11 @@ Status ShuffleSource::close() {
 }
 
 void ShuffleSource::abandon() noexcept {
+  if (abandoned_) return;
+  abandoned_ = true;
   rings_.abandon();
-  (void)latch({Errc::flow_failed, rings_.label() + ": abandoned"});
+  (void)failure_.latch({Errc::flow_failed, "this source abandoned it"}, /*ends_flow=*/true);
+  push_width_ = SIZE_MAX;
 }
 
 FlowCounters ShuffleSource::counters() const {

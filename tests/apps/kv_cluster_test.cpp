@@ -169,11 +169,9 @@ TEST_P(KvCluster, LosingAMajorityEndsTheRunWithAnErrorNamingIt) {
 TEST_P(KvCluster, NOPaxosEndsTheRunWithAnErrorNamingAKilledReplica) {
   const std::string kv =
       std::string(DFI_BINARY) + " kv bench --protocol nopaxos --replicas 3 --threads 1 --seconds 60 --no-progress";
-  const std::string script = "if [ \"$DFI_RANK\" = 2 ]; then " + kv + " & pid=$!; sleep 1; kill -9 $pid; exit 0; else exec " +
-                             kv + "; fi";
   RunOptions options;
   options.timeout = std::chrono::seconds(50);
-  auto run = run_cluster(4, GetParam(), {"/bin/sh", "-c", script}, options);
+  auto run = run_cluster(4, GetParam(), {"/bin/sh", "-c", kill_rank(2, "1", kv, 4)}, options);
   EXPECT_NE(run.code, 0) << run.all();
   EXPECT_LT(run.seconds, 45) << run.all();
   EXPECT_TRUE(contains(run.err, "rank 2")) << run.all();

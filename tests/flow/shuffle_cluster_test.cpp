@@ -54,6 +54,12 @@ TEST_P(ShuffleCluster, FlushDeliversAPartialSegmentBeforeClose) {
   EXPECT_TRUE(contains(run.out, "flush: 20 rounds of 3 tuples echoed")) << run.all();
 }
 
+TEST_P(ShuffleCluster, AnAbandonedSourceSendsNoEndOfStream) {
+  auto run = run_cluster(2, GetParam(), {SHUFFLE_NODE, "abandon"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "abandon: 100 tuples, then silence")) << run.all();
+}
+
 TEST_P(ShuffleCluster, UserErrorsAreReportedClearly) {
   RunOptions options;
   options.env = {{"DFI_REGISTRY_TIMEOUT_MS", "3000"}};  // "unknown flow" waits this long

@@ -348,6 +348,58 @@ int flush_ping_pong(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// Rank 0 pushes and flushes 100 tuples, pushes 7 more (buffered), then abandons the flow: rank 1
+// gets the 100 and then neither the 7 nor an end of stream (a consume times out); rank 0's later
+// calls fail with flow_failed, and its destructor sends nothing.
+int abandon(cluster::Node& node) {
+  constexpr std::uint64_t kFlushed = 100;
+  if (node.rank() == 0) create_flow(node, pair_spec("left", {{0, 0}}, {{1, 0}}));
+  fabric::Worker worker(node.fabric(), "abandon");
+  if (node.rank() == 0) {
+    {
+      ShuffleSource out(node, worker, "left", 0);
+      for (std::uint64_t k = 0; k < kFlushed; ++k) {
+        if (Status s = out.push(Pair{k, k}); !s) fail("push: " + s.message());
+      }
+      if (Status s = out.flush(); !s) fail("flush: " + s.message());
+      for (std::uint64_t k = kFlushed; k < kFlushed + 7; ++k) (void)out.push(Pair{k, k});
+      out.abandon();
+      out.abandon();  // idempotent
+      if (Status s = out.push(Pair{0, 0}); s.code() != Errc::flow_failed) fail("push after abandon: " + s.message());
+      if (Status s = out.close(); s.code() != Errc::flow_failed) fail("close after abandon: " + s.message());
+    }
+    node.barrier("abandon/checked");
+  } else {
+    ShuffleTarget in(node, "left", 0);
+    TupleBatch batch;
+    std::uint64_t got = 0;
+    while (got < kFlushed && failures == 0) {
+      if (Status s = in.consume(batch, std::chrono::seconds(10)); !s || batch.empty()) {
+        fail("waited for tuple " + std::to_string(got) + ": " + (s ? std::string("end of flow") : s.message()));
+        break;
+      }
+      for (const Pair& p : batch.as<Pair>()) {
+        if (p.key != got++) fail("tuple lost or reordered");
+      }
+    }
+    Status s = in.consume(batch, std::chrono::milliseconds(500));
+    if (s.code() != Errc::timeout) {
+      std::string what = "after the abandon: ";
+      if (s) {
+        what += in.end() ? "the end of the flow" : "a batch of ";
+        if (!in.end()) what += std::to_string(batch.count);
+      } else {
+        what += s.message();
+      }
+      fail(what);
+    }
+    node.barrier("abandon/checked");
+    std::printf("abandon: %llu tuples, then silence\n", static_cast<unsigned long long>(got));
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 template <class F>
 void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
   try {
@@ -666,6 +718,7 @@ int main(int argc, char** argv) {
     if (scenario == "property" && argc == 4) return property(node, std::stoull(argv[2]), std::stoi(argv[3]));
     if (scenario == "backpressure") return backpressure(node);
     if (scenario == "flush") return flush_ping_pong(node);
+    if (scenario == "abandon") return abandon(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);

@@ -171,7 +171,8 @@ class ReplicateSource {
   // Sends what is buffered, then end-of-stream to every target it writes to. Idempotent.
   Status close();
   // Leaves the flow without an end of stream (as ShuffleSource::abandon): the targets see the
-  // segments published so far and then nothing. Idempotent; never throws.
+  // segments published so far and then nothing; later pushes and close() fail with flow_failed.
+  // Idempotent; never throws.
   void abandon() noexcept;
 
   // Targets this source writes to itself (all of them when naive, `fanout` when relaying).
@@ -204,6 +205,7 @@ class ReplicateSource {
   std::size_t limit_;    // capacity_, or 0 while a sealed segment waits to go out
   bool sealed_ = false;  // the segment has its header and is going out
   bool closed_ = false;
+  bool abandoned_ = false;
   std::vector<char> done_;                // per link: the sealed segment reached it
   std::vector<char> dead_;                // per link: its target died
   std::vector<std::uint64_t> link_free_;  // per link: slots known free (from its ring's released tail)

@@ -164,6 +164,7 @@ class ShuffleSource {
   // failed, so that the hot path makes one comparison for both.
   std::size_t push_width_;
   detail::FailureLatch failure_;
+  bool abandoned_ = false;
 };
 
 class ShuffleTarget {
