@@ -20,6 +20,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/cluster/records.hpp"
 #include "dfi/fabric/worker.hpp"
+#include "dfi/kernels/zipf.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
 
@@ -111,6 +112,7 @@ void check_bench(const cluster::Node& node, const BenchOptions& o) {
   if (o.keys < 1) throw bad("keys must be at least 1");
   if (!(o.read_ratio >= 0 && o.read_ratio <= 1)) throw bad("read ratio must be in [0, 1]");
   if (!(o.delete_ratio >= 0 && o.delete_ratio <= 1)) throw bad("delete ratio must be in [0, 1]");
+  if (!(o.zipf >= 0)) throw bad("the Zipf exponent must not be negative");
   if (!(o.seconds > 0) && o.requests == 0) throw bad("give a positive run length or a request count");
 }
 
@@ -122,7 +124,9 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
     Client client(node, worker, o.service, thread);
     const std::uint64_t index = client.index();
     std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + index + 1);
-    std::uniform_int_distribution<std::uint64_t> key_of(0, o.keys - 1);
+    std::uniform_int_distribution<std::uint64_t> uniform_key(0, o.keys - 1);
+    kernels::ZipfSampler zipf_key(o.keys, o.zipf > 0 ? o.zipf : 1.0);
+    auto key_of = [&](std::mt19937_64& random) { return o.zipf > 0 ? zipf_key(random) - 1 : uniform_key(random); };
     std::uniform_real_distribution<double> coin(0.0, 1.0);
     struct Pending {
       std::uint64_t seq = 0;

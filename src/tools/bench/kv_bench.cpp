@@ -61,6 +61,7 @@ struct KvLoad {
   double reads = 0.95;
   double deletes = 0;
   double rate = 0;          // per client, 0: as the window allows
+  double zipf = 0;          // key skew, 0: uniform
   std::string history_dir;  // non-empty: the clients write their histories there
 };
 
@@ -80,7 +81,8 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   job.timeout = load.timeout;
   job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
                 {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds},
-                {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate}};
+                {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate},
+                {"zipf", load.zipf}};
   if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
   if (!kills.empty()) {
     json list = json::array();
@@ -128,6 +130,7 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
   options.read_ratio = params.value("reads", 0.95);
   options.delete_ratio = params.value("deletes", 0.0);
   options.rate = params.value("rate", 0.0);
+  options.zipf = params.value("zipf", 0.0);
   options.history_dir = params.value("history", std::string());
   options.progress = false;
   try {
@@ -160,7 +163,8 @@ class KvScenario : public Scenario {
     return "Replicated key-value store: NOPaxos and Multi-Paxos on flows vs unreplicated, YCSB 95/5, 64 B values";
   }
   std::string description() const override {
-    return "apps/kv under a YCSB-B-like load (95 % gets, 5 % puts, 64 B values, uniform keys): "
+    return "apps/kv under a YCSB-B-like load (95 % gets, 5 % puts, 64 B values, keys uniform or Zipf-distributed "
+           "with exponent `zipf`): "
            "`replicas` replica ranks (rank 0 leads) and 2 client ranks of `threads` client threads, "
            "each keeping `window` requests outstanding (the offered load). paxos: Multi-Paxos over "
            "four flows (requests shuffle, accept replicate, accepted shuffle, replies shuffle) with "
@@ -176,6 +180,7 @@ class KvScenario : public Scenario {
         {"threads", 2, 3, "client threads per client rank"},
         {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
         {"keys", 100000, 1000000, "keys the requests draw from"},
+        {"zipf", 0.0, 0.0, "Zipf exponent of the keys (0: uniform; YCSB's skew: 0.99)"},
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
@@ -191,6 +196,7 @@ class KvScenario : public Scenario {
     const int threads = context.param("threads");
     const std::vector<std::uint64_t> windows = context.param("windows");
     const std::uint64_t keys = context.param("keys");
+    const double zipf = context.param("zipf");
     const double seconds = context.param("seconds");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
@@ -219,7 +225,9 @@ class KvScenario : public Scenario {
                                     ", window " + std::to_string(window) + ", " + protocol;
           context.say(round);
           std::string command;
-          const json r = run_dfi_kv(context, name(), protocol, n, {threads, window, keys, seconds, timeout}, command);
+          KvLoad load{threads, window, keys, seconds, timeout};
+          load.zipf = zipf;
+          const json r = run_dfi_kv(context, name(), protocol, n, load, command);
           const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
           context.say(round + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
           tput.add(protocol, window, kreq);

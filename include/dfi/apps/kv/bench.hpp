@@ -4,8 +4,8 @@
 // Roles by rank: ranks 0 .. replicas-1 run the replicas (rank 0 leads and creates the service's
 // flows); every other rank runs `client_threads` clients, each on its own worker, each keeping
 // `window` requests outstanding. A request is a get with probability read_ratio, else a put (or,
-// with probability delete_ratio among the writes, a delete) of a key drawn uniformly from
-// 0 .. keys-1. Every put writes a value no other put writes (its first 8 bytes are a unique id, the
+// with probability delete_ratio among the writes, a delete) of a key drawn from 0 .. keys-1,
+// uniformly or Zipf-distributed (`zipf`, YCSB's skew is 0.99). Every put writes a value no other put writes (its first 8 bytes are a unique id, the
 // rest a pattern derived from it), so a history names exactly which write a get saw, and a get
 // that returns a torn or unknown value is caught at once.
 //
@@ -30,6 +30,7 @@ namespace dfi::apps::kv {
 struct BenchOptions {
   ServiceOptions service;
   std::uint64_t keys = 1000;
+  double zipf = 0;                // 0: keys uniform over 0 .. keys-1; > 0: Zipf with this exponent (key 0 hottest)
   double read_ratio = 0.95;
   double delete_ratio = 0.0;      // share of the writes that are deletes
   double seconds = 3;             // run length of every client
