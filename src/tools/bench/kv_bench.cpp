@@ -65,6 +65,19 @@ struct KvLoad {
   std::string history_dir;  // non-empty: the clients write their histories there
 };
 
+// The load of the kv and kv-etcd scenarios: the rest at its defaults. (A function, not a brace
+// list: -Wmissing-field-initializers.)
+KvLoad make_load(int threads, std::uint64_t window, std::uint64_t keys, double seconds,
+                 std::chrono::milliseconds timeout) {
+  KvLoad load;
+  load.threads = threads;
+  load.window = window;
+  load.keys = keys;
+  load.seconds = seconds;
+  load.timeout = timeout;
+  return load;
+}
+
 // A replica to kill in the middle of a run (kv-failover, kv-jepsen).
 struct KvKill {
   int rank = 0;
@@ -225,7 +238,7 @@ class KvScenario : public Scenario {
                                     ", window " + std::to_string(window) + ", " + protocol;
           context.say(round);
           std::string command;
-          KvLoad load{threads, window, keys, seconds, timeout};
+          KvLoad load = make_load(threads, window, keys, seconds, timeout);
           load.zipf = zipf;
           const json r = run_dfi_kv(context, name(), protocol, n, load, command);
           const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
@@ -316,7 +329,7 @@ class KvEtcdScenario : public Scenario {
           for (const std::string protocol : {"paxos", "nopaxos"}) {
             context.say(round + ", " + protocol);
             std::string command;
-            const json r = run_dfi_kv(context, name(), protocol, replicas, {threads, window, keys, seconds, timeout}, command);
+            const json r = run_dfi_kv(context, name(), protocol, replicas, make_load(threads, window, keys, seconds, timeout), command);
             const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
             context.say(round + ", " + protocol + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
             tput.add(protocol, window, kreq);
@@ -401,7 +414,7 @@ class KvFailoverScenario : public Scenario {
       p->series("no-failure", Role::baseline, "Multi-Paxos, no replica killed");
     }
     tput.compare("paxos", "no-failure");
-    const KvLoad load{threads, window, keys, seconds, timeout};
+    const KvLoad load = make_load(threads, window, keys, seconds, timeout);
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (const std::string& victim : victims) {
         if (victim != "leader" && victim != "follower") {
