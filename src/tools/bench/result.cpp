@@ -135,13 +135,15 @@ nlohmann::json Panel::to_json() const {
       }
     }
   }
-  return {{"id", id_},
-          {"title", title_},
-          {"x", axis_json(x_)},
-          {"y", axis_json(y_)},
-          {"better", better_name(better_)},
-          {"series", series},
-          {"ratios", ratios}};
+  json panel = {{"id", id_},
+                {"title", title_},
+                {"x", axis_json(x_)},
+                {"y", axis_json(y_)},
+                {"better", better_name(better_)},
+                {"series", series},
+                {"ratios", ratios}};
+  if (stacked_) panel["stacked"] = true;
+  return panel;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,6 +290,7 @@ std::vector<std::string> validate_result(const nlohmann::json& r) {
     if (need(p, "better", T::string, where) && p["better"] != "higher" && p["better"] != "lower") {
       problems.push_back(where + ": better must be \"higher\" or \"lower\"");
     }
+    if (p.contains("stacked") && !p["stacked"].is_boolean()) problems.push_back(where + ": stacked must be a boolean");
     std::set<std::string> ids;
     std::map<std::string, std::map<std::string, double>> values;  // series -> x.dump() -> value
     if (need(p, "series", T::array, where)) {
