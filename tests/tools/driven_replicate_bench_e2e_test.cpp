@@ -17,15 +17,17 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 using testing::find_by_id;
 
-void expect_sides(const json& panel, std::size_t points) {
-  for (const char* side : {"driven", "flow"}) {
+void expect_sides(const json& panel, std::size_t points, const std::vector<std::string>& driven = {"driven"}) {
+  std::vector<std::string> sides = driven;
+  sides.push_back("flow");
+  for (const std::string& side : sides) {
     const json* s = find_by_id(panel["series"], side);
     ASSERT_NE(s, nullptr) << panel["id"] << "/" << side;
     ASSERT_EQ((*s)["points"].size(), points) << panel["id"] << "/" << side;
     for (const json& p : (*s)["points"]) EXPECT_GT(p["value"].get<double>(), 0) << panel["id"] << "/" << side;
     EXPECT_FALSE((*s)["commands"].empty()) << panel["id"] << "/" << side;
   }
-  EXPECT_EQ(panel["ratios"].size(), points) << panel["id"];
+  EXPECT_EQ(panel["ratios"].size(), points * driven.size()) << panel["id"];  // each driven series vs the flow
 }
 
 void check_driven_replicate(const json& r) {
@@ -33,7 +35,7 @@ void check_driven_replicate(const json& r) {
   for (const char* id : {"per_consumer", "aggregate"}) {
     const json* panel = find_by_id(r["panels"], id);
     ASSERT_NE(panel, nullptr) << id;
-    expect_sides(*panel, 2);  // 1 and 3 consumers
+    expect_sides(*panel, 2, {"driven", "driven_poll20us"});  // 1 and 3 consumers, the mover's two intervals
     EXPECT_EQ((*panel)["series"][0]["points"][1]["x"], json(3)) << id;
   }
 }

@@ -76,12 +76,6 @@ std::string consumer_id(int c) {
   return id;
 }
 
-std::string fixed(double v, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
 // One flow of the cluster run: its consumers' join and leave times (seconds from the start; a
 // negative join: the consumer never joins, a negative leave: it stays) and how long producers push.
 struct Run {
@@ -105,21 +99,7 @@ json run_producers(cluster::Node& node, const json& params, const Run& run, cons
       std::vector<std::byte> block(block_tuples(tb) * tb);
       fill_tuple_block(block, tb);
       gate.ready_and_wait();
-      const Clock::time_point end = Clock::now() + run_for;
-      const std::uint64_t tag = static_cast<std::uint64_t>(t) << kProducerShift;
-      std::byte* tuple = block.data();
-      std::byte* const last = block.data() + block.size();
-      std::uint64_t n = 0;
-      for (bool running = true; running; running = Clock::now() < end) {
-        for (int i = 0; i < 256; ++i, ++n) {
-          const std::uint64_t key = tag | n;
-          std::memcpy(tuple, &key, sizeof key);
-          if (Status s = out.push(tuple, tb); !s) [[unlikely]]
-            throw Error(s.code(), s.message());
-          tuple += tb;
-          if (tuple == last) tuple = block.data();
-        }
-      }
+      const std::uint64_t n = push_tagged_for(out, block, tb, static_cast<std::uint64_t>(t) << kProducerShift, run_for);
       if (Status s = out.close(); !s) throw Error(s.code(), s.message());
       pushed[t] = n;
       stalls[t] = out.counters().stalls;
@@ -141,12 +121,11 @@ json run_consumers(cluster::Node& node, const json& params, const Run& run, cons
   std::vector<std::vector<std::uint64_t>> counts(kConsumers, std::vector<std::uint64_t>(kProducers, 0));
   std::vector<std::uint64_t> hash_sums(kConsumers, 0), disorder(kConsumers, 0), foreign(kConsumers, 0);
   RankThreads threads(std::string("bench ") + kName + ": rank 1");
-  Clock::time_point started{};
   for (int c = 0; c < kConsumers; ++c) {
     if (run.join[c] < 0) continue;
     threads.start("consumer " + std::to_string(c), [&, c](RankThreads::Gate& gate) {
       gate.ready_and_wait();
-      const Clock::time_point begin = started;
+      const Clock::time_point begin = Clock::now();  // released with the others, after the start barrier
       auto at = [&](double s) { return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
       std::this_thread::sleep_until(at(run.join[c]));
       driven::Consumer in(node, run.flow, c);
@@ -186,7 +165,7 @@ json run_consumers(cluster::Node& node, const json& params, const Run& run, cons
       }
     });
   }
-  started = threads.release([&] { node.barrier(start); });
+  threads.release([&] { node.barrier(start); });
   threads.join();
   return {{"bins", binned}, {"counts", counts}, {"hash_sums", hash_sums}, {"out_of_order", disorder}, {"foreign", foreign}};
 }
@@ -319,8 +298,8 @@ class DrivenElastic final : public Scenario {
     Panel& timeline = result.panel("timeline", "Per-consumer bandwidth over time (stacked)", time, bandwidth, Better::higher);
     timeline.stacked();
     for (int c = 0; c < kConsumers; ++c) {
-      std::string when = "joins " + fixed(phase * kJoin[c], 1) + " s";
-      when += kLeave[c] < 0 ? ", stays" : ", leaves " + fixed(phase * kLeave[c], 1) + " s";
+      std::string when = "joins " + format_fixed(phase * kJoin[c], 1) + " s";
+      when += kLeave[c] < 0 ? ", stays" : ", leaves " + format_fixed(phase * kLeave[c], 1) + " s";
       timeline.series(consumer_id(c), Role::dfi, "consumer " + std::to_string(c + 1) + " (" + when + ")");
     }
     Panel& aggregate = result.panel("aggregate", "Aggregate per phase vs a static flow with as many consumers",
@@ -373,12 +352,12 @@ class DrivenElastic final : public Scenario {
           for (int k = 0; k < kPhases; ++k) {
             const double g = window_gbps(bins, k * phase + settle, (k + 1) * phase, bin);
             aggregate.add("elastic", phase_label(k), g);
-            said << ' ' << fixed(g, 3);
+            said << ' ' << format_fixed(g, 3);
           }
         } else {
           const double g = window_gbps(bins, settle, phase, bin);
           static_gbps.push_back(g);
-          said << "; " << fixed(g, 3) << " GB/s after the settle time";
+          said << "; " << format_fixed(g, 3) << " GB/s after the settle time";
         }
         context.say(said.str());
       }

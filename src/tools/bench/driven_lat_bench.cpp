@@ -258,12 +258,6 @@ int run_rank_program(const json& params, std::ostream& out) {
 // ---------------------------------------------------------------------------------------------
 // Driver
 
-std::string fixed(double v, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
 class DrivenLat final : public Scenario {
  public:
   std::string name() const override { return kName; }
@@ -377,7 +371,7 @@ class DrivenLat final : public Scenario {
         const json& sent = reports.at(0).at("points").at(i);
         const json& got = reports.at(1).at("points").at(i);
         const std::uint64_t n = sent.at("sent"), received = got.at("received"), disorder = got.at("out_of_order");
-        const std::string what = size_text(p.tuple_bytes) + " at " + fixed(p.rate, 0) + "/s, " +
+        const std::string what = size_text(p.tuple_bytes) + " at " + format_fixed(p.rate, 0) + "/s, " +
                                  (p.baseline() ? std::string("flow") : "driven poll " + std::to_string(p.poll_us) + " µs");
         if (received != n || disorder != 0) {
           throw Error(Errc::protocol, std::string("bench ") + kName + ": " + what + ": pushed " + std::to_string(n) +
@@ -391,8 +385,8 @@ class DrivenLat final : public Scenario {
         panels[p.tuple_bytes].p99->add(series_id(p.poll_us), p.rate, p99);
         panels[p.tuple_bytes].p99->add_command(series_id(p.poll_us), command);
         std::ostringstream said;
-        said << "  " << what << ": median " << fixed(med, 1) << " us, p99 " << fixed(p99, 1) << " us; pushed "
-             << fixed(achieved, 0) << "/s, " << fixed(static_cast<double>(n) / std::max(1.0, got.at("batches").get<double>()), 1)
+        said << "  " << what << ": median " << format_fixed(med, 1) << " us, p99 " << format_fixed(p99, 1) << " us; pushed "
+             << format_fixed(achieved, 0) << "/s, " << format_fixed(static_cast<double>(n) / std::max(1.0, got.at("batches").get<double>()), 1)
              << " tuples per batch, ring-full waits " << sent.at("stalls").dump();
         if (!p.baseline()) {
           const json& m = reports.at(2).at("points").at(i);
@@ -401,7 +395,7 @@ class DrivenLat final : public Scenario {
         if (achieved < 0.9 * p.rate) {
           said << " (below 0.9x the offered rate)";
           result.add_note("repetition " + std::to_string(rep) + ", " + what + ": the producer pushed only " +
-                          fixed(achieved, 0) + " tuples/s (ring-full waits " + sent.at("stalls").dump() + ")");
+                          format_fixed(achieved, 0) + " tuples/s (ring-full waits " + sent.at("stalls").dump() + ")");
         }
         context.say(said.str());
       }

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -56,12 +57,6 @@ constexpr double kJainTarget = 0.95;
 
 std::int64_t ns_of(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-std::string fixed(double v, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
 }
 
 // Jain's fairness index of `x`: (sum x)^2 / (n * sum x^2), 1 when all are equal, 1/n when one
@@ -119,7 +114,8 @@ flow::FlowSpec point_spec(const json& params, const Point& p, std::size_t index,
   spec.options.stall_timeout = timeout;
   if (driven) {
     spec.type = driven::kDriven;
-    spec.type_options = driven::DrivenOptions{.pattern = driven::Pattern::replicate};
+    spec.type_options = driven::DrivenOptions{.pattern = driven::Pattern::replicate,
+                                              .poll_interval = std::chrono::microseconds(params.at("poll_us").get<long>())};
   } else {
     spec.type = flow::FlowType::replicate;
     // nothing is lost here: a gap would be a failure, not something to wait out
@@ -141,21 +137,7 @@ json run_producers(cluster::Node& node, const json& params, const flow::FlowSpec
       fill_tuple_block(block, tb);
       auto produce = [&](auto& out) {
         gate.ready_and_wait();
-        const Clock::time_point end = Clock::now() + run_for;
-        const std::uint64_t tag = static_cast<std::uint64_t>(t) << kProducerShift;
-        std::byte* tuple = block.data();
-        std::byte* const last = block.data() + block.size();
-        std::uint64_t n = 0;
-        for (bool running = true; running; running = Clock::now() < end) {
-          for (int i = 0; i < 256; ++i, ++n) {
-            const std::uint64_t key = tag | n;
-            std::memcpy(tuple, &key, sizeof key);
-            if (Status s = out.push(tuple, tb); !s) [[unlikely]]
-              throw Error(s.code(), s.message());
-            tuple += tb;
-            if (tuple == last) tuple = block.data();
-          }
-        }
+        const std::uint64_t n = push_tagged_for(out, block, tb, static_cast<std::uint64_t>(t) << kProducerShift, run_for);
         if (Status s = out.close(); !s) throw Error(s.code(), s.message());
         pushed[t] = n;
         stalls[t] = out.counters().stalls;
@@ -258,9 +240,11 @@ class ReplicationRuns {
     for (const Point& p : points) max_consumers_ = std::max(max_consumers_, p.consumers);
   }
 
-  // Runs one side (driven or flow) of repetition `rep`; returns one outcome per point.
-  std::vector<Outcome> run(bool driven, int rep, std::string& command) {
-    const std::string side = driven ? "driven" : "flow";
+  // Runs one side of repetition `rep` — driven with the mover polling every `poll_us` µs, or the
+  // flow (`poll_us` empty) — and returns one outcome per point.
+  std::vector<Outcome> run(std::optional<long> poll_us, int rep, std::string& command) {
+    const bool driven = poll_us.has_value();
+    const std::string side = driven ? "driven (mover polls every " + std::to_string(*poll_us) + " µs)" : std::string("flow");
     RankJob job;
     job.scenario = scenario_;
     job.nodes = 1 + max_consumers_ + (driven ? 1 : 0);
@@ -269,11 +253,12 @@ class ReplicationRuns {
     json planned = json::array();
     for (const Point& p : points_) planned.push_back(p.to_json());
     job.params = {{"scenario", scenario_},
-                  {"side", side},
+                  {"side", driven ? "driven" : "flow"},
                   {"points", planned},
                   {"tuple_bytes", context_.param("tuple_bytes")},
                   {"seconds", context_.param("seconds")},
                   {"segments", context_.param("segments")},
+                  {"poll_us", poll_us.value_or(0)},
                   {"segment_bytes", context_.param("segment_bytes")},
                   {"timeout_ms", std::chrono::milliseconds(timeout).count()}};
     context_.say("repetition " + std::to_string(rep) + "/" + std::to_string(context_.repeat) + ": " + side + ", " +
@@ -322,9 +307,9 @@ class ReplicationRuns {
       std::ostringstream said;
       said << "  " << what << ": every consumer got all " << json(pushed).dump()
            << " tuples in one order; GB/s per consumer";
-      for (double g : o.consumer_gbps) said << ' ' << fixed(g, 3);
+      for (double g : o.consumer_gbps) said << ' ' << format_fixed(g, 3);
       said << ", per producer";
-      for (double g : o.producer_gbps) said << ' ' << fixed(g, 3);
+      for (double g : o.producer_gbps) said << ' ' << format_fixed(g, 3);
       said << "; ring-full waits " << reports.at(0).at("points").at(i).at("stalls").dump();
       if (driven) {
         const json& m = reports.at(job.nodes - 1).at("points").at(i);
@@ -389,14 +374,18 @@ class DrivenReplicate final : public Scenario {
   std::string description() const override {
     return "One producer (rank 0) pushes 1 KiB tuples for `seconds` as fast as it can into a replicate flow to N = "
            "1..4 consumers (ranks 1..N). Driven: pattern replicate, the mover (its own rank) writes every segment "
-           "into every consumer's ring and shows it at all of them at once. Baseline in the same run: DFI's "
+           "into every consumer's ring and shows it at all of them at once; one series per polling interval of the "
+           "mover (poll_us: 0, where it spins and yields before it sleeps, and 20 µs). Baseline in the same run: DFI's "
            "replicate flow, naive + ordered (sequencer). Every consumer checks every tuple (nothing lost, "
            "duplicated or reordered) and the driver checks that all consumers saw one sequence (equal digests). "
            "GB/s per consumer = its bytes / (its end of stream - the start barrier); the slowest consumer, and all "
            "consumers together.";
   }
   std::vector<Parameter> parameters() const override {
-    std::vector<Parameter> p = {{"consumers", json::array({1, 3}), json::array({1, 2, 3, 4}), "replica counts N"}};
+    std::vector<Parameter> p = {{"consumers", json::array({1, 3}), json::array({1, 2, 3, 4}), "replica counts N"},
+                                {"poll_us", json::array({0, 20}), json::array({0, 20}),
+                                 "the mover's polling intervals in µs, one driven series each (DrivenOptions::poll_interval; "
+                                 "0: it spins, yields, then sleeps by itself)"}};
     for (Parameter& c : common_parameters(0.4, 1.5)) p.push_back(std::move(c));
     return p;
   }
@@ -421,17 +410,34 @@ class DrivenReplicate final : public Scenario {
                                   {"tuple bandwidth per consumer", "GB/s"}, Better::higher);
     Panel& all = result.panel("aggregate", "Bandwidth delivered, all consumers together", n_axis,
                               {"tuple bandwidth, sum over consumers", "GB/s"}, Better::higher);
+    const std::vector<long> polls = context.param("poll_us");
+    for (long poll : polls) {
+      if (poll < 0) throw Error(Errc::invalid_argument, "bench driven-replicate: poll interval " + std::to_string(poll) + " µs");
+    }
+    auto series_id = [](std::optional<long> poll) {
+      if (!poll) return std::string("flow");
+      std::string id = "driven";
+      if (*poll > 0) {
+        id += "_poll";
+        id += std::to_string(*poll);
+        id += "us";
+      }
+      return id;
+    };
     for (Panel* panel : {&slowest, &all}) {
-      panel->series("driven", Role::dfi, "driven replicate flow (one mover)");
       panel->series("flow", Role::baseline, "DFI replicate flow, ordered");
-      panel->compare("driven", "flow");
+      for (long poll : polls) {
+        panel->series(series_id(poll), Role::dfi, "driven replicate flow, mover polls every " + std::to_string(poll) + " µs" +
+                                                      (poll == 0 ? " (spins, yields, sleeps by itself)" : ""));
+        panel->compare(series_id(poll), "flow");
+      }
     }
     ReplicationRuns runs(name(), context, points);
     for (int rep = 1; rep <= context.repeat; ++rep) {
-      auto side = [&](bool driven) {
+      auto side = [&](std::optional<long> poll) {
         std::string command;
-        const std::vector<Outcome> outcomes = runs.run(driven, rep, command);
-        const std::string id = driven ? "driven" : "flow";
+        const std::vector<Outcome> outcomes = runs.run(poll, rep, command);
+        const std::string id = series_id(poll);
         for (std::size_t i = 0; i < points.size(); ++i) {
           const std::vector<double>& g = outcomes[i].consumer_gbps;
           double sum = 0;
@@ -442,7 +448,7 @@ class DrivenReplicate final : public Scenario {
         slowest.add_command(id, command);
         all.add_command(id, command);
       };
-      run_alternating(rep, [&] { side(true); }, [&] { side(false); });
+      run_alternating(rep, [&] { for (long poll : polls) side(poll); }, [&] { side(std::nullopt); });
     }
   }
 
@@ -465,7 +471,8 @@ class DrivenFairness final : public Scenario {
   std::string description() const override {
     return "P = 1..4 producer threads (rank 0) push 1 KiB tuples for `seconds` as fast as they can into one replicate "
            "flow to 4 consumers (ranks 1..4). Driven: pattern replicate, the mover (its own rank) takes the "
-           "producers' segments round robin (the global order) and writes each into every consumer's ring. "
+           "producers' segments round robin (the global order) and writes each into every consumer's ring; it "
+           "polls every poll_us (20 µs). "
            "Baseline in the same run: DFI's replicate flow, naive + ordered (sequencer), P sources. Per producer: "
            "its tuples as delivered x width / the run's time; per consumer: its bytes / its time; Jain's fairness "
            "index over the producers (P >= 2) and over the consumers, target >= 0.95. Every tuple checked at every "
@@ -473,7 +480,10 @@ class DrivenFairness final : public Scenario {
   }
   std::vector<Parameter> parameters() const override {
     std::vector<Parameter> p = {{"producers", json::array({1, 2}), json::array({1, 2, 3, 4}), "producer counts P"},
-                                {"consumers", 4, 4, "consumers (replicas)"}};
+                                {"consumers", 4, 4, "consumers (replicas)"},
+                                {"poll_us", 20, 20,
+                                 "the mover's polling interval in µs (DrivenOptions::poll_interval): 20, with which it "
+                                 "leaves the PUs the CPU between looks (see driven-replicate, which measures 0 too)"}};
     for (Parameter& c : common_parameters(0.4, 2)) p.push_back(std::move(c));
     return p;
   }
@@ -522,9 +532,10 @@ class DrivenFairness final : public Scenario {
     std::map<std::string, std::vector<std::vector<double>>> index;
     ReplicationRuns runs(name(), context, points);
     for (int rep = 1; rep <= context.repeat; ++rep) {
+      const long poll = context.param("poll_us");
       auto side = [&](bool driven) {
         std::string command;
-        const std::vector<Outcome> outcomes = runs.run(driven, rep, command);
+        const std::vector<Outcome> outcomes = runs.run(driven ? std::optional<long>(poll) : std::nullopt, rep, command);
         const std::string id = driven ? "driven" : "flow";
         for (std::size_t i = 0; i < points.size(); ++i) {
           const Outcome& o = outcomes[i];
@@ -557,9 +568,9 @@ class DrivenFairness final : public Scenario {
         if (per_point[i].empty()) continue;
         const double med = median(per_point[i]);
         met = met && med >= kJainTarget;
-        note += " P" + std::to_string(points[i].producers) + " " + fixed(med, 3) + " (" +
-                fixed(*std::min_element(per_point[i].begin(), per_point[i].end()), 3) + "-" +
-                fixed(*std::max_element(per_point[i].begin(), per_point[i].end()), 3) + ");";
+        note += " P" + std::to_string(points[i].producers) + " " + format_fixed(med, 3) + " (" +
+                format_fixed(*std::min_element(per_point[i].begin(), per_point[i].end()), 3) + "-" +
+                format_fixed(*std::max_element(per_point[i].begin(), per_point[i].end()), 3) + ");";
       }
       if (series.rfind("driven", 0) == 0) note += met ? " target >= 0.95 met" : " target >= 0.95 MISSED";
       result.add_note(note);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -42,6 +43,12 @@ double percentile(std::vector<double> samples, double p) {
   const double rank = p / 100.0 * static_cast<double>(samples.size());
   const std::size_t index = rank <= 1 ? 0 : static_cast<std::size_t>(rank + 0.999999) - 1;
   return samples[std::min(index, samples.size() - 1)];
+}
+
+std::string format_fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
 }
 
 // ---------------------------------------------------------------------------------------------

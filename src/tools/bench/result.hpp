@@ -148,5 +148,7 @@ std::vector<std::string> validate_result(const nlohmann::json& result);
 double median(std::vector<double> samples);
 // The p-th percentile (0..100) of `samples` by nearest rank; 0 for none.
 double percentile(std::vector<double> samples, double p);
+// `v` with `digits` digits after the point ("0.250"), for progress lines and notes.
+std::string format_fixed(double v, int digits);
 
 }  // namespace dfi::tools::bench
