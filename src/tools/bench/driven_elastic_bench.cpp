@@ -42,9 +42,9 @@
 #include "dfi/common/error.hpp"
 #include "dfi/driven/consumer.hpp"
 #include "dfi/driven/flow.hpp"
-#include "dfi/driven/mover.hpp"
 #include "dfi/driven/producer.hpp"
 #include "dfi/kernels/hash.hpp"
+#include "driven_mover_rank.hpp"
 #include "rank_threads.hpp"
 #include "scenarios.hpp"
 #include "tuple_block.hpp"
@@ -201,13 +201,7 @@ int run_rank_program(const json& params, std::ostream& out) {
     } else if (me == 1) {
       report = run_consumers(node, params, run, start);
     } else {
-      driven::Mover mover(node);
-      mover.add_flow(run.flow, timeout);
-      node.barrier(start);
-      if (Status s = mover.run(timeout + std::chrono::milliseconds(static_cast<long>(run.seconds * 1000))); !s) {
-        throw Error(s.code(), s.message());
-      }
-      report = {{"segments", mover.counters().segments}, {"idle_steps", mover.counters().idle_steps}};
+      report = run_mover_point(node, run.flow, start, timeout, run.seconds);
     }
     reports.push_back(report);
     node.barrier(std::string("bench/") + kName + "/" + std::to_string(index) + "/done");

@@ -48,10 +48,10 @@
 #include "dfi/common/error.hpp"
 #include "dfi/driven/consumer.hpp"
 #include "dfi/driven/flow.hpp"
-#include "dfi/driven/mover.hpp"
 #include "dfi/driven/producer.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "driven_mover_rank.hpp"
 #include "rank_threads.hpp"
 #include "scenarios.hpp"
 
@@ -238,13 +238,7 @@ int run_rank_program(const json& params, std::ostream& out) {
     } else if (p.baseline()) {
       node.barrier(start_barrier);
     } else {
-      driven::Mover mover(node);
-      mover.add_flow(spec.name, timeout);
-      node.barrier(start_barrier);
-      if (Status s = mover.run(timeout + std::chrono::milliseconds(static_cast<long>(seconds * 1000))); !s) {
-        throw Error(s.code(), s.message());
-      }
-      report = {{"segments", mover.counters().segments}, {"idle_steps", mover.counters().idle_steps}};
+      report = run_mover_point(node, spec.name, start_barrier, timeout, seconds);
     }
     points.push_back(report);
     node.barrier(point_prefix(index) + "done");

@@ -38,10 +38,10 @@
 #include "dfi/common/error.hpp"
 #include "dfi/driven/consumer.hpp"
 #include "dfi/driven/flow.hpp"
-#include "dfi/driven/mover.hpp"
 #include "dfi/driven/producer.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/replicate.hpp"
+#include "driven_mover_rank.hpp"
 #include "rank_threads.hpp"
 #include "scenarios.hpp"
 #include "tuple_block.hpp"
@@ -206,13 +206,7 @@ int run_rank_program(const json& params, std::ostream& out) {
     } else if (me <= p.consumers) {
       report = run_consumer(node, params, spec, p, start, driven);
     } else if (driven && me == mover_rank) {
-      driven::Mover mover(node);
-      mover.add_flow(spec.name, timeout);
-      node.barrier(start);
-      if (Status s = mover.run(timeout + std::chrono::milliseconds(static_cast<long>(params.at("seconds").get<double>() * 1000))); !s) {
-        throw Error(s.code(), s.message());
-      }
-      report = {{"segments", mover.counters().segments}, {"idle_steps", mover.counters().idle_steps}};
+      report = run_mover_point(node, spec.name, start, timeout, params.at("seconds").get<double>());
     } else {
       node.barrier(start);
     }
