@@ -5,7 +5,8 @@
 
 One subplot per panel of the result. Numeric x axes (message sizes, thread counts) become lines
 with markers, one per series, with the spread of the repetitions (min..max) as error bars;
-category axes become grouped bars. DFI series are solid, baselines dashed. Needs matplotlib
+category axes become grouped bars; panels marked "stacked" (parts of one whole over time) become
+stacked areas of the medians. DFI series are solid, baselines dashed. Needs matplotlib
 (Debian: python3-matplotlib; `scripts/dev bench` installs it).
 """
 
@@ -73,6 +74,19 @@ def plot_numeric(ax, panel):
         ax.set_ylim(bottom=0)
 
 
+def plot_stacked(ax, panel):
+    """Series that are parts of one whole (per-consumer bandwidth over time): stacked areas."""
+    series = [s for s in panel["series"] if s["points"]]
+    xs = sorted({p["x"] for s in series for p in s["points"]})
+    layers = []
+    for s in series:
+        by_x = {p["x"]: p["value"] for p in s["points"]}
+        layers.append([by_x.get(x, 0.0) for x in xs])
+    colors = (DFI_COLORS + BASELINE_COLORS) * 4
+    ax.stackplot(xs, layers, labels=[s["name"] for s in series], colors=colors[:len(series)], alpha=0.85)
+    ax.set_ylim(bottom=0)
+
+
 def plot_categories(ax, panel):
     series = panel["series"]
     categories = []
@@ -115,7 +129,9 @@ def main(argv):
     panels = result["panels"]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.2), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        if panel["x"].get("scale") == "category" or any(
+        if panel.get("stacked"):
+            plot_stacked(ax, panel)
+        elif panel["x"].get("scale") == "category" or any(
                 isinstance(p["x"], str) for s in panel["series"] for p in s["points"]):
             plot_categories(ax, panel)
         else:

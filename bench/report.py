@@ -108,7 +108,31 @@ def spread(point):
     return f"{fmt(point['value'])} ({fmt(point['min'])}–{fmt(point['max'])})"
 
 
+def stacked_table(panel):
+    """A stacked panel (parts of one whole over time, e.g. per-consumer bandwidth per time bin) has
+    too many points for a row each: one row per series with how many points it has and their
+    spread; every point is in the JSON and the plot."""
+    unit = unit_text(panel["y"]["unit"])
+    x_unit = panel["x"].get("unit", "")
+    lines = [f"**{panel['title']}** — {panel['y']['label']} in {unit} over {panel['x']['label']}, stacked; "
+             "every point is in the JSON and the plot", "",
+             f"| series | points | {panel['x']['label']} | median over the points | min–max over the points |",
+             "|---|---|---|---|---|"]
+    for s in panel["series"]:
+        values = sorted(p["value"] for p in s["points"])
+        xs = [p["x"] for p in s["points"]]
+        if not values:
+            lines.append(f"| {s['name']} | 0 | — | — | — |")
+            continue
+        middle = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        lines.append(f"| {s['name']} | {len(values)} | {fmt(min(xs))}–{fmt(max(xs))} {x_unit} | {fmt(middle)} | "
+                     f"{fmt(values[0])}–{fmt(values[-1])} |")
+    return lines
+
+
 def panel_table(panel):
+    if panel.get("stacked"):
+        return stacked_table(panel)
     unit = unit_text(panel["y"]["unit"])
     series = {s["id"]: s for s in panel["series"]}
     has_target = any("target" in r for r in panel["ratios"])

@@ -103,6 +103,23 @@ TEST(Result, UndeclaredSeriesIsAnError) {
   EXPECT_THROW(result.panel("missing"), Error);
 }
 
+TEST(Result, StackedPanelsSaySo) {
+  Result result("demo", "Demo");
+  Panel& parts = result.panel("parts", "Parts", {"time", "s", "linear"}, {"bandwidth", "GB/s", "linear"}, Better::higher);
+  parts.series("a", Role::dfi, "A");
+  parts.add("a", 0.5, 1.0);
+  parts.stacked();
+  Panel& plain = result.panel("plain", "Plain", {"time", "s", "linear"}, {"bandwidth", "GB/s", "linear"}, Better::higher);
+  plain.series("a", Role::dfi, "A");
+  plain.add("a", 0.5, 1.0);
+  json r = result.to_json(sample_info());
+  EXPECT_TRUE(validate_result(r).empty()) << r.dump(1);
+  EXPECT_EQ(r["panels"][0]["stacked"], true);
+  EXPECT_FALSE(r["panels"][1].contains("stacked"));
+  r["panels"][0]["stacked"] = "yes";
+  EXPECT_TRUE(mentions(validate_result(r), "stacked"));
+}
+
 TEST(Validate, RejectsBrokenResults) {
   const json good = sample_result().to_json(sample_info());
 

@@ -235,10 +235,10 @@ class DrivenQosScenario : public Scenario {
             share.add(kind, flow_label(k, f, plan.phases[k]), part);
             if (qos) achieved[k][f].push_back(part);
             said += ' ';
-            said += format(part, 3);
+            said += format_fixed(part, 3);
           }
           said += " (";
-          said += format(sum / std::max(seconds, 1e-9) / 1e9, 2);
+          said += format_fixed(sum / std::max(seconds, 1e-9) / 1e9, 2);
           said += " GB/s)";
         }
         share.add_command(kind, command);
@@ -262,9 +262,9 @@ class DrivenQosScenario : public Scenario {
         const double med = median(a);
         const double error = std::fabs(med - set) / set;
         held = held && error <= kTarget;
-        note += " flow " + std::to_string(f) + " " + format(med, 3) + " (" + format(*std::min_element(a.begin(), a.end()), 3) +
-                "-" + format(*std::max_element(a.begin(), a.end()), 3) + ") vs " + format(set, 3) + ", error " +
-                format(100 * error, 1) + " %;";
+        note += " flow " + std::to_string(f) + " " + format_fixed(med, 3) + " (" + format_fixed(*std::min_element(a.begin(), a.end()), 3) +
+                "-" + format_fixed(*std::max_element(a.begin(), a.end()), 3) + ") vs " + format_fixed(set, 3) + ", error " +
+                format_fixed(100 * error, 1) + " %;";
       }
       note += held ? " within the 10 % target" : " NOT within the 10 % target";
       result.add_note(note);
@@ -295,11 +295,6 @@ class DrivenQosScenario : public Scenario {
   }
 
  private:
-  static std::string format(double v, int digits) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.*f", digits, v);
-    return text;
-  }
   static std::string phases_label(const std::vector<Shares>& phases) {
     std::string label;
     for (const Shares& s : phases) label += (label.empty() ? "" : " → ") + shares_label(s);
@@ -312,7 +307,7 @@ class DrivenQosScenario : public Scenario {
     const double set = static_cast<double>(s[f]) / static_cast<double>(s[0] + s[1] + s[2]);
     // Composed with a stream: GCC 12's -Wrestrict misfires on "literal" + std::to_string(...) here.
     std::ostringstream label;
-    label << 'p' << k + 1 << " f" << f << " (" << format(set, 2) << ')';
+    label << 'p' << k + 1 << " f" << f << " (" << format_fixed(set, 2) << ')';
     return label.str();
   }
 

@@ -290,12 +290,6 @@ int run_rank_program(const json& params, std::ostream& out, std::ostream& err) {
 // ---------------------------------------------------------------------------------------------
 // Driver
 
-std::string fixed(double v, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
 class DrivenShuffle final : public Scenario {
  public:
   std::string name() const override { return kName; }
@@ -483,13 +477,13 @@ class DrivenShuffle final : public Scenario {
           const double push_ns = static_cast<double>(push_cpu) / per;
           push.add(side, tb, push_ns);
           push.add_command(side, command);
-          said += "push " + fixed(push_ns, 1) + " ns/tuple (" + std::to_string(point.segments) +
+          said += "push " + format_fixed(push_ns, 1) + " ns/tuple (" + std::to_string(point.segments) +
                   " segments per ring, ring-full waits " + std::to_string(stalls) + ")";
           if (!driven) {
             const double local_ns = static_cast<double>(local_cpu) / per;
             push.add("local", tb, local_ns);
             push.add_command("local", command);
-            said += ", no-flow push floor " + fixed(local_ns, 1) + " ns/tuple";
+            said += ", no-flow push floor " + format_fixed(local_ns, 1) + " ns/tuple";
           }
           context.say(said);
           continue;
@@ -507,15 +501,15 @@ class DrivenShuffle final : public Scenario {
         const double helper_ns = static_cast<double>(pu_cpu - producer_cpu - consumer_cpu) / per;
         helpers.add(side, tb, helper_ns);
         helpers.add_command(side, command);
-        said += fixed(gbps, 3) + " GB/s; producer " + fixed(producer_ns, 1) + " ns/tuple, PU processes " +
-                fixed(pu_ns, 1) + " ns/tuple (outside producer and consumer " + fixed(helper_ns, 1) +
+        said += format_fixed(gbps, 3) + " GB/s; producer " + format_fixed(producer_ns, 1) + " ns/tuple, PU processes " +
+                format_fixed(pu_ns, 1) + " ns/tuple (outside producer and consumer " + format_fixed(helper_ns, 1) +
                 "), ring-full waits " + std::to_string(stalls);
         if (driven) {
           const json& m = reports.at(kPuRanks).at("points").at(i);
           const double mover_ns = m.at("process_cpu_ns").get<double>() / per;
           process.add("driven_mover", tb, mover_ns);
           process.add_command("driven_mover", command);
-          said += ", mover " + fixed(mover_ns, 1) + " ns/tuple (" + m.at("segments").dump() + " segments, " +
+          said += ", mover " + format_fixed(mover_ns, 1) + " ns/tuple (" + m.at("segments").dump() + " segments, " +
                   m.at("idle_steps").dump() + " idle passes)";
         }
         context.say(said);
@@ -535,7 +529,7 @@ class DrivenShuffle final : public Scenario {
           throw Error(Errc::protocol, "bench driven-shuffle: MPI delivered wrongly: " + r.data.dump() + "\n" + r.command);
         const double gbps = r.data.at("gbps");
         context.say("repetition " + std::to_string(rep) + ": MPI_Alltoallv " + std::to_string(p.tuple_bytes) +
-                    " B: " + fixed(gbps, 3) + " GB/s");
+                    " B: " + format_fixed(gbps, 3) + " GB/s");
         bandwidth.add("mpi", p.tuple_bytes, gbps);
         bandwidth.add_command("mpi", r.command);
       }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <set>
@@ -42,6 +43,12 @@ double percentile(std::vector<double> samples, double p) {
   const double rank = p / 100.0 * static_cast<double>(samples.size());
   const std::size_t index = rank <= 1 ? 0 : static_cast<std::size_t>(rank + 0.999999) - 1;
   return samples[std::min(index, samples.size() - 1)];
+}
+
+std::string format_fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,13 +142,15 @@ nlohmann::json Panel::to_json() const {
       }
     }
   }
-  return {{"id", id_},
-          {"title", title_},
-          {"x", axis_json(x_)},
-          {"y", axis_json(y_)},
-          {"better", better_name(better_)},
-          {"series", series},
-          {"ratios", ratios}};
+  json panel = {{"id", id_},
+                {"title", title_},
+                {"x", axis_json(x_)},
+                {"y", axis_json(y_)},
+                {"better", better_name(better_)},
+                {"series", series},
+                {"ratios", ratios}};
+  if (stacked_) panel["stacked"] = true;
+  return panel;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,6 +297,7 @@ std::vector<std::string> validate_result(const nlohmann::json& r) {
     if (need(p, "better", T::string, where) && p["better"] != "higher" && p["better"] != "lower") {
       problems.push_back(where + ": better must be \"higher\" or \"lower\"");
     }
+    if (p.contains("stacked") && !p["stacked"].is_boolean()) problems.push_back(where + ": stacked must be a boolean");
     std::set<std::string> ids;
     std::map<std::string, std::map<std::string, double>> values;  // series -> x.dump() -> value
     if (need(p, "series", T::array, where)) {

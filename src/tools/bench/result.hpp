@@ -20,7 +20,7 @@
 //   { schema, scenario, title, description, command, date,
 //   machine{nproc,cpu,kernel,hostname,loadavg[3]},
 //     transport, netns, quick, repeat, parameters{}, baselines[{name, description, commands[]}],
-//     panels[{id, title, x{label,unit,scale}, y{label,unit}, better,
+//     panels[{id, title, x{label,unit,scale}, y{label,unit}, better, stacked? (true: parts of a whole),
 //             series[{id, name, role, description, points[{x, value, samples[], min, max}]}],
 //             ratios[{dfi, baseline, x, dfi_value, baseline_value, ratio, target?}]}],
 //     notes[], seconds }
@@ -62,6 +62,9 @@ class Panel {
   void add(const std::string& id, const nlohmann::json& x, double value);
   // Records an exact command that produced samples of series `id` (deduplicated).
   void add_command(const std::string& id, const std::string& command);
+  // Marks the series as parts of one whole (per-consumer bandwidth over time): plots stack them
+  // as areas. Written as "stacked": true.
+  void stacked() { stacked_ = true; }
 
   const std::string& id() const noexcept { return id_; }
   nlohmann::json to_json() const;
@@ -88,6 +91,7 @@ class Panel {
   Axis x_;
   Axis y_;
   Better better_;
+  bool stacked_ = false;
   std::vector<Series> series_;
   std::vector<Comparison> comparisons_;
 };
@@ -144,5 +148,7 @@ std::vector<std::string> validate_result(const nlohmann::json& result);
 double median(std::vector<double> samples);
 // The p-th percentile (0..100) of `samples` by nearest rank; 0 for none.
 double percentile(std::vector<double> samples, double p);
+// `v` with `digits` digits after the point ("0.250"), for progress lines and notes.
+std::string format_fixed(double v, int digits);
 
 }  // namespace dfi::tools::bench

@@ -28,8 +28,12 @@ std::unique_ptr<Scenario> make_kv_jepsen_scenario();     // kv_bench.cpp
 std::unique_ptr<Scenario> make_rsi_scenario();           // rsi_bench.cpp
 std::unique_ptr<Scenario> make_python_scenario();        // python_bench.cpp
 std::unique_ptr<Scenario> make_commtier_scenario();      // commtier_bench.cpp
+std::unique_ptr<Scenario> make_driven_lat_scenario();    // driven_lat_bench.cpp
 std::unique_ptr<Scenario> make_driven_qos_scenario();    // driven_qos_bench.cpp
 std::unique_ptr<Scenario> make_driven_shuffle_scenario();  // driven_shuffle_bench.cpp
+std::unique_ptr<Scenario> make_driven_replicate_scenario();  // driven_replicate_bench.cpp
+std::unique_ptr<Scenario> make_driven_fairness_scenario();   // driven_replicate_bench.cpp
+std::unique_ptr<Scenario> make_driven_elastic_scenario();    // driven_elastic_bench.cpp
 
 // A fresh instance of every scenario, in listing order.
 std::vector<std::unique_ptr<Scenario>> make_scenarios();

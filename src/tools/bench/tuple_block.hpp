@@ -5,11 +5,13 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
 
+#include "dfi/common/error.hpp"
 #include "dfi/flow/schema.hpp"
 
 namespace dfi::tools::bench {
@@ -57,6 +59,31 @@ inline std::uint64_t sum_tuple_keys(const std::byte* data, std::size_t count, st
     sum += key;
   }
   return sum;
+}
+
+// Pushes the tuples of `block` (a filled tuple block) round and round into `out` (anything with
+// Status push(const void*, std::size_t)) until `duration` has passed, writing key `tag | n` into
+// tuple n first: producers of one flow tag their keys apart (tag = producer << some bits), and a
+// receiver can check every producer's numbers. The clock is read every 256 tuples. Returns the
+// tuples pushed; throws dfi::Error for a push that fails.
+template <class Out>
+std::uint64_t push_tagged_for(Out& out, std::span<std::byte> block, std::size_t tuple_bytes, std::uint64_t tag,
+                              std::chrono::steady_clock::duration duration) {
+  const auto end = std::chrono::steady_clock::now() + duration;
+  std::byte* tuple = block.data();
+  std::byte* const last = block.data() + block.size() / tuple_bytes * tuple_bytes;
+  std::uint64_t n = 0;
+  for (bool running = true; running; running = std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 256; ++i, ++n) {
+      const std::uint64_t key = tag | n;
+      std::memcpy(tuple, &key, sizeof key);
+      if (Status s = out.push(tuple, tuple_bytes); !s) [[unlikely]]
+        throw Error(s.code(), s.message());
+      tuple += tuple_bytes;
+      if (tuple == last) tuple = block.data();
+    }
+  }
+  return n;
 }
 
 }  // namespace dfi::tools::bench
