@@ -260,6 +260,11 @@ Status Endpoint::status() const { return state().check_peer(); }
 RemoteMemory Endpoint::attach(const RegionDescriptor& descriptor) {
   detail::EndpointState& s = state();
   if (s.ep == nullptr) s.failure.throw_if_error();
+  // UCX 1.13 crashes when an unpack fails halfway (ucp_rkey_destroy of a half-built key; fixed
+  // in UCX by openucx/ucx#10380), and over shm it fails when the peer's process is gone (its
+  // segments are attached through /proc/<pid>). A peer already known dead is refused here; the
+  // window left is the failure detector's delay (UCX-NOTES.md).
+  if (Status peer = s.check_peer(); !peer) throw Error(peer.code(), peer.message());
   ucp_rkey_h rkey = nullptr;
   ucs_status_t status = ucp_ep_rkey_unpack(s.ep, descriptor.packed_key.data(), &rkey);
   if (status != UCS_OK) {

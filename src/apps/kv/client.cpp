@@ -173,8 +173,12 @@ struct Client::State {
       batch = {};
       if (Status c = consume_replies(); !c) return c;
       if (batch.empty()) {
-        return error(Errc::protocol, "flow '" + names.replies + "' ended (the replicas stopped) with " +
-                                         std::to_string(outstanding) + " request(s) unanswered");
+        // The leader's end of the flow: it stopped (an error, or its process exited) with
+        // requests of ours unanswered. Multi-Paxos: a new view when a member died.
+        const Status ended = error(Errc::protocol, "flow '" + names.replies + "' ended (the replicas stopped) with " +
+                                                       std::to_string(outstanding) + " request(s) unanswered");
+        if (Status v = recover(ended); !v) return v;
+        return {};  // the next call takes the next view's replies
       }
     }
     const Reply& reply = batch.as<Reply>()[next_reply++];
