@@ -136,11 +136,21 @@ fabric::Endpoint Node::connect(fabric::Worker& worker, int rank) {
 void Node::barrier(const std::string& name) { barrier_client_->barrier(name, size_, registry_timeout_); }
 
 std::string Node::wait_for(const std::string& name, std::chrono::milliseconds timeout) {
+  return wait_for_from(name, -1, timeout);
+}
+
+std::string Node::wait_for_from(const std::string& name, int publisher, std::chrono::milliseconds timeout) {
   if (timeout.count() == 0) timeout = registry_timeout_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::microseconds(200);
   for (;;) {
+    // Dead before the look: a record it published is there now, else it never will be.
+    const bool dead = publisher >= 0 && publisher != rank_ && !context_->peer_failure(publisher).empty();
     if (std::optional<std::string> value = client_->try_lookup(name)) return *value;
+    if (dead) {
+      throw Error(Errc::peer_failed, "rank " + std::to_string(publisher) + " died before it published '" + name +
+                                         "': " + context_->peer_failure(publisher));
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       throw Error(Errc::timeout, "registry: record '" + name + "' not published within " +
                                      std::to_string(timeout.count()) + " ms");

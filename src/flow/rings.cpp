@@ -109,7 +109,7 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
     const TargetRef target = spec_.targets.at(link.target);
     std::string record;
     try {
-      record = node.wait_for(target_record(spec_.name, link.target), time_left(deadline));
+      record = node.wait_for_from(target_record(spec_.name, link.target), target.rank, time_left(deadline));
     } catch (const Error& e) {
       throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
                                 std::to_string(target.id) + ") did not open the flow: " + e.what());

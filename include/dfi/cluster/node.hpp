@@ -94,6 +94,11 @@ class Node {
   // waits, so threads of one process can wait for each other's records. Throws
   // dfi::Error(timeout) naming the record.
   std::string wait_for(const std::string& name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // As wait_for, for a record that rank `publisher` publishes: gives up at once, with
+  // dfi::Error(peer_failed) naming the rank and the record, when that rank is declared dead
+  // without having published it (a flow opening towards a rank that died).
+  std::string wait_for_from(const std::string& name, int publisher,
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // Final barrier: after it no peer touches this process's memory any more. Rank 0 hosts the
   // registry, so it must not leave before the others are done with it. Stops the liveness
