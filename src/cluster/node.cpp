@@ -1,7 +1,12 @@
 #include "dfi/cluster/node.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "dfi/common/config.hpp"
@@ -16,6 +21,14 @@ namespace dfi::cluster {
 namespace {
 
 std::string address_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/address"; }
+std::string process_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/process"; }
+
+// "<host> <pid>" of this process.
+std::string this_process() {
+  char host[256] = {};
+  (void)::gethostname(host, sizeof host - 1);
+  return std::string(host) + ' ' + std::to_string(::getpid());
+}
 
 }  // namespace
 
@@ -51,6 +64,7 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
   context_ = std::make_unique<fabric::Context>(options.fabric);
   service_ = std::make_unique<fabric::Worker>(*context_, "rank " + std::to_string(rank_) + " service");
   if (options.setup_service) options.setup_service(*service_);
+  client_->publish(process_record(rank_), this_process(), /*replace=*/true);
   client_->publish(address_record(rank_), service_->address(), /*replace=*/true);
   progress_ = std::make_unique<fabric::ProgressThread>(*service_);
   client_->join(rank_, context_->describe());
@@ -111,6 +125,18 @@ std::vector<int> Node::failed_ranks() const {
     if (!context_->peer_failure(r).empty()) failed.push_back(r);
   }
   return failed;
+}
+
+bool Node::process_gone(int rank) {
+  if (rank < 0 || rank >= size_ || rank == rank_) return false;
+  std::optional<std::string> record = client_->try_lookup(process_record(rank));
+  if (!record) return false;
+  const std::size_t space = record->rfind(' ');
+  if (space == std::string::npos || record->substr(0, space) != this_process().substr(0, this_process().rfind(' '))) {
+    return false;  // another host: nothing to ask the kernel
+  }
+  const pid_t pid = static_cast<pid_t>(std::stol(record->substr(space + 1)));
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 std::string Node::peer_address(int rank) {

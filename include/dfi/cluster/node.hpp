@@ -112,6 +112,12 @@ class Node {
   void adopt_progress(fabric::Worker& worker);
   void abandon_progress(fabric::Worker& worker);
 
+  // True when rank `rank` runs on this host and its process no longer exists (asks the kernel,
+  // not the failure detector: no delay). False when it lives, runs on another host, or its
+  // process record is unknown. One registry lookup: for set-up paths, such as attaching to a
+  // peer's memory, which UCX 1.13 cannot survive for a dead shm peer (UCX-NOTES.md).
+  bool process_gone(int rank);
+
   // Ranks declared failed so far (empty while all are alive). Thread-safe.
   std::vector<int> failed_ranks() const;
 

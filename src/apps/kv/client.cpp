@@ -54,7 +54,13 @@ struct Client::State {
         view(detail::first_view(options)),
         entries(options.window),
         ready(options.window) {
-    open_flows();
+    try {
+      open_flows();
+    } catch (const Error& e) {
+      // View 0 broke before this client joined it (Multi-Paxos: on to the next view).
+      const Status failure(e.code(), e.what());
+      if (Status v = recover(failure); !v) throw Error(v.code(), v.message());
+    }
   }
 
   // Opens this client's ends of the current view's flows (closing the previous view's).
