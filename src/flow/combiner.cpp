@@ -1,6 +1,6 @@
-// Combiner flows: their descriptor (aggregates, validation, record field), the aggregate table
-// (local state, combine, finalize), the source that fills and ships it, and the target that
-// merges and finalizes.
+// Combiner flows: their descriptor (aggregates, validation, record field), the layout of their
+// aggregate table (kernels::AggregateTable: local state, combine, finalize) and result schema,
+// the source that fills and ships it, and the target that merges and finalizes.
 #include "dfi/flow/combiner.hpp"
 
 #include <algorithm>
@@ -78,408 +78,93 @@ std::vector<AggregateSpec> parse_aggregates(std::string_view text) {
   return aggregates;
 }
 
-namespace detail {
 namespace {
-
-// AVG of integers sums exactly in 128 bits (a GCC/Clang extension on 64-bit targets).
-__extension__ typedef __int128 Int128;
-__extension__ typedef unsigned __int128 UInt128;
-
-enum class Kind : std::uint8_t { signed_int, unsigned_int, floating };
-
-Kind kind_of(Type type) {
-  switch (type) {
-    case Type::int8:
-    case Type::int16:
-    case Type::int32:
-    case Type::int64:
-      return Kind::signed_int;
-    case Type::uint8:
-    case Type::uint16:
-    case Type::uint32:
-    case Type::uint64:
-      return Kind::unsigned_int;
-    default:
-      return Kind::floating;
-  }
-}
-
-template <class T>
-T load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-void store(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-std::int64_t load_signed(const std::byte* p, Type type) {
-  switch (type) {
-    case Type::int8:
-      return load<std::int8_t>(p);
-    case Type::int16:
-      return load<std::int16_t>(p);
-    case Type::int32:
-      return load<std::int32_t>(p);
-    default:
-      return load<std::int64_t>(p);
-  }
-}
-std::uint64_t load_unsigned(const std::byte* p, Type type) {
-  switch (type) {
-    case Type::uint8:
-      return load<std::uint8_t>(p);
-    case Type::uint16:
-      return load<std::uint16_t>(p);
-    case Type::uint32:
-      return load<std::uint32_t>(p);
-    default:
-      return load<std::uint64_t>(p);
-  }
-}
-double load_float(const std::byte* p, Type type) {
-  return type == Type::float32 ? static_cast<double>(load<float>(p)) : load<double>(p);
-}
-
-// Writes a MIN/MAX state back in the column's own type (the value came from that type).
-void store_as(std::byte* p, Type type, const std::byte* state) {
-  switch (type) {
-    case Type::int8:
-      return store(p, static_cast<std::int8_t>(load<std::int64_t>(state)));
-    case Type::int16:
-      return store(p, static_cast<std::int16_t>(load<std::int64_t>(state)));
-    case Type::int32:
-      return store(p, static_cast<std::int32_t>(load<std::int64_t>(state)));
-    case Type::int64:
-      return store(p, load<std::int64_t>(state));
-    case Type::uint8:
-      return store(p, static_cast<std::uint8_t>(load<std::uint64_t>(state)));
-    case Type::uint16:
-      return store(p, static_cast<std::uint16_t>(load<std::uint64_t>(state)));
-    case Type::uint32:
-      return store(p, static_cast<std::uint32_t>(load<std::uint64_t>(state)));
-    case Type::uint64:
-      return store(p, load<std::uint64_t>(state));
-    case Type::float32:
-      return store(p, static_cast<float>(load<double>(state)));
-    default:
-      return store(p, load<double>(state));
-  }
-}
 
 std::string result_name(const AggregateSpec& a) {
   if (a.function == Aggregate::count) return "count";
   return std::string(aggregate_name(a.function)) + "_" + a.column;
 }
 
-}  // namespace
-
-// The per-key table of a combiner flow. A row is [key slot: key bytes padded to 8][count: u64]
-// [one state per aggregate], which is also the partial row shipped from sources to the target.
-// States: sum: u64 (integers, wrapping) or f64; min/max: i64, u64 or f64 (the value widened);
-// avg: i128/u128 (integers, exact) or f64; count: none (the row count serves).
-class AggregateTable {
- public:
-  explicit AggregateTable(const FlowSpec& spec) {
-    const Schema& schema = spec.schema;
-    const std::size_t key = schema.index_of(spec.key_column);
-    key_type_ = schema.column(key);
-    key_offset_ = schema.offset(key);
-    key_bytes_ = schema.column_bytes(key);
-    key_slot_ = (key_bytes_ + 7) / 8 * 8;
-    std::size_t state = key_slot_ + 8;  // after the count
-    std::vector<Column> out{key_type_};
-    for (const AggregateSpec& a : spec.type_options.get<CombinerOptions>().aggregates) {
-      Op op;
-      op.function = a.function;
-      if (a.function != Aggregate::count) {
-        const std::size_t column = schema.index_of(a.column);
-        op.type = schema.column(column).type;
-        if (op.type == Type::chars) {
-          throw spec.invalid(describe(a) + ": column '" + a.column + "' is not numeric");
-        }
-        op.kind = kind_of(op.type);
-        op.in_offset = schema.offset(column);
-        op.state_offset = state;
-        state += (a.function == Aggregate::avg && op.kind != Kind::floating) ? 16 : 8;
-      }
-      Type out_type = Type::float64;
-      switch (a.function) {
-        case Aggregate::sum:
-          out_type = op.kind == Kind::signed_int     ? Type::int64
-                     : op.kind == Kind::unsigned_int ? Type::uint64
-                                                     : Type::float64;
-          break;
-        case Aggregate::count:
-          out_type = Type::uint64;
-          break;
-        case Aggregate::min:
-        case Aggregate::max:
-          out_type = op.type;
-          break;
-        case Aggregate::avg:
-          out_type = Type::float64;
-          break;
-      }
-      out.push_back({result_name(a), out_type, 1});
-      ops_.push_back(op);
-    }
-    row_bytes_ = state;
-    try {
-      result_ = Schema(out);
-    } catch (const Error& e) {
-      throw spec.invalid(std::string("result columns clash: ") + e.what());
-    }
-    for (std::size_t i = 0; i < ops_.size(); ++i) ops_[i].out_offset = result_.offset(i + 1);
-    wide_key_ = key_bytes_ > 8;
+kernels::ValueType value_type(Type type) {
+  switch (type) {
+    case Type::int8: return kernels::ValueType::int8;
+    case Type::int16: return kernels::ValueType::int16;
+    case Type::int32: return kernels::ValueType::int32;
+    case Type::int64: return kernels::ValueType::int64;
+    case Type::uint8: return kernels::ValueType::uint8;
+    case Type::uint16: return kernels::ValueType::uint16;
+    case Type::uint32: return kernels::ValueType::uint32;
+    case Type::uint64: return kernels::ValueType::uint64;
+    case Type::float32: return kernels::ValueType::float32;
+    default: return kernels::ValueType::float64;  // chars: refused before
   }
+}
 
-  std::size_t row_bytes() const noexcept { return row_bytes_; }
-  // Bytes of the key column, at the start of every row.
-  std::size_t key_bytes() const noexcept { return key_bytes_; }
-  const Schema& result_schema() const noexcept { return result_; }
-  std::size_t size() const noexcept { return count_; }
-  const std::byte* rows() const noexcept { return rows_.data(); }
-  std::size_t memory_bytes() const noexcept {
-    return rows_.capacity() + slots_.capacity() * sizeof(std::uint32_t);
+Type flow_type(kernels::ValueType type) {
+  switch (type) {
+    case kernels::ValueType::int8: return Type::int8;
+    case kernels::ValueType::int16: return Type::int16;
+    case kernels::ValueType::int32: return Type::int32;
+    case kernels::ValueType::int64: return Type::int64;
+    case kernels::ValueType::uint8: return Type::uint8;
+    case kernels::ValueType::uint16: return Type::uint16;
+    case kernels::ValueType::uint32: return Type::uint32;
+    case kernels::ValueType::uint64: return Type::uint64;
+    case kernels::ValueType::float32: return Type::float32;
+    case kernels::ValueType::float64: return Type::float64;
   }
-  // Tuples that the partial rows merged so far stand for.
-  std::uint64_t tuples_merged() const noexcept { return tuples_merged_; }
+  return Type::float64;
+}
 
-  void clear() {
-    rows_.clear();
-    count_ = 0;
-    std::fill(slots_.begin(), slots_.end(), 0);
-  }
-
-  // Local state: one input tuple.
-  void add(const std::byte* tuple) {
-    std::byte* row = find_or_insert(tuple + key_offset_);
-    const std::uint64_t count = load<std::uint64_t>(row + key_slot_);
-    store(row + key_slot_, count + 1);
-    for (const Op& op : ops_) {
-      if (op.function == Aggregate::count) continue;
-      std::byte* s = row + op.state_offset;
-      const std::byte* in = tuple + op.in_offset;
-      switch (op.kind) {
-        case Kind::signed_int:
-          update_int<std::int64_t, Int128>(op.function, s, load_signed(in, op.type), count == 0);
-          break;
-        case Kind::unsigned_int:
-          update_int<std::uint64_t, UInt128>(op.function, s, load_unsigned(in, op.type),
-                                             count == 0);
-          break;
-        case Kind::floating:
-          update_float(op.function, s, load_float(in, op.type), count == 0);
-          break;
-      }
-    }
-  }
-
-  // Combine: one partial row (same layout as ours).
-  void merge(const std::byte* partial) {
-    std::byte* row = find_or_insert(partial);
-    const std::uint64_t count = load<std::uint64_t>(row + key_slot_);
-    const std::uint64_t more = load<std::uint64_t>(partial + key_slot_);
-    store(row + key_slot_, count + more);
-    tuples_merged_ += more;
-    for (const Op& op : ops_) {
-      if (op.function == Aggregate::count) continue;
-      std::byte* s = row + op.state_offset;
-      const std::byte* p = partial + op.state_offset;
-      switch (op.kind) {
-        case Kind::signed_int:
-          merge_int<std::int64_t, Int128>(op.function, s, p, count == 0);
-          break;
-        case Kind::unsigned_int:
-          merge_int<std::uint64_t, UInt128>(op.function, s, p, count == 0);
-          break;
-        case Kind::floating:
-          merge_float(op.function, s, p, count == 0);
-          break;
-      }
-    }
-  }
-
-  // Finalize: one result tuple per row into `out` (resized).
-  void finalize(std::vector<std::byte>& out) const {
-    const std::size_t width = result_.tuple_bytes();
-    const std::size_t n = size();
-    out.assign(n * width, std::byte{0});
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::byte* row = rows_.data() + i * row_bytes_;
-      std::byte* t = out.data() + i * width;
-      std::memcpy(t, row, key_bytes_);
-      const std::uint64_t count = load<std::uint64_t>(row + key_slot_);
-      for (const Op& op : ops_) {
-        std::byte* o = t + op.out_offset;
-        const std::byte* s = row + op.state_offset;
-        switch (op.function) {
-          case Aggregate::count:
-            store(o, count);
-            break;
-          case Aggregate::sum:
-            std::memcpy(o, s, 8);  // u64 bits of the wrapped sum, or the f64 sum
-            break;
-          case Aggregate::min:
-          case Aggregate::max:
-            store_as(o, op.type, s);
-            break;
-          case Aggregate::avg:
-            if (op.kind == Kind::floating) {
-              store(o, load<double>(s) / static_cast<double>(count));
-            } else {  // the exact sum, divided in long double, rounded to double once
-              store(o, static_cast<double>(avg_exact(op.kind, s, count)));
-            }
-            break;
-        }
-      }
-    }
-  }
-
- private:
-  struct Op {
-    Aggregate function = Aggregate::count;
-    Type type = Type::int64;
-    Kind kind = Kind::signed_int;
-    std::size_t in_offset = 0;
-    std::size_t state_offset = 0;
-    std::size_t out_offset = 0;
-  };
-
-  static long double avg_exact(Kind kind, const std::byte* s, std::uint64_t count) {
-    if (kind == Kind::signed_int)
-      return static_cast<long double>(load<Int128>(s)) / static_cast<long double>(count);
-    return static_cast<long double>(load<UInt128>(s)) / static_cast<long double>(count);
-  }
-
-  template <class T, class Wide>
-  static void update_int(Aggregate function, std::byte* s, T v, bool first) {
-    switch (function) {
-      case Aggregate::sum:  // modulo 2^64: unsigned arithmetic, no undefined behaviour
-        store(s, load<std::uint64_t>(s) + static_cast<std::uint64_t>(v));
-        break;
-      case Aggregate::min:
-        if (first || v < load<T>(s)) store(s, v);
-        break;
-      case Aggregate::max:
-        if (first || v > load<T>(s)) store(s, v);
-        break;
-      case Aggregate::avg:
-        store(s, static_cast<Wide>(load<Wide>(s) + static_cast<Wide>(v)));
-        break;
-      case Aggregate::count:
-        break;
-    }
-  }
-  template <class T, class Wide>
-  static void merge_int(Aggregate function, std::byte* s, const std::byte* p, bool first) {
-    switch (function) {
-      case Aggregate::sum:
-        store(s, load<std::uint64_t>(s) + load<std::uint64_t>(p));
-        break;
-      case Aggregate::min:
-        if (first || load<T>(p) < load<T>(s)) std::memcpy(s, p, 8);
-        break;
-      case Aggregate::max:
-        if (first || load<T>(p) > load<T>(s)) std::memcpy(s, p, 8);
-        break;
-      case Aggregate::avg:
-        store(s, static_cast<Wide>(load<Wide>(s) + load<Wide>(p)));
-        break;
-      case Aggregate::count:
-        break;
-    }
-  }
-  static void update_float(Aggregate function, std::byte* s, double v, bool first) {
-    switch (function) {
-      case Aggregate::sum:
-      case Aggregate::avg:
-        store(s, load<double>(s) + v);
-        break;
-      case Aggregate::min:
-        if (first || v < load<double>(s)) store(s, v);
-        break;
-      case Aggregate::max:
-        if (first || v > load<double>(s)) store(s, v);
-        break;
-      case Aggregate::count:
-        break;
-    }
-  }
-  static void merge_float(Aggregate function, std::byte* s, const std::byte* p, bool first) {
-    update_float(function, s, load<double>(p), first);
-  }
-
-  // The hash of the key at `key` (key_bytes_ bytes).
-  std::uint64_t hash(const std::byte* key) const noexcept {
-    if (!wide_key_) [[likely]] {
-      std::uint64_t k = 0;
-      std::memcpy(&k, key, key_bytes_);
-      return kernels::mix64(k);
-    }
-    return kernels::mix64(kernels::fold_bytes(key, key_bytes_));
-  }
-
-
-  // The row for the key at `key` (key_bytes_ bytes), created zeroed with the key if new. The index
-  // is open addressing over the rows themselves (a row starts with its key, zero-padded to 8 B):
-  // once the slots and rows have grown to a cycle's number of keys, clear() keeps them, and
-  // later cycles allocate nothing.
-  std::byte* find_or_insert(const std::byte* key) {
-    if ((count_ + 1) * 2 > slots_.size()) [[unlikely]] {
-      grow();
-    }
-    const std::size_t mask = slots_.size() - 1;
-    for (std::size_t i = hash(key) & mask;; i = (i + 1) & mask) {
-      const std::uint32_t slot = slots_[i];
-      if (slot == 0) {
-        slots_[i] = static_cast<std::uint32_t>(count_ + 1);
-        rows_.resize(rows_.size() + row_bytes_, std::byte{0});
-        std::byte* row = rows_.data() + count_ * row_bytes_;
-        std::memcpy(row, key, key_bytes_);
-        ++count_;
-        return row;
-      }
-      std::byte* row = rows_.data() + std::size_t{slot - 1} * row_bytes_;
-      if (std::memcmp(row, key, key_bytes_) == 0) return row;
-    }
-  }
-
-  // Doubles the slots (at least 1024) and indexes every row again; the rows stay where they are.
-  void grow() {
-    slots_.assign(std::max<std::size_t>(1024, slots_.size() * 2), 0);
-    const std::size_t mask = slots_.size() - 1;
-    for (std::size_t r = 0; r < count_; ++r) {
-      std::size_t i = hash(rows_.data() + r * row_bytes_) & mask;
-      while (slots_[i] != 0) i = (i + 1) & mask;
-      slots_[i] = static_cast<std::uint32_t>(r + 1);
-    }
-  }
-
-  Column key_type_;
-  std::size_t key_offset_ = 0;
-  std::size_t key_bytes_ = 0;
-  std::size_t key_slot_ = 0;
-  bool wide_key_ = false;
-  std::vector<Op> ops_;
-  std::size_t row_bytes_ = 0;
-  Schema result_;
-  std::vector<std::byte> rows_;
-  std::size_t count_ = 0;             // rows
-  std::vector<std::uint32_t> slots_;  // row index + 1, or 0 when free; a power of two
-  std::uint64_t tuples_merged_ = 0;
+// A combiner flow's aggregate table (kernels::AggregateTable) and result schema: the key column,
+// then one column per aggregate. Throws dfi::Error(invalid_argument) naming the flow when an
+// aggregate's column is unknown or not numeric, or result names clash.
+struct CombinerLayout {
+  kernels::AggregateTable::Layout table;
+  Schema result;
 };
 
-}  // namespace detail
-
-Schema combiner_result_schema(const FlowSpec& spec) {
-  return detail::AggregateTable(spec).result_schema();
+CombinerLayout combiner_layout(const FlowSpec& spec) {
+  const Schema& schema = spec.schema;
+  const std::size_t key = schema.index_of(spec.key_column);
+  CombinerLayout out;
+  out.table.tuple_bytes = schema.tuple_bytes();
+  out.table.key_offset = schema.offset(key);
+  out.table.key_bytes = schema.column_bytes(key);
+  std::vector<Column> columns{schema.column(key)};
+  for (const AggregateSpec& a : spec.type_options.get<CombinerOptions>().aggregates) {
+    kernels::AggregateTable::Column c;
+    c.function = a.function;
+    if (a.function != Aggregate::count) {
+      const std::size_t column = schema.index_of(a.column);
+      if (schema.column(column).type == Type::chars) {
+        throw spec.invalid(describe(a) + ": column '" + a.column + "' is not numeric");
+      }
+      c.type = value_type(schema.column(column).type);
+      c.offset = schema.offset(column);
+    }
+    columns.push_back({result_name(a), flow_type(kernels::AggregateTable::result_type(c.function, c.type)), 1});
+    out.table.aggregates.push_back(c);
+  }
+  try {
+    out.result = Schema(columns);
+  } catch (const Error& e) {
+    throw spec.invalid(std::string("result columns clash: ") + e.what());
+  }
+  for (std::size_t i = 0; i < out.table.aggregates.size(); ++i) {
+    out.table.aggregates[i].result_offset = out.result.offset(i + 1);
+  }
+  out.table.result_bytes = out.result.tuple_bytes();
+  return out;
 }
+
+kernels::AggregateTable make_table(const FlowSpec& spec) { return kernels::AggregateTable(combiner_layout(spec).table); }
+
+}  // namespace
+
+Schema combiner_result_schema(const FlowSpec& spec) { return combiner_layout(spec).result; }
 std::size_t combiner_row_bytes(const FlowSpec& spec) {
-  return detail::AggregateTable(spec).row_bytes();
+  return kernels::AggregateTable::row_bytes_of(combiner_layout(spec).table);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -567,7 +252,7 @@ detail::SourceRings open_source(cluster::Node& node, fabric::Worker& worker, std
 CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std::string_view name,
                                int thread, CombinerSourceOptions options)
     : rings_(open_source(node, worker, name, thread, options)),
-      table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
+      table_(make_table(rings_.spec())),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       local_groups_(std::max<std::size_t>(1, options.local_groups)),
       ship_tuples_(options.ship_tuples) {}
@@ -579,7 +264,7 @@ CombinerSource::~CombinerSource() {
 }
 
 std::size_t CombinerSource::memory_bytes() const noexcept {
-  return rings_.memory_bytes() + table_->memory_bytes();
+  return rings_.memory_bytes() + table_.memory_bytes();
 }
 
 Status CombinerSource::width_error(std::size_t bytes) const {
@@ -593,23 +278,32 @@ Status CombinerSource::push(const void* tuple, std::size_t bytes) {
   if (bytes != tuple_bytes_) [[unlikely]] {
     return width_error(bytes);
   }
-  if (closed_ || failure_.failed()) [[unlikely]] {
-    if (failure_.failed()) return failure_.again(rings_.label());
-    return {Errc::flow_failed, rings_.label() + ": push after close"};
-  }
-  table_->add(static_cast<const std::byte*>(tuple));
-  ++counters_.tuples;
-  ++since_ship_;
-  if (table_->size() >= local_groups_ || since_ship_ == ship_tuples_) [[unlikely]] {
-    return ship();
-  }
-  return {};
+  return push_bulk(tuple, 1);
 }
 
+Status CombinerSource::push_error() const {
+  if (failure_.failed()) return failure_.again(rings_.label());
+  return {Errc::flow_failed, rings_.label() + ": push after close"};
+}
+
+// Adds the tuples to the table in runs that cannot overfill it: a run of n tuples adds at most n
+// keys, so a run is no longer than the room left (and than what is left before ship_tuples).
 Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
+  if (closed_ || failure_.failed()) [[unlikely]] {
+    return push_error();
+  }
   const auto* p = static_cast<const std::byte*>(tuples);
-  for (std::size_t i = 0; i < count; ++i, p += tuple_bytes_) {
-    if (Status s = push(p, tuple_bytes_); !s) return s;
+  while (count > 0) {
+    std::size_t n = std::min(count, local_groups_ - table_.size());
+    if (ship_tuples_ != 0) n = std::min(n, ship_tuples_ - since_ship_);
+    table_.add(p, n);
+    p += n * tuple_bytes_;
+    count -= n;
+    counters_.tuples += n;
+    since_ship_ += n;
+    if (table_.size() >= local_groups_ || since_ship_ == ship_tuples_) [[unlikely]] {
+      if (Status s = ship(); !s) return s;
+    }
   }
   return {};
 }
@@ -619,10 +313,10 @@ Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
 Status CombinerSource::ship() {
   if (failure_.failed()) return failure_.again(rings_.label());
   since_ship_ = 0;
-  const std::size_t rows = table_->size();
+  const std::size_t rows = table_.size();
   if (rows == 0) return {};
-  const std::size_t width = table_->row_bytes();
-  const std::byte* row = table_->rows();
+  const std::size_t width = table_.row_bytes();
+  const std::byte* row = table_.rows();
   const std::size_t targets = rings_.target_count();
   if (targets == 1) {
     // The table's rows are contiguous: whole segments of them go out with one copy each.
@@ -636,7 +330,7 @@ Status CombinerSource::ship() {
     }
   } else {
     // Each row to the target its key routes to, batched into that target's segment.
-    const std::size_t key_bytes = table_->key_bytes();
+    const std::size_t key_bytes = table_.key_bytes();
     for (std::size_t i = 0; i < rows; ++i, row += width) {
       const std::size_t t = kernels::route(kernels::load_key(row, key_bytes), targets);
       if (Status s = rings_.writer(t).append(row, width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
@@ -646,7 +340,7 @@ Status CombinerSource::ship() {
   const memory::RingCounters rc = rings_.counters();
   counters_.segments = rc.segments;
   counters_.bytes = rc.bytes;
-  table_->clear();
+  table_.clear();
   return {};
 }
 
@@ -685,28 +379,29 @@ detail::TargetRings open_target(cluster::Node& node, std::string_view name, int 
 CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int id,
                                std::optional<Schema> expected_schema, std::chrono::milliseconds open_timeout)
     : rings_(open_target(node, name, id, expected_schema, open_timeout)),
-      table_(std::make_unique<detail::AggregateTable>(rings_.spec())),
-      result_schema_(table_->result_schema()),
+      table_(make_table(rings_.spec())),
+      result_schema_(combiner_result_schema(rings_.spec())),
       stall_timeout_(detail::stall_timeout(rings_.spec())) {}
 
 CombinerTarget::~CombinerTarget() = default;
 
 std::size_t CombinerTarget::memory_bytes() const noexcept {
-  return rings_.memory_bytes() + table_->memory_bytes() + results_.capacity() + partial_.capacity();
+  return rings_.memory_bytes() + table_.memory_bytes() + results_.capacity() + partial_.capacity();
 }
 
 void CombinerTarget::merge(const memory::SegmentView& view) {
-  const std::size_t width = table_->row_bytes();
-  const std::size_t rows = view.bytes / width;
-  const std::byte* row = view.data;
-  for (std::size_t i = 0; i < rows; ++i, row += width) {
-    table_->merge(row);
-  }
-  counters_.tuples = table_->tuples_merged();
+  const std::size_t rows = view.bytes / table_.row_bytes();
+  table_.merge(view.data, rows);
+  counters_.tuples = table_.tuples_merged();
   counters_.rows += rows;
   ++counters_.segments;
   counters_.bytes += view.bytes;
-  counters_.groups = table_->size();
+  counters_.groups = table_.size();
+}
+
+void CombinerTarget::finalize(std::vector<std::byte>& out) const {
+  out.resize(table_.size() * result_schema_.tuple_bytes());
+  table_.finalize(out.data());
 }
 
 Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
@@ -722,7 +417,7 @@ Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds time
       continue;
     }
     if (rings_.finished()) {
-      table_->finalize(results_);
+      finalize(results_);
       finalized_ = true;
     }
   }
@@ -756,7 +451,7 @@ Status CombinerTarget::read_partial(TupleBatch& batch) {
       if (rings_.finished()) break;
     }
   }
-  table_->finalize(partial_);
+  finalize(partial_);
   batch.data = partial_.data();
   batch.count = partial_.size() / batch.tuple_bytes;
   return {};

@@ -10,6 +10,7 @@
 #include "dfi/common/thread_group.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/kernels/hash.hpp"
+#include "open_gate.hpp"
 #include "records.hpp"
 
 namespace dfi::ops {
@@ -67,6 +68,7 @@ AggregationResult& AggregationResult::operator+=(const AggregationResult& other)
   checksum += other.checksum;
   shipped_rows += other.shipped_rows;
   seconds = std::max(seconds, other.seconds);
+  open_seconds = std::max(open_seconds, other.open_seconds);
   return *this;
 }
 
@@ -94,72 +96,145 @@ void create_aggregation(cluster::Node& node, const AggregationSpec& spec) {
   flow::create_flow(node, flow_spec(spec, node.size()));
 }
 
-AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& spec,
-                                  std::span<const Fragment> input,
-                                  const AggregationRunOptions& options) {
-  spec.validate(node.size());
-  const Clock::time_point start = Clock::now();
+namespace {
+
+void check_fragments(const AggregationSpec& spec, std::span<const Fragment> input) {
   if (input.size() != static_cast<std::size_t>(spec.threads)) {
     throw Error(Errc::invalid_argument, "aggregation '" + spec.name + "': " + std::to_string(input.size()) +
                                             " fragments for " + std::to_string(spec.threads) +
                                             " threads (one per thread)");
   }
-  if (node.rank() >= aggregation_ranks(spec, node.size())) {
-    throw Error(Errc::invalid_argument, "aggregation '" + spec.name + "': rank " +
-                                            std::to_string(node.rank()) + " does not take part");
+}
+
+// Post-aggregation threads on this rank: rdma every thread of every rank, hierarchical rank 0's
+// thread 0.
+int target_threads(const AggregationSpec& spec, int rank) {
+  if (spec.algorithm == AggregateAlgorithm::rdma) return spec.threads;
+  return rank == 0 ? 1 : 0;
+}
+
+}  // namespace
+
+// What one rank's threads share. The threads start in Aggregation's constructor, open their end
+// of the flow and wait at the gate; Aggregation::run sets the fragments and the start and
+// releases them.
+struct Aggregation::State {
+  State(cluster::Node& n, const AggregationSpec& s, const AggregationRunOptions& o)
+      : node(n),
+        spec(s),
+        options(o),
+        name(partials_flow(s)),
+        row_width(s.result_schema().tuple_bytes()),
+        gate(s.threads + target_threads(s, n.rank())) {
+    threads.on_failure([this] { gate.abandon(); });
   }
-  const std::string name = partials_flow(spec);
-  const std::size_t row_width = spec.result_schema().tuple_bytes();
-  std::mutex mutex;
-  AggregationResult result;  // guarded by mutex
-  auto add = [&](const AggregationResult& part) {
+  // Releases threads still waiting for run(), then `threads` joins them.
+  ~State() { gate.abandon(); }
+
+  void check(const Status& status, const char* action) const {
+    ops::check(spec, node.rank(), status, action, name);
+  }
+  void add(const AggregationResult& part) {
     std::lock_guard lock(mutex);
     result += part;
-  };
-  ThreadGroup threads;
-  // Post-aggregation: rdma on every thread of every rank, hierarchical on rank 0's thread 0.
-  for (int t = 0; t < spec.threads; ++t) {
-    const bool target = spec.algorithm == AggregateAlgorithm::rdma || (node.rank() == 0 && t == 0);
-    if (!target) continue;
-    threads.start([&, t] {
-      flow::CombinerTarget in(node, name, t, spec.schema, options.open_timeout);
-      AggregationResult part;
-      flow::TupleBatch batch;
-      for (;;) {
-        check(spec, node.rank(), in.consume(batch), "consuming", name);
-        if (batch.empty()) break;
-        for (std::size_t i = 0; i < batch.count; ++i) {
-          part.checksum += kernels::fold_tuple(batch.tuple(i), row_width);
-        }
-        part.groups += batch.count;
-        if (options.sink) options.sink(t, batch);
+  }
+
+  // Post-aggregation thread t: merges the partial rows of its target, then finalizes its groups.
+  void post_aggregate(int t) {
+    flow::CombinerTarget in(node, name, t, spec.schema, options.open_timeout);
+    if (!gate.opened()) return;
+    AggregationResult part;
+    flow::TupleBatch batch;
+    for (;;) {
+      check(in.consume(batch), "consuming");
+      if (batch.empty()) break;
+      for (std::size_t i = 0; i < batch.count; ++i) {
+        part.checksum += kernels::fold_tuple(batch.tuple(i), row_width);
       }
-      add(part);
-    });
+      part.groups += batch.count;
+      if (options.sink) options.sink(t, batch);
+    }
+    add(part);
   }
-  // Local aggregation: every thread of every rank.
-  for (int t = 0; t < spec.threads; ++t) {
-    threads.start([&, t] {
-      fabric::Worker worker(node.fabric(), spec.name + " aggregate " + std::to_string(t));
-      flow::CombinerSourceOptions source_options;
-      source_options.expected_schema = spec.schema;
-      source_options.open_timeout = options.open_timeout;
-      source_options.ship_tuples = 0;  // ship when the table is full (and at close)
-      source_options.local_groups = spec.algorithm == AggregateAlgorithm::rdma
-                                        ? spec.cache_groups
-                                        : std::numeric_limits<std::size_t>::max();
-      flow::CombinerSource out(node, worker, name, t, source_options);
-      check(spec, node.rank(), out.push_bulk(input[t].tuples, input[t].count), "pushing into", name);
-      check(spec, node.rank(), out.close(), "closing", name);
-      AggregationResult part;
-      part.input_tuples = out.counters().tuples;
-      part.shipped_rows = out.counters().rows;
-      add(part);
-    });
+
+  // Aggregation thread t: its fragment into its source (rdma: a cache-sized table shipped when
+  // full; hierarchical: an unbounded table shipped at close).
+  void aggregate(int t) {
+    fabric::Worker worker(node.fabric(), spec.name + " aggregate " + std::to_string(t));
+    flow::CombinerSourceOptions source_options;
+    source_options.expected_schema = spec.schema;
+    source_options.open_timeout = options.open_timeout;
+    source_options.ship_tuples = 0;  // ship when the table is full (and at close)
+    source_options.local_groups = spec.algorithm == AggregateAlgorithm::rdma
+                                      ? spec.cache_groups
+                                      : std::numeric_limits<std::size_t>::max();
+    flow::CombinerSource out(node, worker, name, t, source_options);
+    if (!gate.opened()) return;
+    const Fragment& fragment = input[static_cast<std::size_t>(t)];
+    check(out.push_bulk(fragment.tuples, fragment.count), "pushing into");
+    check(out.close(), "closing");
+    AggregationResult part;
+    part.input_tuples = out.counters().tuples;
+    part.shipped_rows = out.counters().rows;
+    add(part);
   }
-  threads.join();
+
+  cluster::Node& node;
+  const AggregationSpec spec;
+  const AggregationRunOptions options;
+  const std::string name;       // the flow
+  const std::size_t row_width;  // of a result row
+  // Written by Aggregation::run before it releases the threads; read by them after opened().
+  std::span<const Fragment> input;
+  detail::OpenGate gate;
+  std::mutex mutex;
+  AggregationResult result;  // guarded by mutex
+  ThreadGroup threads;       // last: joined before what its threads use is destroyed
+};
+
+Aggregation::Aggregation(cluster::Node& node, const AggregationSpec& spec, const AggregationRunOptions& options) {
+  spec.validate(node.size());
+  if (node.rank() >= aggregation_ranks(spec, node.size())) {
+    throw Error(Errc::invalid_argument, "aggregation '" + spec.name + "': rank " + std::to_string(node.rank()) +
+                                            " does not take part (ranks 0.." +
+                                            std::to_string(aggregation_ranks(spec, node.size()) - 1) + ")");
+  }
+  const Clock::time_point start = Clock::now();
+  state_ = std::make_unique<State>(node, spec, options);
+  State& state = *state_;
+  for (int t = 0; t < target_threads(spec, node.rank()); ++t) state.threads.start([&state, t] { state.post_aggregate(t); });
+  for (int t = 0; t < spec.threads; ++t) state.threads.start([&state, t] { state.aggregate(t); });
+  if (!state.gate.wait_open()) {
+    state.threads.join();  // rethrows the first thread's error
+    throw Error(Errc::fatal, "aggregation '" + spec.name + "': opening its flow was abandoned without an error");
+  }
+  open_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Aggregation::~Aggregation() = default;
+
+AggregationResult Aggregation::run(std::span<const Fragment> input) {
+  State& state = *state_;
+  if (ran_) {
+    throw Error(Errc::invalid_argument,
+                "aggregation '" + state.spec.name + "': run() called twice (an Aggregation runs once)");
+  }
+  check_fragments(state.spec, input);
+  ran_ = true;
+  state.input = input;
+  const Clock::time_point start = Clock::now();
+  state.gate.release();
+  state.threads.join();
+  AggregationResult result = state.result;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.open_seconds = open_seconds_;
   return result;
+}
+
+AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& spec, std::span<const Fragment> input,
+                                  const AggregationRunOptions& options) {
+  check_fragments(spec, input);
+  return Aggregation(node, spec, options).run(input);
 }
 
 AggregationResult gather_aggregation_results(cluster::Node& node, const AggregationSpec& spec,
@@ -167,7 +242,7 @@ AggregationResult gather_aggregation_results(cluster::Node& node, const Aggregat
   std::ostringstream record;
   record.precision(17);
   record << mine.input_tuples << ' ' << mine.groups << ' ' << mine.checksum << ' ' << mine.shipped_rows
-         << ' ' << mine.seconds;
+         << ' ' << mine.seconds << ' ' << mine.open_seconds;
   const int ranks = aggregation_ranks(spec, node.size());
   const std::vector<std::string> records =
       detail::exchange_records(node, "ops/aggregate/" + spec.name + "/result/", ranks, record.str());
@@ -175,7 +250,7 @@ AggregationResult gather_aggregation_results(cluster::Node& node, const Aggregat
   for (int r = 0; r < ranks; ++r) {
     std::istringstream in(records[r]);
     AggregationResult part;
-    in >> part.input_tuples >> part.groups >> part.checksum >> part.shipped_rows >> part.seconds;
+    in >> part.input_tuples >> part.groups >> part.checksum >> part.shipped_rows >> part.seconds >> part.open_seconds;
     if (!in) {
       throw Error(Errc::protocol, "aggregation '" + spec.name + "': malformed result record of rank " +
                                       std::to_string(r));

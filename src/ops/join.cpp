@@ -329,7 +329,7 @@ Join::Join(cluster::Node& node, const JoinSpec& spec, const JoinRunOptions& opti
   const Clock::time_point start = Clock::now();
   state_ = std::make_unique<State>(node, spec, options);
   state_->algorithm->start(state_->threads);
-  if (!state_->join.flows_open.wait()) {
+  if (!state_->join.gate.wait_open()) {
     state_->threads.join();  // rethrows the first thread's error
     throw Error(Errc::fatal, "join '" + spec.name + "': opening its flows was abandoned without an error");
   }
@@ -347,7 +347,7 @@ JoinResult Join::run(std::span<const Fragment> build, std::span<const Fragment> 
   join.probe = probe;
   join.start = Clock::now();
   state_->algorithm->before_run();
-  join.released.count_down();
+  join.gate.release();
   state_->threads.join();
   JoinResult result = join.result;
   result.seconds = join.since_start();

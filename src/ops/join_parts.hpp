@@ -17,6 +17,7 @@
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/join_table.hpp"
 #include "dfi/ops/join.hpp"
+#include "open_gate.hpp"
 #include "records.hpp"
 
 namespace dfi::ops::detail {
@@ -45,7 +46,7 @@ struct RankJoin {
         options(o),
         build_layout(layout_of(s.build)),
         probe_layout(layout_of(s.probe)),
-        flows_open(2 * s.threads) {}
+        gate(2 * s.threads) {}
 
   cluster::Node& node;
   const JoinSpec spec;
@@ -56,8 +57,7 @@ struct RankJoin {
   std::span<const Fragment> build;
   std::span<const Fragment> probe;
   Clock::time_point start;
-  Countdown flows_open;  // every thread of the rank (2 x threads) opened its flows
-  Countdown released{1};  // Join::run handed over the fragments
+  OpenGate gate;  // every thread of the rank (2 x threads) opens its flows; Join::run releases them
   std::mutex results_mutex;
   JoinResult result;  // guarded by results_mutex
 
@@ -65,14 +65,8 @@ struct RankJoin {
   // was abandoned (a thread failed, or the Join is destroyed unrun); the thread returns at once.
   // (A partitioning thread's worker is not progressed meanwhile: letting the progress thread
   // adopt it made no measurable difference to the run over tcp, 2 M x 2 M tuples or 4 x 4.)
-  bool opened() {
-    flows_open.count_down();
-    return released.wait();
-  }
-  void abandon() {
-    flows_open.abandon();
-    released.abandon();
-  }
+  bool opened() { return gate.opened(); }
+  void abandon() { gate.abandon(); }
   // Throws the join's error for a failed data-path call on `flow` ("consuming", "pushing into").
   void check(const Status& status, const char* action, const std::string& flow) const {
     check_call(status, "join", spec.name, node.rank(), action, flow);

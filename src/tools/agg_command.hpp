@@ -34,9 +34,10 @@ struct AggCommandOptions {
 std::string check_agg_options(const AggCommandOptions& options);
 
 // One aggregation of sum, count, min, max and avg of `value` by `key` on generated data, called
-// by every rank: rank 0 creates it, every rank generates its fragments, calls `ready` (may be
-// null), passes a barrier and aggregates. Returns the result summed over the ranks.
-// `run` (its sink) is passed to ops::run_aggregation.
+// by every rank: rank 0 creates it, every rank generates its fragments, passes a barrier, opens
+// the aggregation (ops::Aggregation), calls `ready` (may be null), passes another barrier and
+// runs it (with `run`'s sink, if any): the result's `seconds` is the run's from that barrier,
+// `open_seconds` the open's. Returns the result summed over the ranks.
 ops::AggregationResult run_generated_aggregation(cluster::Node& node, const AggCommandOptions& options,
                                                  const std::function<void()>& ready = {},
                                                  const ops::AggregationRunOptions& run = {});

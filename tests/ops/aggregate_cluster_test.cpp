@@ -1,4 +1,4 @@
-// Multi-process aggregation tests on 4 ranks (ops::run_aggregation through `dfi agg`, which checks
+// Multi-process aggregation tests on 4 ranks (ops::Aggregation through `dfi agg`, which checks
 // every result against a single-node std::unordered_map aggregation of the same data, and
 // ops_node); every body runs over shm and over TCP, with both algorithms.
 #include <gtest/gtest.h>
@@ -57,6 +57,28 @@ TEST_P(AggregateCluster, AKilledRankGivesEveryOtherRankAClearError) {
   for (int rank : {0, 1, 3}) {
     EXPECT_TRUE(contains(run.out, "rank " + std::to_string(rank) + ": peer_failed: ")) << rank << run.all();
   }
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+  EXPECT_LT(run.seconds, 30) << run.all();
+}
+
+// ops::Aggregation: the flow opened before a barrier, the aggregation run after it (what `dfi agg`
+// and the bench do); run() refuses a second call and a wrong fragment count.
+TEST_P(AggregateCluster, APreparedAggregationRunsOnItsOpenFlow) {
+  auto run = run_cluster(4, transport(), {OPS_NODE, "agg-prepared", algorithm()});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "agg-prepared-" + algorithm() + ": 1000 groups, as expected")) << run.all();
+}
+
+// Rank 2 opens the aggregation and dies before it runs it: the other ranks end with peer_failed.
+TEST_P(AggregateCluster, ARankKilledBetweenOpenAndRunGivesEveryOtherRankAClearError) {
+  RunOptions options;
+  options.timeout = std::chrono::seconds(40);
+  auto run = run_cluster(4, transport(), {OPS_NODE, "agg-prepared-kill", algorithm()}, options);
+  EXPECT_NE(run.code, 0) << run.all();
+  for (int rank : {0, 1, 3}) {
+    EXPECT_TRUE(contains(run.out, "rank " + std::to_string(rank) + ": peer_failed: ")) << rank << run.all();
+  }
+  EXPECT_TRUE(contains(run.out, "rank 2")) << run.all();
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
   EXPECT_LT(run.seconds, 30) << run.all();
 }

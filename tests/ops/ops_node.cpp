@@ -18,6 +18,11 @@
 //   ops_node errors                   bad specs and arguments give clear errors
 //   ops_node agg-kill ALGORITHM        rank 2 dies (SIGKILL) 200 ms into a large aggregation; every
 //       other rank's run_aggregation or gather_aggregation_results throws peer_failed naming it
+//   ops_node agg-prepared ALGORITHM    every rank opens the aggregation (ops::Aggregation), passes a
+//       barrier, then runs it (2 threads): 1000 groups with the expected checksum; a second run()
+//       and a wrong fragment count are refused
+//   ops_node agg-prepared-kill ALGORITHM   every rank opens the aggregation and passes a barrier;
+//       rank 2 dies before its run(); every other rank's run() or gather throws peer_failed
 //
 // Exit status 0 means the scenario held; every failure prints why.
 #include <signal.h>
@@ -31,6 +36,7 @@
 #include <vector>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/kernels/hash.hpp"
 #include "dfi/ops/aggregate.hpp"
 #include "dfi/ops/join.hpp"
 #include "node_checks.hpp"
@@ -251,14 +257,20 @@ void run_errors(cluster::Node& node) {
   if (node.rank() == 0 && failures == 0) std::printf("join errors: all clear\n");
 }
 
-void run_agg_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
+ops::AggregationSpec make_agg_spec(const std::string& name, ops::AggregateAlgorithm algorithm, int threads) {
   ops::AggregationSpec spec;
-  spec.name = "agg-kill";
+  spec.name = name;
   spec.algorithm = algorithm;
   spec.schema = kSchema;
   spec.key = "key";
   spec.aggregates = flow::parse_aggregates("sum(payload),count(*)");
+  spec.threads = threads;
   spec.cache_groups = 1024;
+  return spec;
+}
+
+void run_agg_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
+  const ops::AggregationSpec spec = make_agg_spec("agg-kill", algorithm, 1);
   if (node.rank() == 0) ops::create_aggregation(node, spec);
   // Rank 2 has far more to do than the others, so it is still pushing when it dies.
   const std::size_t count = node.rank() == 2 ? 40'000'000 : 200'000;
@@ -268,6 +280,56 @@ void run_agg_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
   kill_rank_2_after(node, std::chrono::milliseconds(200));
   expect_peer_failed(node, "aggregation", [&] {
     const ops::AggregationResult mine = ops::run_aggregation(node, spec, {&fragment, 1});
+    ops::gather_aggregation_results(node, spec, mine);
+  });
+}
+
+// Every thread of every rank aggregates {i % 1000, i} for i < 10000: 1000 groups, each with
+// count 10 x slices and sum slices x (10 key + 45000).
+void run_agg_prepared(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
+  constexpr int kThreads = 2;
+  const std::string name = "agg-prepared-" + std::string(ops::aggregate_algorithm_name(algorithm));
+  const ops::AggregationSpec spec = make_agg_spec(name, algorithm, kThreads);
+  if (node.rank() == 0) ops::create_aggregation(node, spec);
+  std::vector<Tuple> input(10'000);
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = {i % 1000, i};
+  const std::vector<ops::Fragment> fragments(kThreads, ops::Fragment{input.data(), input.size()});
+  ops::Aggregation aggregation(node, spec);
+  if (!(aggregation.open_seconds() > 0)) fail("open_seconds is " + std::to_string(aggregation.open_seconds()));
+  node.barrier(name + "/start");
+  expect_error("fragment count", Errc::invalid_argument, "1 fragments for 2 threads",
+               [&] { aggregation.run({fragments.data(), 1}); });
+  const ops::AggregationResult mine = aggregation.run(fragments);
+  if (mine.open_seconds != aggregation.open_seconds()) fail("the result's open_seconds is not the open's");
+  expect_error("second run", Errc::invalid_argument, "run() called twice", [&] { aggregation.run(fragments); });
+  const ops::AggregationResult all = ops::gather_aggregation_results(node, spec, mine);
+  const std::uint64_t slices = static_cast<std::uint64_t>(node.size()) * kThreads;
+  std::uint64_t checksum = 0;
+  for (std::uint64_t key = 0; key < 1000; ++key) {
+    const std::uint64_t row[3] = {key, slices * (10 * key + 45'000), slices * 10};  // key, sum, count
+    checksum += kernels::fold_tuple(reinterpret_cast<const std::byte*>(row), sizeof row);
+  }
+  if (all.groups != 1000 || all.checksum != checksum || all.input_tuples != slices * input.size()) {
+    fail(name + ": " + std::to_string(all.groups) + " groups of " + std::to_string(all.input_tuples) +
+         " tuples, checksum " + std::to_string(all.checksum) + "; expected 1000 of " +
+         std::to_string(slices * input.size()) + ", " + std::to_string(checksum));
+  }
+  if (node.rank() == 0 && failures == 0) std::printf("%s: 1000 groups, as expected\n", name.c_str());
+}
+
+// Every rank opens the aggregation and passes a barrier; rank 2 dies before its run().
+void run_agg_prepared_kill(cluster::Node& node, ops::AggregateAlgorithm algorithm) {
+  const ops::AggregationSpec spec =
+      make_agg_spec("agg-prepared-kill-" + std::string(ops::aggregate_algorithm_name(algorithm)), algorithm, 1);
+  if (node.rank() == 0) ops::create_aggregation(node, spec);
+  std::vector<Tuple> input(2'000);
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = {i, i};
+  const ops::Fragment fragment{input.data(), input.size()};
+  ops::Aggregation aggregation(node, spec);
+  node.barrier(spec.name + "/start");
+  if (node.rank() == 2) ::raise(SIGKILL);  // open, connected, never run
+  expect_peer_failed(node, "aggregation", [&] {
+    const ops::AggregationResult mine = aggregation.run({&fragment, 1});
     ops::gather_aggregation_results(node, spec, mine);
   });
 }
@@ -290,8 +352,12 @@ int main(int argc, char** argv) {
       run_errors(node);
     } else if (mode == "agg-kill" && argc == 3) {
       run_agg_kill(node, ops::parse_aggregate_algorithm(argv[2]));
+    } else if (mode == "agg-prepared" && argc == 3) {
+      run_agg_prepared(node, ops::parse_aggregate_algorithm(argv[2]));
+    } else if (mode == "agg-prepared-kill" && argc == 3) {
+      run_agg_prepared_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: ops_node sink|prepared ALGORITHM THREADS [bloom] | prepared-kill ALGORITHM | kill | grace-kill | errors | agg-kill ALGORITHM\n");
+      std::fprintf(stderr, "usage: ops_node sink|prepared ALGORITHM THREADS [bloom] | prepared-kill ALGORITHM | kill | grace-kill | errors | agg-kill|agg-prepared|agg-prepared-kill ALGORITHM\n");
       return 2;
     }
     node.finish();

@@ -179,8 +179,9 @@ TEST(BenchGhj, QuickOverTcp) {
                                      "selectivities=[1,0.01]"}));
 }
 
-// agg fails by itself when the two algorithms' group counts or checksums differ.
-void check_agg(const json& r) {
+// agg fails by itself when an algorithm's group count or checksum differs from the single-node
+// reference. `xs`: every group count of the run (the open panel has a point at each).
+void check_agg(const json& r, const std::set<json>& xs) {
   ASSERT_TRUE(r.is_object());
   for (const auto& [panel, target] : {std::pair<const char*, double>{"few_groups", 1.0}, {"many_groups", 0.5}, {"zipf", 0.5}}) {
     const json* p = find_by_id(r["panels"], panel);
@@ -189,16 +190,19 @@ void check_agg(const json& r) {
     ASSERT_EQ((*p)["ratios"].size(), 1u) << panel;
     EXPECT_DOUBLE_EQ((*p)["ratios"][0]["target"].get<double>(), target) << panel;
   }
+  check_panel(r, "open", {"rdma", "hierarchical"}, xs, 0);
 }
 
 TEST(BenchAgg, QuickOverShm) {
   check_agg(run_quick("agg", "shm", {"--set", "tuples=40000", "--set", "few_groups=[10]", "--set",
-                                     "many_groups=[100000]", "--set", "zipf_groups=[100000]"}));
+                                     "many_groups=[100000]", "--set", "zipf_groups=[100000]"}),
+            {json(10), json(100000)});
 }
 
 TEST(BenchAgg, QuickOverTcp) {
   check_agg(run_quick("agg", "tcp", {"--set", "tuples=20000", "--set", "few_groups=[10]", "--set",
-                                     "many_groups=[50000]", "--set", "zipf_groups=[50000]"}));
+                                     "many_groups=[50000]", "--set", "zipf_groups=[50000]"}),
+            {json(10), json(50000)});
 }
 
 }  // namespace

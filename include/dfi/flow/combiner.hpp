@@ -19,7 +19,7 @@
 //   while (dst.consume(batch) && !batch.empty()) { ... }
 //
 // Local state -> combine -> finalize. A source aggregates what it pushes in a local hash table
-// (one entry per key: row count and one partial state per aggregate). It ships the table as
+// (kernels::AggregateTable: one row per key, its count and one partial state per aggregate). It ships the table as
 // partial rows (key, count, states) through its ring to the target and empties it when the
 // table holds `local_groups` keys, after `ship_tuples` pushed tuples, on flush() and on close().
 // With M > 1 targets, each row goes to target kernels::route(key, M) (the key-hash routing of
@@ -50,7 +50,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +59,7 @@
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/flow/spec.hpp"
+#include "dfi/kernels/aggregate_table.hpp"
 
 namespace dfi::fabric {
 class Worker;
@@ -67,8 +67,8 @@ class Worker;
 
 namespace dfi::flow {
 
-// One aggregate over a value column (COUNT counts rows and takes no column).
-enum class Aggregate { sum, count, min, max, avg };
+// One aggregate over a value column (COUNT counts rows and takes no column): the kernel's.
+using Aggregate = kernels::Aggregate;
 std::string_view aggregate_name(Aggregate aggregate);
 struct AggregateSpec {
   Aggregate function = Aggregate::sum;
@@ -91,10 +91,6 @@ struct CombinerOptions {
 Schema combiner_result_schema(const FlowSpec& spec);
 // Bytes of one partial-aggregate row on the wire (key padded to 8 B, count, states).
 std::size_t combiner_row_bytes(const FlowSpec& spec);
-
-namespace detail {
-class AggregateTable;
-}
 
 struct CombinerSourceOptions {
   // If set, opening fails unless the flow's schema equals it.
@@ -148,9 +144,10 @@ class CombinerSource {
  private:
   Status ship();
   Status width_error(std::size_t bytes) const;
+  Status push_error() const;  // after close or a failed shipment
 
   detail::SourceRings rings_;
-  std::unique_ptr<detail::AggregateTable> table_;
+  kernels::AggregateTable table_;
   std::size_t tuple_bytes_;
   std::size_t local_groups_;
   std::size_t ship_tuples_;
@@ -195,9 +192,10 @@ class CombinerTarget {
 
  private:
   void merge(const memory::SegmentView& view);
+  void finalize(std::vector<std::byte>& out) const;  // every row's result tuple into `out`
 
   detail::TargetRings rings_;
-  std::unique_ptr<detail::AggregateTable> table_;
+  kernels::AggregateTable table_;
   Schema result_schema_;
   std::chrono::milliseconds stall_timeout_;  // consume()'s default, resolved at open
   std::vector<std::byte> results_;  // finalized rows

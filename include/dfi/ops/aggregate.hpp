@@ -9,6 +9,12 @@
 //   ops::AggregationResult mine = ops::run_aggregation(node, spec, fragments);   // every rank
 //   ops::AggregationResult all = ops::gather_aggregation_results(node, spec, mine);
 //
+// run_aggregation opens the aggregation's flow and runs it in one call. To keep the open out of a
+// measured region (as ops::Join does), open first and run later:
+//   ops::Aggregation aggregation(node, spec);  // threads started, every source connected to every target
+//   node.barrier("revenue/start");              // every rank's flow ends open
+//   ops::AggregationResult mine = aggregation.run(fragments);  // mine.open_seconds: the open
+//
 // Algorithms (both local state -> combine -> finalize; both on one combiner flow,
 // "<name>.partials", whose sources are the rank's aggregation threads):
 //  - rdma (001's RDMA aggregation): each thread pre-aggregates its fragment in a cache-sized table
@@ -28,14 +34,16 @@
 // which does not depend on the algorithm, on how partials were combined, or on row order
 // (except for float aggregates, whose rounding depends on the order of combination).
 //
-// Failures: a rank that dies makes every other rank's run_aggregation throw dfi::Error
-// (peer_failed) naming the flow and the rank, or timeout after the flow's stall timeout.
+// Failures: a rank that dies (also between its Aggregation's open and run) makes every other
+// rank's run_aggregation / Aggregation::run throw dfi::Error(peer_failed) naming the flow and the
+// rank, or timeout after the flow's stall timeout.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,14 +103,54 @@ struct AggregationResult {
   std::uint64_t groups = 0;        // result rows this rank produced
   std::uint64_t checksum = 0;      // sum of fold_tuple over those rows, mod 2^64
   std::uint64_t shipped_rows = 0;  // partial rows this rank's threads shipped
-  double seconds = 0;              // run_aggregation's wall time (gather: the slowest rank's)
+  double seconds = 0;       // the run's wall time, without the open (gather: the slowest rank's)
+  double open_seconds = 0;  // opening the aggregation's flow, before the run (gather: max)
 
   AggregationResult& operator+=(const AggregationResult& other);
 };
 
-// Runs this rank's part: input[t] is thread t's fragment (exactly spec.threads of them). Blocks
-// until this rank's threads are done; returns its result. Throws dfi::Error: invalid_argument
-// (fragment count, rank outside), not_found (not created), peer_failed, timeout.
+// This rank's part of one aggregation, opened ahead of its run. The constructor starts the rank's
+// threads; each opens its end of the flow (an aggregation thread its source, with a fabric worker
+// of its own, connected to every target; a post-aggregation thread its target) and then waits
+// for run(), which hands the aggregation threads their fragments. Owned by one thread: construct,
+// run and destroy it on the same thread (or hand it over with a happens-before).
+class Aggregation {
+ public:
+  // Validates the spec, starts the threads and returns once every one of them has opened its end
+  // of the flow: then this rank's sources are connected to every target. Blocks until every
+  // target exists (so every rank must construct its Aggregation, or call run_aggregation).
+  // Throws dfi::Error naming the aggregation: invalid_argument (bad spec, a rank outside it),
+  // not_found / timeout (not created within options.open_timeout), peer_failed (a rank died
+  // while the flow opened); the threads have ended when it throws.
+  Aggregation(cluster::Node& node, const AggregationSpec& spec, const AggregationRunOptions& options = {});
+  // Ends the threads. One destroyed without run() closes its sources empty: the other ranks' runs
+  // then complete without this rank's tuples (so a rank that cannot run should fail: its death
+  // makes the others' runs fail with peer_failed).
+  ~Aggregation();
+  Aggregation(const Aggregation&) = delete;
+  Aggregation& operator=(const Aggregation&) = delete;
+
+  // Runs the aggregation on the open flow: input[t] is aggregation thread t's fragment (exactly
+  // spec.threads of them; they must stay valid until run returns). Blocks until every thread of
+  // this rank is done; returns this rank's result, `seconds` from this call (the open not
+  // included) and `open_seconds` the constructor's. Once per Aggregation. Throws dfi::Error
+  // naming the aggregation: invalid_argument (wrong fragment count, a second call), peer_failed
+  // (a rank died), timeout (the flow stalled).
+  AggregationResult run(std::span<const Fragment> input);
+
+  // How long the constructor took to open the flow.
+  double open_seconds() const { return open_seconds_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  double open_seconds_ = 0;
+  bool ran_ = false;
+};
+
+// Opens and runs this rank's part in one call: Aggregation(node, spec, options).run(input) (the
+// result's `seconds` is the run's, `open_seconds` the open's). Throws what Aggregation and
+// Aggregation::run throw; a wrong fragment count before anything is opened.
 AggregationResult run_aggregation(cluster::Node& node, const AggregationSpec& spec,
                                   std::span<const Fragment> input,
                                   const AggregationRunOptions& options = {});
