@@ -1,10 +1,9 @@
 #include "dfi/cluster/node.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -135,8 +134,15 @@ bool Node::process_gone(int rank) {
   if (space == std::string::npos || record->substr(0, space) != this_process().substr(0, this_process().rfind(' '))) {
     return false;  // another host: nothing to ask the kernel
   }
-  const pid_t pid = static_cast<pid_t>(std::stol(record->substr(space + 1)));
-  return ::kill(pid, 0) != 0 && errno == ESRCH;
+  // Gone: no /proc entry, or a zombie (killed, not reaped yet: its memory and descriptors are
+  // already released, which is what a peer attaching to it trips over).
+  std::ifstream stat("/proc/" + record->substr(space + 1) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const std::size_t name_end = line.rfind(") ");
+  if (name_end == std::string::npos || name_end + 2 >= line.size()) return false;
+  const char state = line[name_end + 2];
+  return state == 'Z' || state == 'X';
 }
 
 std::string Node::peer_address(int rank) {
