@@ -6,7 +6,9 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
@@ -134,15 +136,24 @@ bool Node::process_gone(int rank) {
   if (space == std::string::npos || record->substr(0, space) != this_process().substr(0, this_process().rfind(' '))) {
     return false;  // another host: nothing to ask the kernel
   }
-  // Gone: no /proc entry, or a zombie (killed, not reaped yet: its memory and descriptors are
-  // already released, which is what a peer attaching to it trips over).
+  // Gone: no /proc entry, a zombie (killed, not reaped yet), a process already exiting
+  // (PF_EXITING: its memory, shm segments included, is released before it turns zombie) or one
+  // with SIGKILL pending. Fields after the name: state, then flags 7th, pending signals 29th.
   std::ifstream stat("/proc/" + record->substr(space + 1) + "/stat");
   std::string line;
   if (!std::getline(stat, line)) return true;
   const std::size_t name_end = line.rfind(") ");
   if (name_end == std::string::npos || name_end + 2 >= line.size()) return false;
-  const char state = line[name_end + 2];
-  return state == 'Z' || state == 'X';
+  std::istringstream in(line.substr(name_end + 2));
+  std::vector<std::string> fields;
+  for (std::string field; in >> field;) fields.push_back(field);
+  if (fields.size() < 29) return false;
+  const char state = fields[0][0];
+  const std::uint64_t flags = std::stoull(fields[6]);
+  const std::uint64_t pending = std::stoull(fields[28]);
+  constexpr std::uint64_t kExiting = 0x4;               // PF_EXITING
+  constexpr std::uint64_t kKillPending = 1u << (9 - 1);  // SIGKILL is signal 9
+  return state == 'Z' || state == 'X' || (flags & kExiting) != 0 || (pending & kKillPending) != 0;
 }
 
 std::string Node::peer_address(int rank) {

@@ -74,7 +74,13 @@ Context::Context(ContextOptions options)
   if (status != UCS_OK) {
     throw Error(Errc::fatal, "fabric: cannot read UCX configuration: " + ucx_error_text(status));
   }
-  if (options_.transport == Transport::shm) modify(config, "TLS", "sm,self");
+  // Not "sm": that adds cma, whose key entry follows sysv's in a packed memory key. UCX 1.13
+  // crashes when an unpack fails before the last entry (ucp_rkey_destroy releases entries it
+  // never unpacked; openucx/ucx#10380), and over shm an unpack fails when the key's owner has
+  // exited (its sysv segment is gone). With sysv last, that unpack returns an error instead,
+  // which Endpoint::attach reports as the peer's failure. Nothing here uses cma: shm flows
+  // write into mapped segments, and every region is allocated by UCX (sysv or posix).
+  if (options_.transport == Transport::shm) modify(config, "TLS", "sysv,posix,self");
   if (options_.transport == Transport::tcp) {
     modify(config, "TLS", "tcp,self");
     // Keep TCP traffic on loopback unless told otherwise (netns clusters name their veth).

@@ -260,13 +260,18 @@ Status Endpoint::status() const { return state().check_peer(); }
 RemoteMemory Endpoint::attach(const RegionDescriptor& descriptor) {
   detail::EndpointState& s = state();
   if (s.ep == nullptr) s.failure.throw_if_error();
-  // UCX 1.13 crashes when an unpack fails halfway (ucp_rkey_destroy of a half-built key; fixed
-  // in UCX by openucx/ucx#10380), and over shm it fails when the peer's process is gone (its
-  // segments are attached through /proc/<pid>). A peer already known dead is refused here; the
-  // window left is the failure detector's delay (UCX-NOTES.md).
+  // Over shm a key is unpacked by attaching the owner's segment, which is gone once the owner's
+  // process exited: a peer already known dead is refused here, one that died unnoticed makes the
+  // unpack fail (UCS_ERR_SHMEM_SEGMENT), and both are the peer's failure. (UCX 1.13 crashed on
+  // such a failure until Context chose the shm transports that avoid openucx/ucx#10380.)
   if (Status peer = s.check_peer(); !peer) throw Error(peer.code(), peer.message());
   ucp_rkey_h rkey = nullptr;
   ucs_status_t status = ucp_ep_rkey_unpack(s.ep, descriptor.packed_key.data(), &rkey);
+  if (status == UCS_ERR_SHMEM_SEGMENT) {
+    const Status failed = s.fail(Errc::peer_failed, "attach",
+                                 "its shared-memory segment is gone (the region was freed or its process exited)");
+    throw Error(failed.code(), failed.message());
+  }
   if (status != UCS_OK) {
     throw Error(Errc::protocol, "fabric: cannot unpack the memory key of " + s.peer_name + " (" +
                                     std::to_string(descriptor.packed_key.size()) + " B): " +

@@ -123,13 +123,18 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
                                                                       : node.connect(worker, target.rank)));
       ep = endpoints_.back().get();
     }
-    // UCX 1.13 crashes when it unpacks the memory key of a dead shm peer (UCX-NOTES.md): ask the
-    // kernel first, which knows before the failure detector does.
+    // Attaching to a dead shm peer fails (its segment is gone): ask the kernel first, which
+    // knows before the failure detector does, and name the target.
     if (node.process_gone(target.rank)) {
       throw Error(Errc::peer_failed, label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
                                          std::to_string(target.id) + ") died before this source attached to its ring");
     }
-    remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
+    try {
+      remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
+    } catch (const Error& e) {
+      throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
+                                std::to_string(target.id) + "): " + e.what());
+    }
     writers_.push_back(std::make_unique<RingWriter>(spec_.options.mode, options, worker, *ep, *remotes_.back(),
                                                     link.ring * layout.bytes(), layout, access, link.label));
     link_endpoints_.push_back(ep);

@@ -60,6 +60,28 @@ TEST_P(FabricLocal, PutThenGetRoundTrips) {
   EXPECT_EQ(in, out);
 }
 
+// Over shm a key is unpacked by attaching its owner's segment; a segment that is gone (its
+// region freed, or its process exited) is the peer's failure. UCX 1.13 crashed here with its
+// default shm transports (openucx/ucx#10380).
+TEST_P(FabricLocal, AttachingToAGoneSegmentIsThePeersFailure) {
+  if (GetParam() == Transport::tcp) GTEST_SKIP() << "over tcp a key names no segment";
+  RegionDescriptor gone;
+  {
+    MemoryRegion freed(*context_, 1 << 16);
+    gone = freed.descriptor();
+  }
+  Endpoint ep = client_->connect(1, service_->address());
+  try {
+    (void)ep.attach(gone);
+    FAIL() << "attached to a freed segment";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::peer_failed) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("segment is gone"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ep.status().code(), Errc::peer_failed);
+}
+
 TEST_P(FabricLocal, NonBlockingPutsAreVisibleAfterFlush) {
   Endpoint ep = client_->connect(1, service_->address());
   RemoteMemory remote = ep.attach(region_->descriptor());

@@ -112,10 +112,11 @@ class Node {
   void adopt_progress(fabric::Worker& worker);
   void abandon_progress(fabric::Worker& worker);
 
-  // True when rank `rank` runs on this host and its process no longer exists (asks the kernel,
-  // not the failure detector: no delay). False when it lives, runs on another host, or its
-  // process record is unknown. One registry lookup: for set-up paths, such as attaching to a
-  // peer's memory, which UCX 1.13 cannot survive for a dead shm peer (UCX-NOTES.md).
+  // True when rank `rank` runs on this host and its process no longer exists, is exiting or has
+  // SIGKILL pending (asks the kernel, not the failure detector: no delay). False when it lives,
+  // runs on another host, or its process record is unknown. One registry lookup and a /proc
+  // read: for set-up paths, such as attaching to a peer's memory (over shm the peer's segments
+  // go with its process; see fabric::Endpoint::attach).
   bool process_gone(int rank);
 
   // Ranks declared failed so far (empty while all are alive). Thread-safe.

@@ -97,7 +97,8 @@ class Endpoint {
   Status status() const;
 
   // Unpacks a peer's region key for use on this endpoint. Throws dfi::Error(protocol) if the key
-  // is malformed.
+  // is malformed, dfi::Error(peer_failed) if the peer is known dead or its shared-memory segment
+  // is gone (its process exited; the endpoint is failed from then on).
   RemoteMemory attach(const RegionDescriptor& descriptor);
 
   // One-sided operations; `offset` is relative to the start of `remote`. A range outside the
