@@ -507,11 +507,12 @@ class KvJepsenScenario : public Scenario {
     Panel& checked = result.panel("histories", "Histories checked by Porcupine", {"fault", "", "category"},
                                   {"histories", "", "linear"}, Better::higher);
     checked.series("linearizable", Role::dfi, "linearizable");
-    checked.series("violations", Role::dfi, "not linearizable");
+    checked.series("violations", Role::dfi, "not linearizable (or replicas disagree)");
+    checked.series("failed", Role::dfi, "run ended in an error (not checked)");
     Panel& wait = result.panel("wait", "Longest wait of a client for a completion (median over the runs)",
                                {"fault", "", "category"}, {"longest wait", "ms", "linear"}, Better::lower);
     wait.series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas");
-    std::map<std::string, int> linearizable, violations;
+    std::map<std::string, int> linearizable, violations, failed;
     std::uint64_t operations = 0;
     const auto pick = [&](std::initializer_list<double> options) {
       return *(options.begin() + static_cast<std::ptrdiff_t>(rng() % options.size()));
@@ -540,7 +541,19 @@ class KvJepsenScenario : public Scenario {
       round << "history " << i + 1 << "/" << histories << ": " << fault << ", window " << load.window << ", "
             << load.keys << " keys, " << load.reads * 100 << " % reads";
       std::string command;
-      const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, kills);
+      json r;
+      try {
+        r = run_dfi_kv(context, name(), "paxos", replicas, load, command, kills);
+      } catch (const Error& e) {
+        // A run that ends in an error is a finding too, not the end of the bench: counted and
+        // shown with its history kept (replicas that disagree count as a violation).
+        const std::string what = e.what();
+        const bool disagree = what.find("replicas disagree") != std::string::npos;
+        ++(disagree ? violations : failed)[fault];
+        context.say(round.str() + (disagree ? ": REPLICAS DISAGREE" : ": RUN FAILED") + ", kept in " + dir.string() +
+                    "\n" + what.substr(0, 2000));
+        continue;
+      }
       std::vector<std::string> argv = {kvcheck};
       for (const auto& entry : fs::directory_iterator(dir)) argv.push_back(entry.path().string());
       const launch::ChildResult check = launch::run_child({argv, {}}, std::chrono::minutes(10));
@@ -560,15 +573,20 @@ class KvJepsenScenario : public Scenario {
       context.say(round.str() + ": " + (check.exit_code == 0 ? "linearizable" : "VIOLATION") + " (" +
                   r.at("requests").dump() + " operations, view " + r.at("view").dump() + ")");
     }
-    int total_violations = 0;
+    int total_violations = 0, total_failed = 0;
     for (const std::string& fault : faults) {
       checked.add("linearizable", fault, linearizable[fault]);
       checked.add("violations", fault, violations[fault]);
+      checked.add("failed", fault, failed[fault]);
       total_violations += violations[fault];
+      total_failed += failed[fault];
     }
-    result.add_note(std::to_string(histories) + " histories, " + std::to_string(operations) + " operations in all: " +
-                    std::to_string(total_violations) + " not linearizable" +
-                    (total_violations == 0 ? "." : " (their histories are kept under " + work.string() + ")."));
+    std::ostringstream summary;
+    summary << histories << " runs, " << operations << " operations checked: " << total_violations
+            << " not linearizable or with disagreeing replicas, " << total_failed << " ended in an error";
+    if (total_violations + total_failed > 0) summary << " (their histories are kept under " << work.string() << ")";
+    summary << ".";
+    result.add_note(summary.str());
   }
 
   int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
