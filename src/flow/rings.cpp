@@ -199,6 +199,7 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
     node.adopt_progress(*worker_);
   }
   ended_.assign(spec_.sources.size(), false);
+  dying_.assign(spec_.sources.size(), false);
   open_sources_ = spec_.sources.size();
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
   try {
@@ -223,7 +224,14 @@ bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
     const std::size_t i = cursor_ + k < n ? cursor_ + k : cursor_ + k - n;
     if (ended_[i]) continue;
     std::optional<memory::SegmentView> segment = readers_[i].peek();
-    if (!segment) continue;
+    if (!segment) {
+      if (dying_[i]) [[unlikely]] {  // a dead source's ring read to its end: its stream ends
+        ended_[i] = true;
+        --open_sources_;
+        dead_.push_back(i);
+      }
+      continue;
+    }
     if (segment->end_of_stream) {
       readers_[i].release();
       ended_[i] = true;
@@ -249,6 +257,10 @@ Status TargetRings::check_sources_alive() {
     if (ended_[i]) continue;
     const SourceRef s = spec_.sources[i];
     std::string reason = failures_.reason(s.rank);
+    if (!reason.empty() && end_dead_) {
+      dying_[i] = true;  // poll() ends its stream once its ring is empty
+      continue;
+    }
     if (!reason.empty()) {
       return {Errc::peer_failed, label_ + ": source (rank " + std::to_string(s.rank) + ", thread " +
                                      std::to_string(s.thread) + ") failed before closing the flow: " + reason};

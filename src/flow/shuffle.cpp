@@ -41,7 +41,9 @@ ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::s
       routing_(rings_.spec().routing),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       target_count_(rings_.target_count()),
-      push_width_(tuple_bytes_) {
+      push_width_(tuple_bytes_),
+      fabric_(&node.fabric()),
+      dead_(target_count_, false) {
   const FlowSpec& spec = rings_.spec();
   if (routing_ == Routing::key_hash) {
     const std::size_t key = spec.schema.index_of(spec.key_column);
@@ -67,6 +69,28 @@ Status ShuffleSource::latch(Status status) {
   return status;
 }
 
+bool ShuffleSource::target_dead(std::size_t target, const Status& status) const {
+  if (status.code() == Errc::peer_failed) return true;
+  return status.code() == Errc::timeout && !fabric_->peer_failure(rings_.spec().targets[target].rank).empty();
+}
+
+bool ShuffleSource::leave_out_dead(std::size_t target, const Status& status) {
+  if (!drop_for_dead_ || failure_.failed()) return false;
+  if (!dead_[target]) {
+    if (!target_dead(target, status)) return false;
+    dead_[target] = true;
+    ++dead_count_;
+    rings_.writer(target).abandon();  // later appends fail at once and come back here
+  }
+  return true;
+}
+
+Status ShuffleSource::push_failed(std::size_t target, Status status) {
+  if (!leave_out_dead(target, status)) return latch(std::move(status));
+  ++dropped_;
+  return {};
+}
+
 Status ShuffleSource::push_error(std::size_t bytes) const {
   if (failure_.failed()) return failure_.again(rings_.label());
   return width_error(bytes);
@@ -90,7 +114,9 @@ Status ShuffleSource::push_to(std::size_t target, const void* tuple, std::size_t
     return {Errc::invalid_argument, rings_.label() + ": target " + std::to_string(target) +
                                         " does not exist (the flow has " + std::to_string(target_count_) + ")"};
   }
-  return latch(rings_.writer(target).append(tuple, bytes));
+  Status s = rings_.writer(target).append(tuple, bytes);
+  if (!s) [[unlikely]] return push_failed(target, std::move(s));
+  return s;
 }
 
 Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
@@ -104,10 +130,12 @@ Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
 Status ShuffleSource::flush() {
   if (failure_.failed()) return push_error(tuple_bytes_);
   for (std::size_t t = 0; t < target_count_; ++t) {
-    if (Status s = rings_.writer(t).flush(); !s) return latch(std::move(s));
+    if (dead_[t]) continue;
+    if (Status s = rings_.writer(t).flush(); !s && !leave_out_dead(t, s)) return latch(std::move(s));
   }
   for (std::size_t t = 0; t < target_count_; ++t) {
-    if (Status s = rings_.writer(t).drain(); !s) return latch(std::move(s));
+    if (dead_[t]) continue;
+    if (Status s = rings_.writer(t).drain(); !s && !leave_out_dead(t, s)) return latch(std::move(s));
   }
   return {};
 }
@@ -117,6 +145,15 @@ Status ShuffleSource::close() {
   if (failure_.failed() && !rings_.closed()) {
     (void)rings_.close();  // end-of-stream to the targets that are still alive
     return push_error(tuple_bytes_);
+  }
+  if (drop_for_dead_) {  // close target by target: one that died is left out
+    for (std::size_t t = 0; t < target_count_; ++t) {
+      if (dead_[t]) continue;
+      if (Status s = rings_.writer(t).close(); !s && !leave_out_dead(t, s)) {
+        (void)rings_.close();  // end-of-stream to the targets that are still alive
+        return latch(std::move(s));
+      }
+    }
   }
   return latch(rings_.close());
 }

@@ -150,6 +150,26 @@ TEST_P(KvCluster, MultiPaxosSurvivesAKilledLeader) {
   EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
 }
 
+// A client rank killed 1 s into a 2.5 s run (Multi-Paxos and unreplicated): the service goes on,
+// the other client rank's run completes and the replicas agree. (Its histories are not checked:
+// the killed client's writes are applied but it recorded none of them.)
+TEST_P(KvCluster, AKilledClientDoesNotStopTheService) {
+  for (const char* protocol : {"paxos", "unreplicated"}) {
+    const std::string replicas = std::string(protocol) == "paxos" ? "3" : "1";
+    const int ranks = std::stoi(replicas) + 2;
+    const std::string kv = std::string(DFI_BINARY) + " kv bench --protocol " + protocol + " --replicas " + replicas +
+                           " --threads 2 --window 4 --keys 8 --reads 0.6 --seconds 2.5 --no-progress";
+    RunOptions options;
+    options.timeout = std::chrono::seconds(60);
+    auto run = run_cluster(ranks, GetParam(), {"/bin/sh", "-c", kill_rank(ranks - 1, "1", kv, ranks)}, options);
+    EXPECT_EQ(run.code, 0) << protocol << "\n" << run.all();
+    EXPECT_TRUE(contains(run.out, "kv: replicas agree: ")) << protocol << "\n" << run.all();
+    EXPECT_TRUE(contains(run.out, "the service ended in view 0; rank(s) " + std::to_string(ranks - 1) + " died"))
+        << protocol << "\n" << run.all();
+    EXPECT_FALSE(contains(run.all(), "error")) << protocol << "\n" << run.all();
+  }
+}
+
 // Multi-Paxos, both followers of three killed: no majority is left, and every rank still running
 // ends with an error saying so instead of waiting.
 TEST_P(KvCluster, LosingAMajorityEndsTheRunWithAnErrorNamingIt) {

@@ -90,6 +90,19 @@ TEST_P(ShuffleCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }
 
+// A server whose targets and sources opt in (end_dead_sources, drop_for_dead_targets) outlives
+// a killed client; the other clients get every reply in order.
+TEST_P(ShuffleCluster, AServerOutlivesAKilledClient) {
+  auto run = run_cluster(4, GetParam(), {SHUFFLE_NODE, "come-and-go"});
+  EXPECT_NE(run.code, 0) << run.all();  // rank 2 was killed: the launcher says so
+  EXPECT_TRUE(std::regex_search(run.err, std::regex(R"(rank 2 .*signal 9)"))) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 1] client: 4000 replies, in order")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 3] client: 4000 replies, in order")) << run.all();
+  EXPECT_TRUE(contains(run.out, "dead sources: rank 2")) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+  EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [013] exited with status)"))) << run.all();
+}
+
 // Issue 9's kill test: DFI_KILL_ROUNDS runs (default 5 per transport; 50 for the record) of a
 // source killed mid-stream. Every run must end in a clean peer_failed at the target within 2 s,
 // never in an abort of a survivor.

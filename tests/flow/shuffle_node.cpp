@@ -6,6 +6,8 @@
 //   shuffle_node errors                every user error gives a clear error
 //   shuffle_node kill-target           a target dies: its source's push fails naming it
 //   shuffle_node kill-source           a source dies: the target's consume fails naming it
+//   shuffle_node come-and-go           a server outlives a killed client (end_dead_sources,
+//                                      drop_for_dead_targets); the other clients get every reply
 //
 // Exit status 0 means the scenario held; every failure prints why.
 #include <signal.h>
@@ -626,6 +628,81 @@ int kill_source(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// A server (rank 0) and clients (ranks 1..n-1) on two flows: requests (clients -> server) and
+// replies (server -> client, by explicit target). The server ends a dead client's request stream
+// and drops its replies; rank 2 dies with requests outstanding. Every other client gets one reply
+// per request, in order, and the server ends when the live clients closed.
+int come_and_go(cluster::Node& node) {
+  constexpr std::uint64_t kRequests = 4000, kWindow = 40, kVictimReplies = 400;
+  std::vector<SourceRef> clients;
+  std::vector<TargetRef> client_targets;
+  for (int r = 1; r < node.size(); ++r) {
+    clients.push_back({r, 0});
+    client_targets.push_back({r, 0});
+  }
+  FlowSpec requests = pair_spec("come-and-go.requests", clients, {{0, 0}});
+  FlowSpec replies = pair_spec("come-and-go.replies", {{0, 0}}, client_targets);
+  replies.routing = Routing::explicit_target;
+  replies.options.segments = 4;  // small rings: replies to the dead client fill its ring
+  replies.options.segment_bytes = 16 + 16 * 16;
+  if (node.rank() == 0) {
+    create_flow(node, requests);
+    create_flow(node, replies);
+  }
+  fabric::Worker worker(node.fabric(), "come-and-go");
+  if (node.rank() == 0) {
+    ShuffleTarget in(node, requests.name, 0);
+    in.end_dead_sources();
+    ShuffleSource out(node, worker, replies.name, 0);
+    out.drop_for_dead_targets();
+    TupleBatch batch;
+    std::uint64_t served = 0;
+    for (;;) {
+      Status s = in.consume(batch, std::chrono::seconds(20));
+      if (!s) return fail("server consume: " + s.message()), 1;
+      if (batch.empty()) break;
+      for (const Pair& request : batch.as<Pair>()) {
+        const Pair reply{request.key, request.value * 3};
+        if (Status p = out.push_to(request.key - 1, &reply, sizeof reply); !p) return fail("server push: " + p.message()), 1;
+        ++served;
+      }
+      if (Status f = out.flush(); !f) return fail("server flush: " + f.message()), 1;
+    }
+    if (Status c = out.close(); !c) return fail("server close: " + c.message()), 1;
+    std::string dead;
+    for (std::size_t source : in.dead_sources()) dead += " rank " + std::to_string(requests.sources[source].rank);
+    std::printf("server: served %llu, dropped %llu replies for %zu dead target(s); dead sources:%s\n",
+                static_cast<unsigned long long>(served), static_cast<unsigned long long>(out.dropped()),
+                out.dead_targets(), dead.c_str());
+    if (in.dead_sources().size() != 1 || requests.sources[in.dead_sources()[0]].rank != 2) fail("dead sources must be rank 2");
+    if (out.dead_targets() > 1) fail("only rank 2 may count as a dead target");
+    return failures == 0 ? 0 : 1;
+  }
+  ShuffleSource out(node, worker, requests.name, 0);
+  ShuffleTarget in(node, replies.name, 0);
+  TupleBatch batch;
+  std::uint64_t sent = 0, received = 0;
+  while (received < kRequests) {
+    while (sent < kRequests && sent - received < kWindow) {
+      if (Status p = out.push(Pair{static_cast<std::uint64_t>(node.rank()), sent++}); !p) return fail(p.message()), 1;
+    }
+    if (Status f = out.flush(); !f) return fail(f.message()), 1;
+    if (node.rank() == 2 && received >= kVictimReplies) ::raise(SIGKILL);  // requests outstanding
+    Status s = in.consume(batch, std::chrono::seconds(20));
+    if (!s || batch.empty()) return fail("client consume: " + (s ? std::string("end of stream") : s.message())), 1;
+    for (const Pair& reply : batch.as<Pair>()) {
+      if (reply.key != static_cast<std::uint64_t>(node.rank()) || reply.value != received * 3) {
+        return fail("reply " + std::to_string(received) + " out of order or for another client"), 1;
+      }
+      ++received;
+    }
+  }
+  if (Status c = out.close(); !c) return fail(c.message()), 1;
+  if (Status s = in.consume(batch, std::chrono::seconds(20)); !s || !batch.empty()) fail("no end of stream after the last reply");
+  std::printf("client: %llu replies, in order\n", static_cast<unsigned long long>(received));
+  return failures == 0 ? 0 : 1;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 std::int64_t now_ns() {
@@ -722,6 +799,7 @@ int main(int argc, char** argv) {
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);
+    if (scenario == "come-and-go") return come_and_go(node);
     if (scenario == "barrier") return barrier(node);
     if (scenario == "barrier-kill") return barrier_kill(node);
     fail("unknown scenario " + scenario);

@@ -33,6 +33,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/flow/spec.hpp"
@@ -110,7 +111,7 @@ class ShuffleSource {
       return s;
     }
     Status s = rings_.writer(target).append(tuple, bytes);
-    if (!s) [[unlikely]] return latch(std::move(s));
+    if (!s) [[unlikely]] return push_failed(target, std::move(s));
     return s;
   }
   template <class T>
@@ -137,6 +138,16 @@ class ShuffleSource {
   // close. Waits only for sends already in flight. Idempotent; never throws.
   void abandon() noexcept;
 
+  // From now on a target whose rank dies no longer fails the flow: the tuples pushed to it
+  // after its death is seen are dropped (counted by dropped()), and flush() and close() leave it
+  // out. For services whose targets come and go, such as a server's replies to its clients. A
+  // target counts as dead when a call towards it fails with peer_failed, or with timeout while
+  // the failure detector has declared its rank dead. Default: a dead target fails the flow.
+  void drop_for_dead_targets() noexcept { drop_for_dead_ = true; }
+  // Tuples dropped for dead targets (drop_for_dead_targets), and the targets declared dead.
+  std::uint64_t dropped() const noexcept { return dropped_; }
+  std::size_t dead_targets() const noexcept { return dead_count_; }
+
   std::size_t target_count() const noexcept { return rings_.target_count(); }
   std::size_t memory_bytes() const noexcept { return rings_.memory_bytes(); }
   FlowCounters counters() const;
@@ -152,6 +163,13 @@ class ShuffleSource {
   Status push_error(std::size_t bytes) const;  // wrong width, or the flow failed earlier
   // failure_.latch(), and push() refuses every tuple once the flow failed.
   Status latch(Status status);
+  // A call towards `target` failed: with drop_for_dead_targets and a dead target, the target is
+  // left out from now on and the call counts as done (a push: its tuple dropped); else latch().
+  Status push_failed(std::size_t target, Status status);
+  // With drop_for_dead_targets: whether `target` is dead, given that a call towards it failed
+  // with `status`; the first time, it is abandoned and left out from then on.
+  bool leave_out_dead(std::size_t target, const Status& status);
+  bool target_dead(std::size_t target, const Status& status) const;
 
   detail::SourceRings rings_;
   RouteFunction route_;
@@ -165,6 +183,11 @@ class ShuffleSource {
   std::size_t push_width_;
   detail::FailureLatch failure_;
   bool abandoned_ = false;
+  bool drop_for_dead_ = false;
+  const fabric::Context* fabric_;  // asked whether a target's rank was declared dead
+  std::vector<bool> dead_;  // per target, once drop_for_dead_targets saw it die
+  std::size_t dead_count_ = 0;
+  std::uint64_t dropped_ = 0;
 };
 
 class ShuffleTarget {
@@ -188,6 +211,13 @@ class ShuffleTarget {
   // there yet.
   Status try_consume(TupleBatch& batch);
   bool end() const noexcept { return rings_.finished(); }
+  // From now on a source whose rank dies ends its stream instead of failing the flow: the
+  // tuples that reached this target's ring are still consumed, then the source counts as
+  // closed and consume() goes on with the others. For services whose sources come and go, such
+  // as a server's clients. Default: consume() returns peer_failed.
+  void end_dead_sources() noexcept { rings_.end_dead_sources(); }
+  // The sources (indices into the flow spec's sources) whose stream a death ended, in order.
+  const std::vector<std::size_t>& dead_sources() const noexcept { return rings_.dead_sources(); }
 
   std::size_t memory_bytes() const noexcept { return rings_.memory_bytes(); }
   const FlowCounters& counters() const noexcept { return counters_; }

@@ -62,8 +62,12 @@ class TupleWriter {
     return segments_.close();
   }
   // Leaves the ring without publishing what is batched or an end-of-stream
-  // (SegmentWriter::abandon).
-  void abandon() noexcept { segments_.abandon(); }
+  // (SegmentWriter::abandon). Appends after it fail (flow_failed).
+  void abandon() noexcept {
+    segments_.abandon();
+    span_ = {};
+    fill_ = 0;
+  }
   // Slots free at the reader (SegmentWriter::free_slots).
   Status free_slots(std::uint64_t& free) { return segments_.free_slots(free); }
 

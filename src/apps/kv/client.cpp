@@ -108,7 +108,13 @@ struct Client::State {
         }
         ++views_changed;
         const bool closing = closed;
-        open_flows();
+        try {
+          open_flows();
+        } catch (const Error& e) {
+          // The new view's leader died while this client joined it: on to the one after it.
+          if (detail::view_breaks_within(node, view, kVerdictWait)) continue;
+          throw;
+        }
         if (resend() && (!closing || close_requests_here())) return {};
         // The new view broke as well: on to the one after it.
         if (!detail::view_breaks_within(node, view, kVerdictWait)) {

@@ -294,6 +294,11 @@ class Leader {
         worker_(node.fabric(), "kv-leader"),
         requests_(node, names_.requests, 0, request_schema(), o.timeout),
         replies_(node, worker_, names_.replies, 0, source_options(reply_schema(), o)) {
+    // A client that dies is its own loss, not the service's: its requests that arrived are
+    // still served (a write it sent may be applied), then its stream ends; replies to it are
+    // dropped.
+    requests_.end_dead_sources();
+    replies_.drop_for_dead_targets();
     if (paxos_) {
       accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
       flow::ReplicateSourceOptions options;

@@ -551,7 +551,7 @@ class KvJepsenScenario : public Scenario {
         const bool disagree = what.find("replicas disagree") != std::string::npos;
         ++(disagree ? violations : failed)[fault];
         context.say(round.str() + (disagree ? ": REPLICAS DISAGREE" : ": RUN FAILED") + ", kept in " + dir.string() +
-                    "\n" + what.substr(0, 2000));
+                    "\n" + (what.size() <= 2500 ? what : what.substr(0, 500) + "\n...\n" + what.substr(what.size() - 2000)));
         continue;
       }
       std::vector<std::string> argv = {kvcheck};

@@ -153,6 +153,11 @@ class TargetRings {
   // Like next() but returns Errc::retry (a bare code) at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
+  // From now on a source whose rank is declared dead ends its stream instead of failing the
+  // flow: its ring is read to its last whole segment, then it counts as closed.
+  void end_dead_sources() noexcept { end_dead_ = true; }
+  // The sources (indices into the spec) whose stream a death ended, in the order seen.
+  const std::vector<std::size_t>& dead_sources() const noexcept { return dead_; }
   // Receives segments that arrived as active messages (tcp) into the rings; next() and
   // try_next() call it. Flows that read the rings through reader() call it in their poll loop.
   // Returns the number of fabric events (0 when nothing happened or no receiver runs).
@@ -194,6 +199,9 @@ class TargetRings {
   bool idle_ = false;  // the last progress() found nothing: pause() need not progress again
   std::vector<RingReader> readers_;
   std::vector<bool> ended_;
+  std::vector<bool> dying_;  // end_dead_sources: declared dead, its ring not read to the end yet
+  std::vector<std::size_t> dead_;
+  bool end_dead_ = false;
   std::size_t open_sources_ = 0;
   std::size_t cursor_ = 0;
   std::optional<std::size_t> held_;  // ring whose segment the caller holds
