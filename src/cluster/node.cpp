@@ -22,7 +22,6 @@ namespace dfi::cluster {
 namespace {
 
 std::string address_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/address"; }
-std::string process_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/process"; }
 
 // "<host> <pid>" of this process.
 std::string this_process() {
@@ -127,6 +126,8 @@ std::vector<int> Node::failed_ranks() const {
   }
   return failed;
 }
+
+std::string Node::process_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/process"; }
 
 bool Node::process_gone(int rank) {
   if (rank < 0 || rank >= size_ || rank == rank_) return false;

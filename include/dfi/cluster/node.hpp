@@ -118,6 +118,9 @@ class Node {
   // read: for set-up paths, such as attaching to a peer's memory (over shm the peer's segments
   // go with its process; see fabric::Endpoint::attach).
   bool process_gone(int rank);
+  // The registry record where rank `rank` publishes its process ("host pid") as its Node starts,
+  // just before the start-up barrier.
+  static std::string process_record(int rank);
 
   // Ranks declared failed so far (empty while all are alive). Thread-safe.
   std::vector<int> failed_ranks() const;

@@ -42,6 +42,8 @@
 #include "go_tool.hpp"
 #include "paths.hpp"
 #include "dfi/cluster/node.hpp"
+#include "dfi/common/config.hpp"
+#include "dfi/registry/client.hpp"
 #include "dfi/common/error.hpp"
 #include "scenarios.hpp"
 
@@ -115,7 +117,7 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
 }
 
 // Every rank of a `dfi kv bench` run of any kv scenario. A rank named in "kills" runs its part as
-// a child process and kills it (SIGKILL to its process group) after its "after_s".
+// a child process and kills it (SIGKILL to its process group) "after_s" after every rank started.
 int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
   const int me = launch::discover_launch().rank;
   const json kills = params.value("kills", json::array());
@@ -126,6 +128,17 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
     launch::ChildProcess victim =
         // Every kv scenario's ranks run this function: scenario kv's rank program will do.
         launch::ChildProcess::start({{"/proc/self/exe", "bench-rank", "kv", rest.dump()}, {}});
+    // The kill clock starts when every rank is starting its service (on a loaded machine start-up
+    // may take longer than the kill time; a kill before it tests the start-up, not the service).
+    try {
+      registry::Client registry(config::get_string("registry"), config::get_string("registry_token"),
+                                std::chrono::seconds(30));
+      const int ranks = launch::discover_launch().size;
+      for (int r = 0; r < ranks; ++r) (void)registry.wait_for(cluster::Node::process_record(r), std::chrono::seconds(60));
+    } catch (const Error& e) {
+      err << "bench kv rank: the ranks did not start: " << e.what() << "\n";
+      return 1;
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(mine->at("after_s").get<double>()));
     if (!victim.running()) {
       err << "bench kv rank: the replica to kill ended before it was killed:\n" << victim.output();
@@ -383,7 +396,7 @@ class KvFailoverScenario : public Scenario {
         {"window", 4, 16, "requests outstanding per client"},
         {"keys", 1000, 100000, "keys the requests draw from"},
         {"seconds", 2.5, 4.0, "run length of every client"},
-        {"kill_after_s", 1.0, 1.5, "when the replica is killed, from its start"},
+        {"kill_after_s", 1.0, 1.5, "when the replica is killed, after every rank started"},
         {"victims", json::array({"leader", "follower"}), json::array({"leader", "follower"}), "which replica is killed"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
