@@ -67,6 +67,7 @@ AggregationResult& AggregationResult::operator+=(const AggregationResult& other)
   groups += other.groups;
   checksum += other.checksum;
   shipped_rows += other.shipped_rows;
+  passed_tuples += other.passed_tuples;
   seconds = std::max(seconds, other.seconds);
   open_seconds = std::max(open_seconds, other.open_seconds);
   return *this;
@@ -78,6 +79,9 @@ void AggregationSpec::validate(int cluster_size) const {
   };
   detail::check_common("aggregation", name, threads, ranks, cluster_size);
   if (cache_groups < 1) throw bad("cache_groups must be at least 1");
+  if (!(pass_through_below >= 0 && pass_through_below <= 1)) {
+    throw bad("pass_through_below must be in [0, 1] (got " + std::to_string(pass_through_below) + ")");
+  }
   if (schema.column_count() == 0) throw bad("no input schema");
   // The flow's own validation names the rest (key column, aggregates, ring shape).
   try {
@@ -168,6 +172,7 @@ struct Aggregation::State {
     source_options.local_groups = spec.algorithm == AggregateAlgorithm::rdma
                                       ? spec.cache_groups
                                       : std::numeric_limits<std::size_t>::max();
+    if (spec.algorithm == AggregateAlgorithm::rdma) source_options.pass_through_below = spec.pass_through_below;
     flow::CombinerSource out(node, worker, name, t, source_options);
     if (!gate.opened()) return;
     const Fragment& fragment = input[static_cast<std::size_t>(t)];
@@ -176,6 +181,7 @@ struct Aggregation::State {
     AggregationResult part;
     part.input_tuples = out.counters().tuples;
     part.shipped_rows = out.counters().rows;
+    part.passed_tuples = out.counters().passed;
     add(part);
   }
 
@@ -242,7 +248,7 @@ AggregationResult gather_aggregation_results(cluster::Node& node, const Aggregat
   std::ostringstream record;
   record.precision(17);
   record << mine.input_tuples << ' ' << mine.groups << ' ' << mine.checksum << ' ' << mine.shipped_rows
-         << ' ' << mine.seconds << ' ' << mine.open_seconds;
+         << ' ' << mine.seconds << ' ' << mine.open_seconds << ' ' << mine.passed_tuples;
   const int ranks = aggregation_ranks(spec, node.size());
   const std::vector<std::string> records =
       detail::exchange_records(node, "ops/aggregate/" + spec.name + "/result/", ranks, record.str());
@@ -250,7 +256,7 @@ AggregationResult gather_aggregation_results(cluster::Node& node, const Aggregat
   for (int r = 0; r < ranks; ++r) {
     std::istringstream in(records[r]);
     AggregationResult part;
-    in >> part.input_tuples >> part.groups >> part.checksum >> part.shipped_rows >> part.seconds >> part.open_seconds;
+    in >> part.input_tuples >> part.groups >> part.checksum >> part.shipped_rows >> part.seconds >> part.open_seconds >> part.passed_tuples;
     if (!in) {
       throw Error(Errc::protocol, "aggregation '" + spec.name + "': malformed result record of rank " +
                                       std::to_string(r));

@@ -74,6 +74,8 @@ struct Config {
   int value_style = 0;  // 0: small, 1: full range (wraps), 2: mixed
   std::size_t local_groups = 0;
   std::size_t ship_tuples = 0;
+  double pass_through_below = 0;  // adaptive pre-aggregation (0: off)
+  std::size_t pass_through_tuples = 0;
 };
 
 const std::vector<Type> kKeyTypes{Type::int32, Type::int64, Type::uint16, Type::chars};
@@ -139,6 +141,10 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   for (int s = 0; s < sources; ++s) c.tuples.push_back(pick(0, 5) == 0 ? 0 : pick(1, most));
   c.local_groups = pick(0, 1) == 0 ? pick(1, 64) : 65536;
   c.ship_tuples = pick(0, 2) == 0 ? pick(1, 500) : 0;
+  if (pick(0, 2) == 0) {  // a full table with any misses starts a pass-through window
+    c.pass_through_below = 1.0;
+    c.pass_through_tuples = pick(1, 300);
+  }
   return c;
 }
 
@@ -465,6 +471,8 @@ void run_source(cluster::Node& node, const Config& c, std::size_t index) {
   options.expected_schema = c.spec.schema;
   options.local_groups = c.local_groups;
   options.ship_tuples = c.ship_tuples;
+  options.pass_through_below = c.pass_through_below;
+  options.pass_through_tuples = c.pass_through_tuples;
   CombinerSource source(node, worker, c.name, c.spec.sources[index].thread, options);
   std::vector<std::byte> t(c.spec.schema.tuple_bytes());
   for (std::uint64_t i = 0; i < c.tuples[index]; ++i) {
@@ -475,6 +483,8 @@ void run_source(cluster::Node& node, const Config& c, std::size_t index) {
   if (Status s = source.close(); !s) fail(c.name + ": close: " + s.message());
   if (source.counters().tuples != c.tuples[index])
     fail(c.name + ": source counted the wrong number of tuples");
+  if (c.pass_through_below == 0 && source.counters().passed != 0)
+    fail(c.name + ": tuples passed through although pass-through is off");
 }
 
 void run_target(cluster::Node& node, const Config& c, std::size_t& rows,

@@ -167,6 +167,32 @@ TEST(AggregateTable, MergedPartialRowsEqualOneTable) {
   EXPECT_EQ(results(copy), results(global));
 }
 
+// Pass-through: the rows make_rows() makes, one per tuple, merged into a table, give the results
+// of adding the tuples; partly aggregated rows and passed-through rows mix.
+TEST(AggregateTable, RowsMadeOnePerTupleMergeLikeAddedTuples) {
+  std::mt19937_64 random(5);
+  const std::vector<std::byte> tuples = key_value_tuples(20'000, 3'000, random);
+  Table maker(key_value_layout());
+  std::vector<std::byte> rows(20'000 * maker.row_bytes());
+  maker.make_rows(tuples.data(), 20'000, rows.data());
+  EXPECT_EQ(maker.size(), 0u);  // the table itself is untouched
+  Table global(key_value_layout());
+  global.merge(rows.data(), 10'000);  // the first half passed through
+  Table local(key_value_layout());
+  local.add(tuples.data() + 16 * 10'000, 10'000);  // the second half pre-aggregated
+  global.merge(local.rows(), local.size());
+  EXPECT_EQ(global.tuples_merged(), 20'000u);
+  expect_key_value_results(global, tuples);
+  // A wide key: its slot's padding is zero, as a row add() makes.
+  const Table::Layout wide = layout(16, 0, 12, {{Aggregate::count}});
+  Table wide_table(wide);
+  std::vector<std::byte> tuple(16, std::byte{7});
+  std::vector<std::byte> row(wide_table.row_bytes(), std::byte{0xff});
+  wide_table.make_rows(tuple.data(), 1, row.data());
+  wide_table.add(tuple.data(), 1);
+  EXPECT_EQ(std::memcmp(row.data(), wide_table.rows(), wide_table.row_bytes()), 0);
+}
+
 TEST(AggregateTable, ClearKeepsMemoryAndForgetsKeys) {
   std::mt19937_64 random(3);
   Table table(key_value_layout());

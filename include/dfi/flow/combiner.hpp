@@ -100,6 +100,14 @@ struct CombinerSourceOptions {
   std::chrono::milliseconds open_timeout{0};
   std::size_t local_groups = 65536;    // ship the local table when it holds this many keys
   std::size_t ship_tuples = 1u << 20;  // ... or after this many pushed tuples (0: only when full)
+  // Adaptive pre-aggregation (Müller et al., "Cache-efficient aggregation: hashing is sorting",
+  // SIGMOD 2015): when the table filled up to local_groups keys with a hit rate (the share of its
+  // tuples whose key was there already) below `pass_through_below`, aggregating does not pay: the
+  // next `pass_through_tuples` tuples skip the table and each goes out at once as the partial row
+  // it makes on its own (count 1). Then the table fills again and the hit rate is measured afresh.
+  // 0: always aggregate (the default).
+  double pass_through_below = 0;
+  std::size_t pass_through_tuples = 0;  // 0: 16 x local_groups
 };
 
 struct CombinerCounters {
@@ -108,6 +116,7 @@ struct CombinerCounters {
   std::uint64_t segments = 0;  // segments published (source) or consumed (target)
   std::uint64_t bytes = 0;     // payload bytes of those segments
   std::uint64_t groups = 0;    // target: keys in its table
+  std::uint64_t passed = 0;    // source: tuples shipped unaggregated (pass-through), among `tuples`
 };
 
 class CombinerSource {
@@ -143,6 +152,7 @@ class CombinerSource {
 
  private:
   Status ship();
+  Status pass_through(const std::byte* tuples, std::size_t count);
   Status width_error(std::size_t bytes) const;
   Status push_error() const;  // after close or a failed shipment
 
@@ -152,6 +162,10 @@ class CombinerSource {
   std::size_t local_groups_;
   std::size_t ship_tuples_;
   std::size_t since_ship_ = 0;
+  double pass_through_below_;
+  std::size_t pass_through_tuples_;
+  std::size_t passing_ = 0;          // tuples still to pass through before the table fills again
+  std::vector<std::byte> scratch_;   // pass-through rows before they are appended
   bool closed_ = false;
   detail::FailureLatch failure_;  // a shipment failed half-way: nothing more may be sent
   CombinerCounters counters_;
