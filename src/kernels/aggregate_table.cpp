@@ -37,23 +37,6 @@ void store(std::byte* p, T v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-std::size_t value_bytes(ValueType type) {
-  switch (type) {
-    case ValueType::int8:
-    case ValueType::uint8:
-      return 1;
-    case ValueType::int16:
-    case ValueType::uint16:
-      return 2;
-    case ValueType::int32:
-    case ValueType::uint32:
-    case ValueType::float32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 bool is_signed(ValueType type) {
   return type == ValueType::int8 || type == ValueType::int16 || type == ValueType::int32 || type == ValueType::int64;
 }
@@ -240,6 +223,23 @@ const char* function_name(Aggregate function) {
 }
 
 }  // namespace
+
+std::size_t value_bytes(ValueType type) noexcept {
+  switch (type) {
+    case ValueType::int8:
+    case ValueType::uint8:
+      return 1;
+    case ValueType::int16:
+    case ValueType::uint16:
+      return 2;
+    case ValueType::int32:
+    case ValueType::uint32:
+    case ValueType::float32:
+      return 4;
+    default:
+      return 8;
+  }
+}
 
 ValueType AggregateTable::result_type(Aggregate function, ValueType input) noexcept {
   switch (function) {
@@ -439,6 +439,7 @@ void AggregateTable::make_rows(const std::byte* tuples, std::size_t count, std::
 }
 
 void AggregateTable::finalize(std::byte* out) const {
+  if (count_ == 0) return;  // `out` may be null
   const std::size_t width = layout_.result_bytes;
   std::memset(out, 0, count_ * width);
   for (std::size_t i = 0; i < count_; ++i) {

@@ -20,19 +20,6 @@ namespace {
 
 using Table = AggregateTable;
 
-std::size_t bytes_of(ValueType type) {
-  switch (type) {
-    case ValueType::int8:
-    case ValueType::uint8: return 1;
-    case ValueType::int16:
-    case ValueType::uint16: return 2;
-    case ValueType::int32:
-    case ValueType::uint32:
-    case ValueType::float32: return 4;
-    default: return 8;
-  }
-}
-
 // A layout whose result tuple is the key followed by each aggregate's result, each aligned to its
 // own size (as flow::Schema lays out a C struct).
 Table::Layout layout(std::size_t tuple_bytes, std::size_t key_offset, std::size_t key_bytes,
@@ -40,7 +27,7 @@ Table::Layout layout(std::size_t tuple_bytes, std::size_t key_offset, std::size_
   Table::Layout l{tuple_bytes, key_offset, key_bytes, std::move(aggregates), 0};
   std::size_t at = key_bytes;
   for (Table::Column& c : l.aggregates) {
-    const std::size_t size = bytes_of(Table::result_type(c.function, c.type));
+    const std::size_t size = value_bytes(Table::result_type(c.function, c.type));
     at = (at + size - 1) / size * size;
     c.result_offset = at;
     at += size;

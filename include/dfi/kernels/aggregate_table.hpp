@@ -48,6 +48,9 @@ enum class Aggregate : std::uint8_t { sum, count, min, max, avg };
 // The type of an aggregated column (and of a result column).
 enum class ValueType : std::uint8_t { int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64 };
 
+// Bytes of one value of `type`.
+std::size_t value_bytes(ValueType type) noexcept;
+
 class AggregateTable {
  public:
   // One aggregate: its function, the input column it reads (type and offset in a tuple; ignored
