@@ -107,6 +107,7 @@ class AggScenario : public Scenario {
                                {"groups", "", "log10"}, {"open time", "s"}, Better::lower);
     open.series("rdma", Role::dfi, "RDMA aggregation: one target per thread of every rank");
     open.series("hierarchical", Role::baseline, "hierarchical aggregation: one target at rank 0");
+    open.compare("rdma", "hierarchical");
     // The single-node reference of each data set, computed on its first run.
     std::map<std::pair<std::uint64_t, double>, ReferenceAggregation> references;
     auto reference = [&](std::uint64_t groups, double skew) -> const ReferenceAggregation& {
