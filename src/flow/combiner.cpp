@@ -261,7 +261,8 @@ CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std:
       ship_tuples_(options.ship_tuples),
       pass_through_below_(options.pass_through_below),
       pass_through_tuples_(options.pass_through_tuples != 0 ? options.pass_through_tuples
-                                                             : 16 * local_groups_) {
+                                                             : 16 * local_groups_),
+      before_first_write_(std::move(options.before_first_write)) {
   if (pass_through_below_ > 0) scratch_.resize(kPassBatch * table_.row_bytes());
 }
 
@@ -333,6 +334,7 @@ Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
 // Ships each tuple as the partial row it makes on its own, routed as ship() routes rows, through
 // the scratch rows kPassBatch at a time.
 Status CombinerSource::pass_through(const std::byte* tuples, std::size_t count) {
+  before_writing();
   const std::size_t width = table_.row_bytes();
   const std::size_t key_bytes = table_.key_bytes();
   const std::size_t targets = rings_.target_count();
@@ -363,6 +365,7 @@ Status CombinerSource::ship() {
   since_ship_ = 0;
   const std::size_t rows = table_.size();
   if (rows == 0) return {};
+  before_writing();
   const std::size_t width = table_.row_bytes();
   const std::byte* row = table_.rows();
   const std::size_t targets = rings_.target_count();
@@ -392,8 +395,18 @@ Status CombinerSource::ship() {
   return {};
 }
 
+void CombinerSource::before_writing() {
+  if (!before_first_write_) [[likely]] {
+    return;
+  }
+  const std::function<void()> call = std::move(before_first_write_);
+  before_first_write_ = nullptr;
+  call();
+}
+
 Status CombinerSource::flush() {
   if (closed_) return {};
+  before_writing();
   if (Status s = ship(); !s) return s;
   for (std::size_t t = 0; t < rings_.target_count(); ++t) {
     if (Status s = rings_.writer(t).flush(); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
@@ -404,6 +417,7 @@ Status CombinerSource::flush() {
 
 Status CombinerSource::close() {
   if (closed_) return {};
+  before_writing();
   if (Status s = ship(); !s) return s;
   Status s = rings_.close();
   closed_ = true;
@@ -482,23 +496,26 @@ Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds time
   return {};
 }
 
+Status CombinerTarget::merge_arrived() {
+  if (finalized_) return {};
+  for (;;) {
+    memory::SegmentView view;
+    std::size_t source = 0;
+    Status s = rings_.try_next(view, source);
+    if (s.code() == Errc::retry) return {};
+    if (!s) return s;
+    if (view.bytes > 0) {
+      merge(view);
+      continue;
+    }
+    if (rings_.finished()) return {};
+  }
+}
+
 Status CombinerTarget::read_partial(TupleBatch& batch) {
   batch = TupleBatch{};
   batch.tuple_bytes = result_schema_.tuple_bytes();
-  if (!finalized_) {
-    for (;;) {
-      memory::SegmentView view;
-      std::size_t source = 0;
-      Status s = rings_.try_next(view, source);
-      if (s.code() == Errc::retry) break;
-      if (!s) return s;
-      if (view.bytes > 0) {
-        merge(view);
-        continue;
-      }
-      if (rings_.finished()) break;
-    }
-  }
+  if (Status s = merge_arrived(); !s) return s;
   finalize(partial_);
   batch.data = partial_.data();
   batch.count = partial_.size() / batch.tuple_bytes;

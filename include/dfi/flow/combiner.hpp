@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -105,9 +106,15 @@ struct CombinerSourceOptions {
   // tuples whose key was there already) below `pass_through_below`, aggregating does not pay: the
   // next `pass_through_tuples` tuples skip the table and each goes out at once as the partial row
   // it makes on its own (count 1). Then the table fills again and the hit rate is measured afresh.
-  // 0: always aggregate (the default).
+  // 0: always aggregate (the default); 1: a window after every table that filled.
   double pass_through_below = 0;
   std::size_t pass_through_tuples = 0;  // 0: 16 x local_groups
+  // Called once, on the pushing thread, just before the source first writes to its rings: its
+  // first shipment of rows (a full table, or after ship_tuples), flush() or close() (also the
+  // close on destruction); a pass-through window only starts with a shipment. Until then the
+  // source waits for no target, so an operator can let a target's thread sleep until its own
+  // rank's source gets there (ops::Aggregation). Must not throw.
+  std::function<void()> before_first_write;
 };
 
 struct CombinerCounters {
@@ -132,14 +139,16 @@ class CombinerSource {
   CombinerSource& operator=(const CombinerSource&) = delete;
 
   // Aggregates one tuple of the schema's width into the local table; ships the table when it is
-  // full. Owned by one thread. Errors: invalid_argument (wrong width), flow_failed (after
-  // close), peer_failed, timeout (the target stopped consuming).
+  // full (in a pass-through window, ships the tuple's own partial row instead: see
+  // CombinerSourceOptions::pass_through_below). Owned by one thread. Errors: invalid_argument
+  // (wrong width), flow_failed (after close), peer_failed, timeout (the target stopped consuming).
   Status push(const void* tuple, std::size_t bytes);
   template <class T>
   Status push(const T& tuple) {
     static_assert(std::is_trivially_copyable_v<T>);
     return push(&tuple, sizeof(T));
   }
+  // push() of `count` contiguous tuples of the schema's width; the same errors.
   Status push_bulk(const void* tuples, std::size_t count);
   // Ships the local table now and waits until it is visible at the target, so the target's
   // partial results include everything pushed so far.
@@ -155,6 +164,7 @@ class CombinerSource {
   Status pass_through(const std::byte* tuples, std::size_t count);
   Status width_error(std::size_t bytes) const;
   Status push_error() const;  // after close or a failed shipment
+  void before_writing();      // runs before_first_write once
 
   detail::SourceRings rings_;
   kernels::AggregateTable table_;
@@ -166,6 +176,7 @@ class CombinerSource {
   std::size_t pass_through_tuples_;
   std::size_t passing_ = 0;          // tuples still to pass through before the table fills again
   std::vector<std::byte> scratch_;   // pass-through rows before they are appended
+  std::function<void()> before_first_write_;  // emptied once called
   bool closed_ = false;
   detail::FailureLatch failure_;  // a shipment failed half-way: nothing more may be sent
   CombinerCounters counters_;
@@ -194,6 +205,9 @@ class CombinerTarget {
   // Streaming read: merges whatever has arrived (never waits) and returns every key's aggregates
   // over the partial rows merged so far (valid until the next call). Errors: peer_failed.
   Status read_partial(TupleBatch& batch);
+  // Merges whatever partial rows have arrived, never waits (read_partial without the results;
+  // counters() tells what was merged). Errors: peer_failed.
+  Status merge_arrived();
   // Every source closed and everything is merged (consume() hands out final results).
   bool sources_closed() const noexcept { return rings_.finished(); }
   bool end() const noexcept { return ended_; }
