@@ -158,6 +158,9 @@ CombinerLayout combiner_layout(const FlowSpec& spec) {
   return out;
 }
 
+// Pass-through rows are made this many at a time (CombinerSource::pass_through).
+constexpr std::size_t kPassBatch = 256;
+
 kernels::AggregateTable make_table(const FlowSpec& spec) { return kernels::AggregateTable(combiner_layout(spec).table); }
 
 }  // namespace
@@ -255,7 +258,13 @@ CombinerSource::CombinerSource(cluster::Node& node, fabric::Worker& worker, std:
       table_(make_table(rings_.spec())),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       local_groups_(std::max<std::size_t>(1, options.local_groups)),
-      ship_tuples_(options.ship_tuples) {}
+      ship_tuples_(options.ship_tuples),
+      pass_through_below_(options.pass_through_below),
+      pass_through_tuples_(options.pass_through_tuples != 0 ? options.pass_through_tuples
+                                                             : 16 * local_groups_),
+      before_first_write_(std::move(options.before_first_write)) {
+  if (pass_through_below_ > 0) scratch_.resize(kPassBatch * table_.row_bytes());
+}
 
 CombinerSource::~CombinerSource() {
   if (closed_) return;
@@ -287,13 +296,22 @@ Status CombinerSource::push_error() const {
 }
 
 // Adds the tuples to the table in runs that cannot overfill it: a run of n tuples adds at most n
-// keys, so a run is no longer than the room left (and than what is left before ship_tuples).
+// keys, so a run is no longer than the room left (and than what is left before ship_tuples). A
+// table that filled with a hit rate below pass_through_below starts a pass-through window.
 Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
   if (closed_ || failure_.failed()) [[unlikely]] {
     return push_error();
   }
   const auto* p = static_cast<const std::byte*>(tuples);
   while (count > 0) {
+    if (passing_ > 0) {
+      const std::size_t n = std::min(count, passing_);
+      if (Status s = pass_through(p, n); !s) return s;
+      p += n * tuple_bytes_;
+      count -= n;
+      passing_ -= n;
+      continue;
+    }
     std::size_t n = std::min(count, local_groups_ - table_.size());
     if (ship_tuples_ != 0) n = std::min(n, ship_tuples_ - since_ship_);
     table_.add(p, n);
@@ -302,9 +320,41 @@ Status CombinerSource::push_bulk(const void* tuples, std::size_t count) {
     counters_.tuples += n;
     since_ship_ += n;
     if (table_.size() >= local_groups_ || since_ship_ == ship_tuples_) [[unlikely]] {
+      // Hit rate of the full table: 1 - keys / tuples it took.
+      if (table_.size() >= local_groups_ && pass_through_below_ > 0 &&
+          static_cast<double>(since_ship_ - table_.size()) < pass_through_below_ * static_cast<double>(since_ship_)) {
+        passing_ = pass_through_tuples_;
+      }
       if (Status s = ship(); !s) return s;
     }
   }
+  return {};
+}
+
+// Ships each tuple as the partial row it makes on its own, routed as ship() routes rows, through
+// the scratch rows kPassBatch at a time.
+Status CombinerSource::pass_through(const std::byte* tuples, std::size_t count) {
+  before_writing();
+  const std::size_t width = table_.row_bytes();
+  const std::size_t key_bytes = table_.key_bytes();
+  const std::size_t targets = rings_.target_count();
+  while (count > 0) {
+    const std::size_t n = std::min(count, kPassBatch);
+    table_.make_rows(tuples, n, scratch_.data());
+    const std::byte* row = scratch_.data();
+    for (std::size_t i = 0; i < n; ++i, row += width) {
+      const std::size_t t = targets == 1 ? 0 : kernels::route(kernels::load_key(row, key_bytes), targets);
+      if (Status s = rings_.writer(t).append(row, width); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
+    }
+    counters_.tuples += n;
+    counters_.rows += n;
+    counters_.passed += n;
+    tuples += n * tuple_bytes_;
+    count -= n;
+  }
+  const memory::RingCounters rc = rings_.counters();
+  counters_.segments = rc.segments;
+  counters_.bytes = rc.bytes;
   return {};
 }
 
@@ -315,6 +365,7 @@ Status CombinerSource::ship() {
   since_ship_ = 0;
   const std::size_t rows = table_.size();
   if (rows == 0) return {};
+  before_writing();
   const std::size_t width = table_.row_bytes();
   const std::byte* row = table_.rows();
   const std::size_t targets = rings_.target_count();
@@ -344,8 +395,18 @@ Status CombinerSource::ship() {
   return {};
 }
 
+void CombinerSource::before_writing() {
+  if (!before_first_write_) [[likely]] {
+    return;
+  }
+  const std::function<void()> call = std::move(before_first_write_);
+  before_first_write_ = nullptr;
+  call();
+}
+
 Status CombinerSource::flush() {
   if (closed_) return {};
+  before_writing();
   if (Status s = ship(); !s) return s;
   for (std::size_t t = 0; t < rings_.target_count(); ++t) {
     if (Status s = rings_.writer(t).flush(); !s) return failure_.latch(std::move(s), /*ends_flow=*/true);
@@ -356,6 +417,7 @@ Status CombinerSource::flush() {
 
 Status CombinerSource::close() {
   if (closed_) return {};
+  before_writing();
   if (Status s = ship(); !s) return s;
   Status s = rings_.close();
   closed_ = true;
@@ -434,23 +496,26 @@ Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds time
   return {};
 }
 
+Status CombinerTarget::merge_arrived() {
+  if (finalized_) return {};
+  for (;;) {
+    memory::SegmentView view;
+    std::size_t source = 0;
+    Status s = rings_.try_next(view, source);
+    if (s.code() == Errc::retry) return {};
+    if (!s) return s;
+    if (view.bytes > 0) {
+      merge(view);
+      continue;
+    }
+    if (rings_.finished()) return {};
+  }
+}
+
 Status CombinerTarget::read_partial(TupleBatch& batch) {
   batch = TupleBatch{};
   batch.tuple_bytes = result_schema_.tuple_bytes();
-  if (!finalized_) {
-    for (;;) {
-      memory::SegmentView view;
-      std::size_t source = 0;
-      Status s = rings_.try_next(view, source);
-      if (s.code() == Errc::retry) break;
-      if (!s) return s;
-      if (view.bytes > 0) {
-        merge(view);
-        continue;
-      }
-      if (rings_.finished()) break;
-    }
-  }
+  if (Status s = merge_arrived(); !s) return s;
   finalize(partial_);
   batch.data = partial_.data();
   batch.count = partial_.size() / batch.tuple_bytes;

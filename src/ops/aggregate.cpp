@@ -2,8 +2,10 @@
 #include "dfi/ops/aggregate.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "dfi/cluster/node.hpp"
@@ -67,6 +69,7 @@ AggregationResult& AggregationResult::operator+=(const AggregationResult& other)
   groups += other.groups;
   checksum += other.checksum;
   shipped_rows += other.shipped_rows;
+  passed_tuples += other.passed_tuples;
   seconds = std::max(seconds, other.seconds);
   open_seconds = std::max(open_seconds, other.open_seconds);
   return *this;
@@ -78,6 +81,9 @@ void AggregationSpec::validate(int cluster_size) const {
   };
   detail::check_common("aggregation", name, threads, ranks, cluster_size);
   if (cache_groups < 1) throw bad("cache_groups must be at least 1");
+  if (!(pass_through_below >= 0 && pass_through_below <= 1)) {
+    throw bad("pass_through_below must be in [0, 1] (got " + std::to_string(pass_through_below) + ")");
+  }
   if (schema.column_count() == 0) throw bad("no input schema");
   // The flow's own validation names the rest (key column, aggregates, ring shape).
   try {
@@ -126,10 +132,15 @@ struct Aggregation::State {
         name(partials_flow(s)),
         row_width(s.result_schema().tuple_bytes()),
         gate(s.threads + target_threads(s, n.rank())) {
-    threads.on_failure([this] { gate.abandon(); });
+    for (int t = 0; t < s.threads; ++t) writing.emplace_back(1);
+    threads.on_failure([this] { abandon(); });
   }
   // Releases threads still waiting for run(), then `threads` joins them.
-  ~State() { gate.abandon(); }
+  ~State() { abandon(); }
+  void abandon() {
+    gate.abandon();
+    for (Countdown& w : writing) w.abandon();
+  }
 
   void check(const Status& status, const char* action) const {
     ops::check(spec, node.rank(), status, action, name);
@@ -140,9 +151,24 @@ struct Aggregation::State {
   }
 
   // Post-aggregation thread t: merges the partial rows of its target, then finalizes its groups.
+  //
+  // It first sleeps (no CPU: with few groups nothing is shipped before the close, and polling
+  // targets slowed the aggregation threads down) until aggregation thread t of its rank starts
+  // writing to the flow (its source's before_first_write: it ships its first table, passes a
+  // tuple through or closes), or rows arrive from another rank (looked for every kIdleCheck,
+  // without waiting), or a thread of the rank failed (abandon()). No wait is circular: before its
+  // first write an aggregation thread only reads its fragment into its table and waits for
+  // nobody, so the first condition comes after finite local work unless that thread fails, and
+  // a failure abandons. A remote source that fills its ring to this target waits for credits at
+  // most kIdleCheck longer than it would with a polling target (then the rows are seen and the
+  // thread consumes), never for this rank's own work, so neither its pipelining nor its stall
+  // timeout depends on how long this rank's aggregation takes. A rank that dies fails this
+  // rank's aggregation threads when they write (peer_failed, which abandons) and the probe below
+  // or consume() when its sources had not closed.
   void post_aggregate(int t) {
     flow::CombinerTarget in(node, name, t, spec.schema, options.open_timeout);
     if (!gate.opened()) return;
+    if (!wait_for_rows(in, writing[static_cast<std::size_t>(t)])) return;  // abandoned: a thread failed
     AggregationResult part;
     flow::TupleBatch batch;
     for (;;) {
@@ -157,6 +183,17 @@ struct Aggregation::State {
     add(part);
   }
 
+  // post_aggregate's sleep: true once `started` is counted down or `in` merged rows, false if
+  // abandoned.
+  bool wait_for_rows(flow::CombinerTarget& in, Countdown& started) {
+    for (;;) {
+      if (const std::optional<bool> released = started.wait_for(kIdleCheck)) return *released;
+      check(in.merge_arrived(), "consuming");
+      if (in.counters().rows > 0) return true;
+    }
+  }
+  static constexpr std::chrono::milliseconds kIdleCheck{5};
+
   // Aggregation thread t: its fragment into its source (rdma: a cache-sized table shipped when
   // full; hierarchical: an unbounded table shipped at close).
   void aggregate(int t) {
@@ -168,6 +205,8 @@ struct Aggregation::State {
     source_options.local_groups = spec.algorithm == AggregateAlgorithm::rdma
                                       ? spec.cache_groups
                                       : std::numeric_limits<std::size_t>::max();
+    if (spec.algorithm == AggregateAlgorithm::rdma) source_options.pass_through_below = spec.pass_through_below;
+    source_options.before_first_write = [this, t] { writing[static_cast<std::size_t>(t)].count_down(); };
     flow::CombinerSource out(node, worker, name, t, source_options);
     if (!gate.opened()) return;
     const Fragment& fragment = input[static_cast<std::size_t>(t)];
@@ -176,6 +215,7 @@ struct Aggregation::State {
     AggregationResult part;
     part.input_tuples = out.counters().tuples;
     part.shipped_rows = out.counters().rows;
+    part.passed_tuples = out.counters().passed;
     add(part);
   }
 
@@ -187,6 +227,7 @@ struct Aggregation::State {
   // Written by Aggregation::run before it releases the threads; read by them after opened().
   std::span<const Fragment> input;
   detail::OpenGate gate;
+  std::deque<Countdown> writing;  // per thread t: its source started writing (post_aggregate(t) waits)
   std::mutex mutex;
   AggregationResult result;  // guarded by mutex
   ThreadGroup threads;       // last: joined before what its threads use is destroyed
@@ -242,7 +283,7 @@ AggregationResult gather_aggregation_results(cluster::Node& node, const Aggregat
   std::ostringstream record;
   record.precision(17);
   record << mine.input_tuples << ' ' << mine.groups << ' ' << mine.checksum << ' ' << mine.shipped_rows
-         << ' ' << mine.seconds << ' ' << mine.open_seconds;
+         << ' ' << mine.seconds << ' ' << mine.open_seconds << ' ' << mine.passed_tuples;
   const int ranks = aggregation_ranks(spec, node.size());
   const std::vector<std::string> records =
       detail::exchange_records(node, "ops/aggregate/" + spec.name + "/result/", ranks, record.str());
@@ -250,7 +291,7 @@ AggregationResult gather_aggregation_results(cluster::Node& node, const Aggregat
   for (int r = 0; r < ranks; ++r) {
     std::istringstream in(records[r]);
     AggregationResult part;
-    in >> part.input_tuples >> part.groups >> part.checksum >> part.shipped_rows >> part.seconds >> part.open_seconds;
+    in >> part.input_tuples >> part.groups >> part.checksum >> part.shipped_rows >> part.seconds >> part.open_seconds >> part.passed_tuples;
     if (!in) {
       throw Error(Errc::protocol, "aggregation '" + spec.name + "': malformed result record of rank " +
                                       std::to_string(r));

@@ -35,6 +35,7 @@ ops::AggregationSpec aggregation_spec(const AggCommandOptions& options) {
   spec.aggregates = flow::parse_aggregates(kAggregates);
   spec.threads = options.threads;
   spec.cache_groups = options.cache_groups;
+  spec.pass_through_below = options.pass_through_below;
   return spec;
 }
 
@@ -87,6 +88,7 @@ std::string check_agg_options(const AggCommandOptions& o) {
   if (o.zipf < 0) return "--zipf must be 0 (uniform) or positive";
   if (o.threads < 1) return "--threads must be at least 1";
   if (o.cache_groups < 1) return "--cache-groups must be at least 1";
+  if (!(o.pass_through_below >= 0 && o.pass_through_below <= 1)) return "--pass-through-below must be in [0, 1]";
   if (o.verify != "yes" && o.verify != "no" && o.verify != "auto") return "--verify must be yes, no or auto";
   return {};
 }
@@ -205,13 +207,15 @@ int run_agg_command(const AggCommandOptions& options, std::ostream& out, std::os
       out << "{\"algorithm\": \"" << options.algorithm << "\", \"ranks\": " << node.size()
           << ", \"threads\": " << options.threads << ", \"tuples\": " << options.tuples
           << ", \"groups\": " << all.groups << ", \"checksum\": \"" << hex(all.checksum)
-          << "\", \"shipped_rows\": " << all.shipped_rows << ", \"seconds\": " << all.seconds
+          << "\", \"shipped_rows\": " << all.shipped_rows << ", \"passed_tuples\": " << all.passed_tuples
+          << ", \"seconds\": " << all.seconds
           << ", \"open_seconds\": " << all.open_seconds
           << ", \"tuples_per_second\": " << rate << ", \"cores\": " << cores
           << ", \"verified\": " << (verify ? (code == 0 ? "true" : "false") : "null") << "}" << std::endl;
     } else {
       out << std::fixed << std::setprecision(3) << "dfi agg: " << all.groups << " groups, checksum "
-          << hex(all.checksum) << ", " << all.shipped_rows << " partial rows shipped, " << all.seconds
+          << hex(all.checksum) << ", " << all.shipped_rows << " partial rows shipped (" << all.passed_tuples
+          << " tuples passed through), " << all.seconds
           << " s (flow opened before, in " << all.open_seconds << " s); "
           << std::setprecision(2) << rate / 1e6 << " M tuples/s, " << rate / 1e6 / cores << " M per core ("
           << cores << " cores); " << verdict << std::endl;

@@ -24,6 +24,7 @@ struct AggCommandOptions {
   double zipf = 0;                    // 0: uniform keys; > 0: Zipf exponent
   int threads = 1;
   std::size_t cache_groups = 16384;   // rdma: groups of a thread's pre-aggregation table
+  double pass_through_below = 0.25;   // rdma: see ops::AggregationSpec
   std::uint64_t seed = 1;
   std::string verify = "auto";        // yes | no | auto (at most 16 M tuples)
   bool json = false;

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   agg->add_option("--zipf", agg_options.zipf, "Zipf exponent of the keys (0: uniform)");
   agg->add_option("--threads", agg_options.threads, "Aggregation threads per rank")->check(CLI::Range(1, 64));
   agg->add_option("--cache-groups", agg_options.cache_groups, "rdma: groups of a thread's pre-aggregation table");
+  agg->add_option("--pass-through-below", agg_options.pass_through_below,
+                  "rdma: hit rate of a full pre-aggregation table below which tuples pass through unaggregated for a while (0: never)");
   agg->add_option("--seed", agg_options.seed, "Seed of the keys");
   agg->add_option("--verify", agg_options.verify, "yes, no or auto (at most 16 M tuples)");
   agg->add_option("--name", agg_options.name, "Name of the aggregation and its flow");

@@ -56,6 +56,17 @@ TEST_P(CombinerCluster, StreamingReadSeesFlushedPartials) {
   EXPECT_TRUE(contains(run.out, "final results have 10 groups")) << run.all();
 }
 
+TEST_P(CombinerCluster, BeforeFirstWriteRunsOnceBeforeTheFirstWrite) {
+  auto run = run_cluster(2, GetParam(), {COMBINER_NODE, "first-write"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  for (const char* first : {"full table", "full table routed to 2 targets", "full table starting a pass-through window",
+                            "flush", "close", "close on destruction"}) {
+    EXPECT_TRUE(contains(run.out, std::string("first-write: ") + first +
+                                      ": before_first_write ran once, before the first write"))
+        << first << '\n' << run.all();
+  }
+}
+
 TEST_P(CombinerCluster, UserErrorsAreReportedClearly) {
   RunOptions options;
   options.env = {{"DFI_REGISTRY_TIMEOUT_MS", "3000"}};

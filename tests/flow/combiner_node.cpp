@@ -4,6 +4,7 @@
 //                                         reference aggregation of the same data
 //   combiner_node overflow                SUM wraps modulo 2^64, AVG is exact, MIN/MAX extremes
 //   combiner_node partial                 streaming reads see what the sources flushed
+//   combiner_node first-write             before_first_write runs once, before the first write
 //   combiner_node errors                  every bad spec and user error gives a clear error
 //   combiner_node kill-source             a dead source fails consume naming it
 //   combiner_node bench TUPLES GROUPS     ranks 0..: one source each, target on rank 0: SUM
@@ -21,6 +22,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -74,6 +77,8 @@ struct Config {
   int value_style = 0;  // 0: small, 1: full range (wraps), 2: mixed
   std::size_t local_groups = 0;
   std::size_t ship_tuples = 0;
+  double pass_through_below = 0;  // adaptive pre-aggregation (0: off)
+  std::size_t pass_through_tuples = 0;
 };
 
 const std::vector<Type> kKeyTypes{Type::int32, Type::int64, Type::uint16, Type::chars};
@@ -139,6 +144,10 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   for (int s = 0; s < sources; ++s) c.tuples.push_back(pick(0, 5) == 0 ? 0 : pick(1, most));
   c.local_groups = pick(0, 1) == 0 ? pick(1, 64) : 65536;
   c.ship_tuples = pick(0, 2) == 0 ? pick(1, 500) : 0;
+  if (pick(0, 2) == 0) {  // a full table with any misses starts a pass-through window
+    c.pass_through_below = 1.0;
+    c.pass_through_tuples = pick(1, 300);
+  }
   return c;
 }
 
@@ -465,6 +474,8 @@ void run_source(cluster::Node& node, const Config& c, std::size_t index) {
   options.expected_schema = c.spec.schema;
   options.local_groups = c.local_groups;
   options.ship_tuples = c.ship_tuples;
+  options.pass_through_below = c.pass_through_below;
+  options.pass_through_tuples = c.pass_through_tuples;
   CombinerSource source(node, worker, c.name, c.spec.sources[index].thread, options);
   std::vector<std::byte> t(c.spec.schema.tuple_bytes());
   for (std::uint64_t i = 0; i < c.tuples[index]; ++i) {
@@ -475,6 +486,8 @@ void run_source(cluster::Node& node, const Config& c, std::size_t index) {
   if (Status s = source.close(); !s) fail(c.name + ": close: " + s.message());
   if (source.counters().tuples != c.tuples[index])
     fail(c.name + ": source counted the wrong number of tuples");
+  if (c.pass_through_below == 0 && source.counters().passed != 0)
+    fail(c.name + ": tuples passed through although pass-through is off");
 }
 
 void run_target(cluster::Node& node, const Config& c, std::size_t& rows,
@@ -750,6 +763,118 @@ int partial(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// CombinerSourceOptions::before_first_write runs exactly once, on the pushing thread, before
+// anything of the source reached a target, whatever its first write is: a full table shipped
+// (to one target, or routed to two), flush(), close(), the close on destruction. Rank 0 owns
+// the source and its targets (so the callback can look at the targets); the others only finish.
+int first_write(cluster::Node& node) {
+  if (node.rank() != 0) {
+    node.finish();
+    return 0;
+  }
+  enum class First { full_table, flush, close, destructor };
+  struct Case {
+    const char* name;
+    First first;
+    int targets;
+    double pass_through_below;
+  };
+  const Case cases[] = {{"full table", First::full_table, 1, 0},
+                        {"full table routed to 2 targets", First::full_table, 2, 0},
+                        {"full table starting a pass-through window", First::full_table, 1, 1.0},
+                        {"flush", First::flush, 2, 0},
+                        {"close", First::close, 1, 0},
+                        {"close on destruction", First::destructor, 2, 0}};
+  constexpr std::int64_t kGroups = 4;  // local_groups: the 4th distinct key fills the table
+  fabric::Worker worker(node.fabric(), "source");
+  int index = 0;
+  for (const Case& c : cases) {
+    FlowSpec spec = overflow_spec(1);
+    spec.name = "comb-first-write-" + std::to_string(index++);
+    spec.targets.clear();
+    for (int t = 0; t < c.targets; ++t) spec.targets.push_back({0, t});
+    spec.type_options = CombinerOptions{.aggregates = parse_aggregates("sum(v),count(*)")};
+    create_flow(node, spec);
+    std::vector<std::unique_ptr<CombinerTarget>> targets;
+    for (int t = 0; t < c.targets; ++t) targets.push_back(std::make_unique<CombinerTarget>(node, spec.name, t));
+    auto merged_rows = [&] {
+      std::uint64_t rows = 0;
+      for (auto& target : targets) {
+        if (Status s = target->merge_arrived(); !s) fail(std::string(c.name) + ": merge_arrived: " + s.message());
+        rows += target->counters().rows;
+      }
+      return rows;
+    };
+    int calls = 0;
+    std::uint64_t rows_at_call = 0;
+    std::uint64_t shipped_at_call = 0;
+    const std::thread::id pusher = std::this_thread::get_id();
+    std::optional<CombinerSource> source;
+    const CombinerSource* self = nullptr;  // (source->: not while reset() destroys it)
+    CombinerSourceOptions options;
+    options.local_groups = kGroups;
+    options.ship_tuples = 0;
+    options.pass_through_below = c.pass_through_below;
+    options.pass_through_tuples = 8;
+    options.before_first_write = [&] {
+      ++calls;
+      if (std::this_thread::get_id() != pusher) fail(std::string(c.name) + ": called on another thread");
+      shipped_at_call = self->counters().rows + self->counters().segments;
+      rows_at_call = merged_rows();
+    };
+    source.emplace(node, worker, spec.name, 0, options);
+    self = &*source;
+    auto push = [&](std::int64_t key) {
+      if (Status s = source->push(Row{key, key, 0}); !s) fail(std::string(c.name) + ": push: " + s.message());
+    };
+    std::int64_t pushed = 0;
+    for (; pushed < kGroups - 1; ++pushed) push(pushed);
+    if (calls != 0) fail(std::string(c.name) + ": called before the source wrote anything");
+    switch (c.first) {
+      case First::full_table:
+        push(pushed++);  // fills the table: it is shipped
+        break;
+      case First::flush:
+        if (Status s = source->flush(); !s) fail(std::string(c.name) + ": flush: " + s.message());
+        break;
+      case First::close:
+        if (Status s = source->close(); !s) fail(std::string(c.name) + ": close: " + s.message());
+        break;
+      case First::destructor:
+        source.reset();
+        break;
+    }
+    const bool first_was_the_end = c.first == First::close || c.first == First::destructor;
+    if (calls != 1) fail(std::string(c.name) + ": called " + std::to_string(calls) + " times by the first write");
+    if (shipped_at_call != 0 || rows_at_call != 0) fail(std::string(c.name) + ": called after the first write");
+    if (!first_was_the_end) {
+      for (int i = 0; i < 12; ++i) push(pushed++);  // more shipments (or a pass-through window)
+      if (Status s = source->flush(); !s) fail(std::string(c.name) + ": flush: " + s.message());
+      if (Status s = source->close(); !s) fail(std::string(c.name) + ": close: " + s.message());
+      if (calls != 1) fail(std::string(c.name) + ": called again by a later write");
+      if (c.pass_through_below > 0 && source->counters().passed == 0) fail(std::string(c.name) + ": nothing passed through");
+    }
+    // The targets see every tuple once: one group per key.
+    std::uint64_t groups = 0;
+    for (auto& target : targets) {
+      TupleBatch batch;
+      for (;;) {
+        if (Status s = target->consume(batch); !s) {
+          fail(std::string(c.name) + ": consume: " + s.message());
+          break;
+        }
+        if (batch.empty()) break;
+        groups += batch.count;
+      }
+    }
+    if (groups != static_cast<std::uint64_t>(pushed))
+      fail(std::string(c.name) + ": " + std::to_string(groups) + " groups for " + std::to_string(pushed) + " keys");
+    say("first-write: " + std::string(c.name) + ": before_first_write ran once, before the first write");
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 template <class F>
 void expect_error(const std::string& what, Errc code, const std::string& part, F&& f) {
   try {
@@ -1011,7 +1136,7 @@ int bench(cluster::Node& node, std::uint64_t tuples, std::uint64_t groups, int r
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: combiner_node property SEED COUNT | overflow | partial | errors | "
+                 "usage: combiner_node property SEED COUNT | overflow | partial | first-write | errors | "
                  "kill-source | bench TUPLES GROUPS [REPEAT]\n");
     return 2;
   }
@@ -1022,6 +1147,7 @@ int main(int argc, char** argv) {
       return property(node, std::stoull(argv[2]), std::stoi(argv[3]));
     if (scenario == "overflow") return overflow(node);
     if (scenario == "partial") return partial(node);
+    if (scenario == "first-write") return first_write(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "bench" && argc >= 4)

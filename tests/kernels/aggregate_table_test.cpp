@@ -20,19 +20,6 @@ namespace {
 
 using Table = AggregateTable;
 
-std::size_t bytes_of(ValueType type) {
-  switch (type) {
-    case ValueType::int8:
-    case ValueType::uint8: return 1;
-    case ValueType::int16:
-    case ValueType::uint16: return 2;
-    case ValueType::int32:
-    case ValueType::uint32:
-    case ValueType::float32: return 4;
-    default: return 8;
-  }
-}
-
 // A layout whose result tuple is the key followed by each aggregate's result, each aligned to its
 // own size (as flow::Schema lays out a C struct).
 Table::Layout layout(std::size_t tuple_bytes, std::size_t key_offset, std::size_t key_bytes,
@@ -40,7 +27,7 @@ Table::Layout layout(std::size_t tuple_bytes, std::size_t key_offset, std::size_
   Table::Layout l{tuple_bytes, key_offset, key_bytes, std::move(aggregates), 0};
   std::size_t at = key_bytes;
   for (Table::Column& c : l.aggregates) {
-    const std::size_t size = bytes_of(Table::result_type(c.function, c.type));
+    const std::size_t size = value_bytes(Table::result_type(c.function, c.type));
     at = (at + size - 1) / size * size;
     c.result_offset = at;
     at += size;
@@ -165,6 +152,32 @@ TEST(AggregateTable, MergedPartialRowsEqualOneTable) {
   Table copy(key_value_layout());
   copy.merge(global.rows(), global.size());
   EXPECT_EQ(results(copy), results(global));
+}
+
+// Pass-through: the rows make_rows() makes, one per tuple, merged into a table, give the results
+// of adding the tuples; partly aggregated rows and passed-through rows mix.
+TEST(AggregateTable, RowsMadeOnePerTupleMergeLikeAddedTuples) {
+  std::mt19937_64 random(5);
+  const std::vector<std::byte> tuples = key_value_tuples(20'000, 3'000, random);
+  Table maker(key_value_layout());
+  std::vector<std::byte> rows(20'000 * maker.row_bytes());
+  maker.make_rows(tuples.data(), 20'000, rows.data());
+  EXPECT_EQ(maker.size(), 0u);  // the table itself is untouched
+  Table global(key_value_layout());
+  global.merge(rows.data(), 10'000);  // the first half passed through
+  Table local(key_value_layout());
+  local.add(tuples.data() + 16 * 10'000, 10'000);  // the second half pre-aggregated
+  global.merge(local.rows(), local.size());
+  EXPECT_EQ(global.tuples_merged(), 20'000u);
+  expect_key_value_results(global, tuples);
+  // A wide key: its slot's padding is zero, as a row add() makes.
+  const Table::Layout wide = layout(16, 0, 12, {{Aggregate::count}});
+  Table wide_table(wide);
+  std::vector<std::byte> tuple(16, std::byte{7});
+  std::vector<std::byte> row(wide_table.row_bytes(), std::byte{0xff});
+  wide_table.make_rows(tuple.data(), 1, row.data());
+  wide_table.add(tuple.data(), 1);
+  EXPECT_EQ(std::memcmp(row.data(), wide_table.rows(), wide_table.row_bytes()), 0);
 }
 
 TEST(AggregateTable, ClearKeepsMemoryAndForgetsKeys) {

@@ -190,7 +190,7 @@ void check_agg(const json& r, const std::set<json>& xs) {
     ASSERT_EQ((*p)["ratios"].size(), 1u) << panel;
     EXPECT_DOUBLE_EQ((*p)["ratios"][0]["target"].get<double>(), target) << panel;
   }
-  check_panel(r, "open", {"rdma", "hierarchical"}, xs, 0);
+  check_panel(r, "open", {"rdma", "hierarchical"}, xs, 1);
 }
 
 TEST(BenchAgg, QuickOverShm) {

@@ -4,10 +4,12 @@
 // the group's on-failure action releases them from a Countdown they wait on).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -80,6 +82,12 @@ class Countdown {
   bool wait() {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return count_ <= 0 || abandoned_; });
+    return !abandoned_;
+  }
+  // wait() for at most `timeout`: its result, or nullopt if neither happened by then.
+  std::optional<bool> wait_for(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, timeout, [&] { return count_ <= 0 || abandoned_; })) return std::nullopt;
     return !abandoned_;
   }
 

@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,6 +101,20 @@ struct CombinerSourceOptions {
   std::chrono::milliseconds open_timeout{0};
   std::size_t local_groups = 65536;    // ship the local table when it holds this many keys
   std::size_t ship_tuples = 1u << 20;  // ... or after this many pushed tuples (0: only when full)
+  // Adaptive pre-aggregation (Müller et al., "Cache-efficient aggregation: hashing is sorting",
+  // SIGMOD 2015): when the table filled up to local_groups keys with a hit rate (the share of its
+  // tuples whose key was there already) below `pass_through_below`, aggregating does not pay: the
+  // next `pass_through_tuples` tuples skip the table and each goes out at once as the partial row
+  // it makes on its own (count 1). Then the table fills again and the hit rate is measured afresh.
+  // 0: always aggregate (the default); 1: a window after every table that filled.
+  double pass_through_below = 0;
+  std::size_t pass_through_tuples = 0;  // 0: 16 x local_groups
+  // Called once, on the pushing thread, just before the source first writes to its rings: its
+  // first shipment of rows (a full table, or after ship_tuples), flush() or close() (also the
+  // close on destruction); a pass-through window only starts with a shipment. Until then the
+  // source waits for no target, so an operator can let a target's thread sleep until its own
+  // rank's source gets there (ops::Aggregation). Must not throw.
+  std::function<void()> before_first_write;
 };
 
 struct CombinerCounters {
@@ -108,6 +123,7 @@ struct CombinerCounters {
   std::uint64_t segments = 0;  // segments published (source) or consumed (target)
   std::uint64_t bytes = 0;     // payload bytes of those segments
   std::uint64_t groups = 0;    // target: keys in its table
+  std::uint64_t passed = 0;    // source: tuples shipped unaggregated (pass-through), among `tuples`
 };
 
 class CombinerSource {
@@ -123,14 +139,16 @@ class CombinerSource {
   CombinerSource& operator=(const CombinerSource&) = delete;
 
   // Aggregates one tuple of the schema's width into the local table; ships the table when it is
-  // full. Owned by one thread. Errors: invalid_argument (wrong width), flow_failed (after
-  // close), peer_failed, timeout (the target stopped consuming).
+  // full (in a pass-through window, ships the tuple's own partial row instead: see
+  // CombinerSourceOptions::pass_through_below). Owned by one thread. Errors: invalid_argument
+  // (wrong width), flow_failed (after close), peer_failed, timeout (the target stopped consuming).
   Status push(const void* tuple, std::size_t bytes);
   template <class T>
   Status push(const T& tuple) {
     static_assert(std::is_trivially_copyable_v<T>);
     return push(&tuple, sizeof(T));
   }
+  // push() of `count` contiguous tuples of the schema's width; the same errors.
   Status push_bulk(const void* tuples, std::size_t count);
   // Ships the local table now and waits until it is visible at the target, so the target's
   // partial results include everything pushed so far.
@@ -143,8 +161,10 @@ class CombinerSource {
 
  private:
   Status ship();
+  Status pass_through(const std::byte* tuples, std::size_t count);
   Status width_error(std::size_t bytes) const;
   Status push_error() const;  // after close or a failed shipment
+  void before_writing();      // runs before_first_write once
 
   detail::SourceRings rings_;
   kernels::AggregateTable table_;
@@ -152,6 +172,11 @@ class CombinerSource {
   std::size_t local_groups_;
   std::size_t ship_tuples_;
   std::size_t since_ship_ = 0;
+  double pass_through_below_;
+  std::size_t pass_through_tuples_;
+  std::size_t passing_ = 0;          // tuples still to pass through before the table fills again
+  std::vector<std::byte> scratch_;   // pass-through rows before they are appended
+  std::function<void()> before_first_write_;  // emptied once called
   bool closed_ = false;
   detail::FailureLatch failure_;  // a shipment failed half-way: nothing more may be sent
   CombinerCounters counters_;
@@ -180,6 +205,9 @@ class CombinerTarget {
   // Streaming read: merges whatever has arrived (never waits) and returns every key's aggregates
   // over the partial rows merged so far (valid until the next call). Errors: peer_failed.
   Status read_partial(TupleBatch& batch);
+  // Merges whatever partial rows have arrived, never waits (read_partial without the results;
+  // counters() tells what was merged). Errors: peer_failed.
+  Status merge_arrived();
   // Every source closed and everything is merged (consume() hands out final results).
   bool sources_closed() const noexcept { return rings_.finished(); }
   bool end() const noexcept { return ended_; }

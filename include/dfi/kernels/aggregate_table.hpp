@@ -24,15 +24,21 @@
 // count and rounded once, so independent of the order of combination). Keys compare bytewise
 // (float keys: -0.0 and 0.0 are different groups).
 //
-// The index is open addressing over the rows, which stay contiguous in insertion order (rows()
-// hands them out as they are); once a table has grown to a cycle's number of keys, clear() keeps
-// its memory and later cycles allocate nothing.
+// The index is open addressing (linear probing, at most half full) over the rows, which stay
+// contiguous in insertion order (rows() hands them out as they are). A slot holds its row's index
+// and the high half of its key's hash, so a probe touches a row only where the hashes agree. A
+// key of at most 8 bytes is hashed and compared as one word, a wider one by its FNV-1a fold and
+// then bytewise. add() and merge() work through their input with the next items' slots and rows
+// prefetched (while the table is larger than a cache), so the cache misses of a large table
+// overlap. Once a table has grown to a cycle's number of keys, clear() keeps its memory and later
+// cycles allocate nothing.
 //
 // Owned by one thread; const members may be called from any number of threads at once.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dfi::kernels {
@@ -41,6 +47,9 @@ namespace dfi::kernels {
 enum class Aggregate : std::uint8_t { sum, count, min, max, avg };
 // The type of an aggregated column (and of a result column).
 enum class ValueType : std::uint8_t { int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64 };
+
+// Bytes of one value of `type`.
+std::size_t value_bytes(ValueType type) noexcept;
 
 class AggregateTable {
  public:
@@ -77,7 +86,7 @@ class AggregateTable {
   std::size_t size() const noexcept { return count_; }
   // The rows, contiguous, size() of row_bytes() each, in the order their keys came in; valid
   // until the next add, merge or clear.
-  const std::byte* rows() const noexcept { return rows_.data(); }
+  const std::byte* rows() const noexcept { return rows_.get(); }
   std::size_t memory_bytes() const noexcept;
   // Tuples the rows merged so far stand for (merge only; clear() keeps it).
   std::uint64_t tuples_merged() const noexcept { return tuples_merged_; }
@@ -86,6 +95,10 @@ class AggregateTable {
   void add(const std::byte* tuples, std::size_t count);
   // Combine: merges `count` rows of this layout (row_bytes() apart: another table's rows()).
   void merge(const std::byte* rows, std::size_t count);
+  // Pass-through: writes the partial row each of `count` input tuples makes on its own (its key, a
+  // count of 1, the states its values set; row_bytes() each) to `out`, as add() into an empty table
+  // would, without touching the table. Thread-safe (const).
+  void make_rows(const std::byte* tuples, std::size_t count, std::byte* out) const;
   // Finalize: writes one result tuple per row (result_bytes each, zero-padded) to `out`, in row
   // order; `out` must hold size() * result_bytes.
   void finalize(std::byte* out) const;
@@ -101,9 +114,23 @@ class AggregateTable {
     Kind kind = Kind::signed_int;
     std::size_t in_offset = 0;     // of its column in a tuple
     std::size_t state_offset = 0;  // of its state in a row
+    std::uint8_t update_code = 0;   // what add() applies (function x column type)
+    std::uint8_t combine_code = 0;  // what merge() applies (function x state type)
   };
-  std::byte* find_or_insert(const std::byte* key);
-  std::uint64_t hash(const std::byte* key) const noexcept;
+  // A slot of the index: the row's index + 1 in the low 32 bits (0: a free slot), the high 32
+  // bits of its key's hash above, so a probe compares keys only where the hashes agree.
+  static std::uint64_t slot_of(std::uint64_t hash, std::size_t row) noexcept {
+    return (hash >> 32 << 32) | (row + 1);
+  }
+  // Applies `apply(row, item)` to `count` items `stride` bytes apart whose keys are at
+  // `key_offset` (`key_load` bytes of them make a key of at most 8 bytes), with the slots and rows
+  // of the next items prefetched while the table is larger than a cache.
+  template <bool kWide, class Apply>
+  void run(const std::byte* items, std::size_t count, std::size_t stride, std::size_t key_offset,
+           std::size_t key_load, Apply&& apply);
+  // The row of the key at `key` with hash `hash`, created zeroed with the key if new.
+  template <bool kWide>
+  std::byte* find_or_insert(const std::byte* key, std::size_t key_load, std::uint64_t hash);
   void grow();
   void update(std::byte* row, const std::byte* tuple) const noexcept;
   void combine(std::byte* row, const std::byte* partial) const noexcept;
@@ -111,10 +138,19 @@ class AggregateTable {
   Layout layout_;
   std::size_t key_slot_ = 0;  // the key's bytes in a row, padded to 8
   std::size_t row_bytes_ = 0;
+  bool wide_ = false;    // a key of more than 8 bytes (compared bytewise; else as one word)
   std::vector<Op> ops_;  // one per aggregate other than COUNT
-  std::vector<std::byte> rows_;
-  std::size_t count_ = 0;             // rows
-  std::vector<std::uint32_t> slots_;  // row index + 1, or 0 when free; a power of two
+  // Memory of the table (malloc'd: the rows grow with realloc, which remaps a large block instead
+  // of copying it); large blocks are asked to be backed by huge pages, so that a large table's
+  // random accesses miss the TLB far less.
+  struct Free {
+    void operator()(void* memory) const noexcept;
+  };
+  std::unique_ptr<std::byte[], Free> rows_;        // room for slot_count_ / 2 rows
+  std::size_t count_ = 0;                          // rows
+  std::unique_ptr<std::uint64_t[], Free> slots_;  // slot_of(), or 0 when free; at most half used
+  std::size_t slot_count_ = 0;                     // a power of two (or 0 before the first key)
+  std::size_t mask_ = 0;                           // slot_count_ - 1
   std::uint64_t tuples_merged_ = 0;
 };
 

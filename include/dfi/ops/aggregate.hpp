@@ -19,7 +19,11 @@
 // "<name>.partials", whose sources are the rank's aggregation threads):
 //  - rdma (001's RDMA aggregation): each thread pre-aggregates its fragment in a cache-sized table
 //    (`cache_groups` groups); when the table is full it ships it as partial rows to the key's
-//    partition owner, in the background of the flow, and starts afresh. The flow has one target
+//    partition owner, in the background of the flow, and starts afresh. Adaptively: when a table
+//    filled with a hit rate below `pass_through_below` (few of its tuples found their key there:
+//    many groups, little locality), the thread stops pre-aggregating for a while and ships each
+//    tuple as a partial row of its own (flow::CombinerSourceOptions::pass_through_below), then
+//    tries its table again. The flow has one target
 //    per thread of every rank, and the combiner routes each row by kernels::route of its key, so
 //    the post-aggregation runs on all threads of all ranks at once, each over its own partition
 //    of the groups. Robust to many groups and to skew: no node ever holds more than its partition.
@@ -78,6 +82,10 @@ struct AggregationSpec {
   // rdma: groups a thread's pre-aggregation table holds before it ships (cache-sized: 16384
   // groups of a 48 B row are 768 KiB).
   std::size_t cache_groups = 16384;
+  // rdma: the hit rate of a full pre-aggregation table below which the thread passes tuples
+  // through unaggregated for a while (0: always pre-aggregate). At 0.25, uniform keys over many
+  // groups pass through and Zipf keys (about half hits) are pre-aggregated.
+  double pass_through_below = 0.25;
   flow::FlowOptions flow_options;  // ring shape and timeouts of the flow (bandwidth mode)
 
   // Throws dfi::Error(invalid_argument) naming the aggregation and the problem.
@@ -103,6 +111,7 @@ struct AggregationResult {
   std::uint64_t groups = 0;        // result rows this rank produced
   std::uint64_t checksum = 0;      // sum of fold_tuple over those rows, mod 2^64
   std::uint64_t shipped_rows = 0;  // partial rows this rank's threads shipped
+  std::uint64_t passed_tuples = 0;  // rdma: tuples among them shipped unaggregated (pass-through)
   double seconds = 0;       // the run's wall time, without the open (gather: the slowest rank's)
   double open_seconds = 0;  // opening the aggregation's flow, before the run (gather: max)
 

@@ -36,7 +36,8 @@ class AggScenario : public Scenario {
     return "GROUP BY key computing sum, count, min, max and avg of a value over `tuples` generated 16 B "
            "tuples on 4 ranks (one aggregation thread per rank). rdma: each thread pre-aggregates in a "
            "cache-sized table (cache_groups groups) and ships it, when full, as partial rows routed by "
-           "key to the thread that owns the key's partition (a combiner flow with one target per "
+           "key to the thread that owns the key's partition (adaptively: a table that filled with a hit rate "
+           "below pass_through_below starts a window in which tuples are shipped unaggregated) (a combiner flow with one target per "
            "thread of every rank); all ranks post-aggregate their partitions in parallel. "
            "hierarchical: each thread aggregates its whole fragment, then ships it once to rank 0, "
            "which unions and post-aggregates every group alone (a combiner flow with one target). "
@@ -54,6 +55,8 @@ class AggScenario : public Scenario {
          "Zipf keys over this many groups (target: rdma >= 2x faster)"},
         {"zipf", 1.0, 1.0, "Zipf exponent of the skewed runs"},
         {"cache_groups", 16384, 16384, "rdma: groups of a thread's pre-aggregation table"},
+        {"pass_through_below", 0.25, 0.25,
+         "rdma: hit rate of a full pre-aggregation table below which tuples pass through unaggregated for a while"},
         {"timeout_s", 300, 1800, "bound of each DFI cluster run"},
     };
   }
@@ -70,6 +73,7 @@ class AggScenario : public Scenario {
     const std::vector<std::uint64_t> zipf_groups = context.param("zipf_groups");
     const double zipf = context.param("zipf");
     const std::size_t cache_groups = context.param("cache_groups");
+    const double pass_through_below = context.param("pass_through_below");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("hierarchical", baselines()[0].description);
@@ -103,6 +107,7 @@ class AggScenario : public Scenario {
                                {"groups", "", "log10"}, {"open time", "s"}, Better::lower);
     open.series("rdma", Role::dfi, "RDMA aggregation: one target per thread of every rank");
     open.series("hierarchical", Role::baseline, "hierarchical aggregation: one target at rank 0");
+    open.compare("rdma", "hierarchical");
     // The single-node reference of each data set, computed on its first run.
     std::map<std::pair<std::uint64_t, double>, ReferenceAggregation> references;
     auto reference = [&](std::uint64_t groups, double skew) -> const ReferenceAggregation& {
@@ -130,8 +135,12 @@ class AggScenario : public Scenario {
             job.nodes = kRanks;
             job.scenario = name();
             job.timeout = timeout;
-            job.params = {{"algorithm", algorithm}, {"tuples", tuples},          {"groups", groups},
-                          {"zipf", set.zipf},       {"cache_groups", cache_groups}};
+            job.params = {{"algorithm", algorithm},
+                          {"tuples", tuples},
+                          {"groups", groups},
+                          {"zipf", set.zipf},
+                          {"cache_groups", cache_groups},
+                          {"pass_through_below", pass_through_below}};
             const std::string command = rank_job_command(job, context);
             std::map<int, json> reports = run_rank_job(job, context);
             if (!reports.count(0)) throw Error(Errc::protocol, "bench agg: rank 0 reported no result");
@@ -151,7 +160,8 @@ class AggScenario : public Scenario {
             const double seconds = r.at("seconds");
             const double open_seconds = r.at("open_seconds");
             context.say(round + ": " + std::to_string(seconds) + " s (flow opened before, in " +
-                        std::to_string(open_seconds) + " s)");
+                        std::to_string(open_seconds) + " s); " + r.at("shipped_rows").dump() + " partial rows shipped, " +
+                        r.at("passed_tuples").dump() + " tuples passed through");
             Panel& p = result.panel(set.panel);
             p.add(algorithm, groups, seconds);
             p.add_command(algorithm, command);
@@ -171,6 +181,7 @@ class AggScenario : public Scenario {
     options.groups = params.at("groups");
     options.zipf = params.at("zipf");
     options.cache_groups = params.at("cache_groups");
+    options.pass_through_below = params.at("pass_through_below");
     try {
       cluster::Node node;
       const ops::AggregationResult all = run_generated_aggregation(node, options);
@@ -180,7 +191,8 @@ class AggScenario : public Scenario {
                                  {"groups", all.groups},
                                  {"checksum", all.checksum},
                                  {"input_tuples", all.input_tuples},
-                                 {"shipped_rows", all.shipped_rows}});
+                                 {"shipped_rows", all.shipped_rows},
+                                 {"passed_tuples", all.passed_tuples}});
       }
       node.finish();
     } catch (const Error& e) {
