@@ -22,6 +22,8 @@ namespace dfi::cluster {
 namespace {
 
 std::string address_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/address"; }
+// Published by a process that took the place of a dead one of its rank (Node::rejoined()).
+const std::string kRejoinedRecord = "dfi/node/rejoined";
 
 // "<host> <pid>" of this process.
 std::string this_process() {
@@ -64,14 +66,41 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
   context_ = std::make_unique<fabric::Context>(options.fabric);
   service_ = std::make_unique<fabric::Worker>(*context_, "rank " + std::to_string(rank_) + " service");
   if (options.setup_service) options.setup_service(*service_);
+  // A process record of this rank already there: an earlier process of the rank died and this
+  // one takes its place (a restarted data mover); the cluster is up already.
+  rejoined_ = client_->try_lookup(process_record(rank_)).has_value();
   client_->publish(process_record(rank_), this_process(), /*replace=*/true);
   client_->publish(address_record(rank_), service_->address(), /*replace=*/true);
   progress_ = std::make_unique<fabric::ProgressThread>(*service_);
-  client_->join(rank_, context_->describe());
+  join();
   barrier_client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
-  barrier("dfi/node/up");
+  if (!rejoined_) barrier("dfi/node/up");
   watch_client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
   watcher_ = std::thread([this, interval = options.liveness_interval] { watch(interval); });
+}
+
+void Node::join() {
+  if (!rejoined_) {
+    client_->join(rank_, context_->describe());
+    return;
+  }
+  // The earlier process's membership ends when the registry sees its connection close.
+  const auto deadline = std::chrono::steady_clock::now() + registry_timeout_;
+  for (;;) {
+    try {
+      client_->join(rank_, context_->describe());
+      break;
+    } catch (const Error& e) {
+      if (e.code() != Errc::already_exists || std::chrono::steady_clock::now() >= deadline) {
+        throw Error(e.code(), "cluster: rank " + std::to_string(rank_) + " rejoining after its earlier process: " +
+                                  e.what());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Ranks that meet at the final barrier would wait for the earlier process: finish() meets
+  // through records instead once this is there.
+  client_->publish(kRejoinedRecord, std::to_string(rank_), /*replace=*/true);
 }
 
 Node::~Node() {
@@ -208,7 +237,7 @@ void Node::adopt_progress(fabric::Worker& worker) { progress_->adopt(worker); }
 void Node::abandon_progress(fabric::Worker& worker) { progress_->abandon(worker); }
 
 void Node::finish() {
-  if (failed_ranks().empty()) {
+  if (failed_ranks().empty() && !rejoined_ && !client_->try_lookup(kRejoinedRecord)) {
     barrier("dfi/node/finish");
     stop_watcher();
     return;

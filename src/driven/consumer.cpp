@@ -5,6 +5,7 @@
 #include "dfi/driven/flow.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/registry/client.hpp"
+#include "links.hpp"
 #include "names.hpp"
 #include "peers.hpp"
 
@@ -19,7 +20,8 @@ Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chro
   label_ = "driven flow '" + spec_.name + "' consumer (rank " + std::to_string(node.rank()) + ", id " +
            std::to_string(id) + ")";
   const memory::RingLayout layout = spec_.layout();
-  region_ = fabric::MemoryRegion(node.fabric(), layout.bytes());
+  // The ring, then the mover's link words (links.hpp), which a restarted mover reads.
+  region_ = fabric::MemoryRegion(node.fabric(), detail::consumer_region_bytes(layout, spec_.sources.size()));
   reader_ = memory::SegmentReader<memory::LocalRing>(static_cast<std::byte*>(region_.data()), layout);
   backoff_ = BackoffSettings::from_config();
   stall_timeout_ = flow::detail::stall_timeout(spec_);
@@ -73,11 +75,22 @@ Status Consumer::leave() {
   return {};
 }
 
+Status Consumer::confirm_end() {
+  if (confirmed_) return {};
+  // The ring is freed once the mover recorded that it will not touch it again (mover.hpp): a
+  // mover restarted after end-of-stream would otherwise attach to freed memory.
+  if (Status s = peers_->await_done(detail::consumer_done_record(spec_.name, index_), label_, stall_timeout_); !s) {
+    return s;
+  }
+  confirmed_ = true;
+  return {};
+}
+
 Status Consumer::try_consume(flow::TupleBatch& batch) {
   if (failure_.failed()) [[unlikely]] return failure_.again(label_);
   batch = {};
   batch.tuple_bytes = tuple_bytes_;
-  if (ended_ || take(batch)) return {};
+  if (ended_ || take(batch)) return ended_ ? confirm_end() : Status();
   if (Status s = peers_->check(label_); !s) return failure_.latch(std::move(s));
   return Status(Errc::retry);
 }
@@ -86,18 +99,18 @@ Status Consumer::consume(flow::TupleBatch& batch, std::chrono::milliseconds time
   if (failure_.failed()) [[unlikely]] return failure_.again(label_);
   batch = {};
   batch.tuple_bytes = tuple_bytes_;
-  if (ended_ || take(batch)) return {};
+  if (ended_ || take(batch)) return ended_ ? confirm_end() : Status();
   const std::chrono::milliseconds limit = timeout.count() > 0 ? timeout : stall_timeout_;
   Deadline deadline(limit);
   Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this));
   for (std::uint64_t round = 1;; ++round) {
     backoff.pause();
-    if (take(batch)) return {};
+    if (take(batch)) return ended_ ? confirm_end() : Status();
     if ((round & 63) == 0) {
       if (Status s = peers_->check(label_); !s) return failure_.latch(std::move(s));
       if (deadline.expired()) {
-        return {Errc::timeout, label_ + ": no data within " + std::to_string(limit.count()) +
-                                   " ms (is the mover running?)"};
+        return {Errc::timeout, label_ + ": no data within " + std::to_string(limit.count()) + " ms: " +
+                                   peers_->mover_state()};
       }
     }
   }

@@ -1,11 +1,14 @@
 #include "dfi/driven/mover.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +23,7 @@
 #include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_writer.hpp"
 #include "dfi/registry/client.hpp"
+#include "links.hpp"
 #include "names.hpp"
 #include "share.hpp"
 
@@ -44,6 +48,7 @@ std::string consumer_name(const flow::TargetRef& t) {
 // producers' rings. Shuffle: readers[c][p] is producer p's ring for consumer c. Balance and
 // replicate: one row, readers[0][p] is producer p's one ring, which every consumer's turn reads.
 struct Mover::Flow {
+  cluster::Node* node = nullptr;  // the registry: done records (slow path)
   flow::FlowSpec spec;
   DrivenOptions options;
   std::string label;
@@ -78,6 +83,11 @@ struct Mover::Flow {
   std::int64_t deficit = 0;
   std::uint64_t allowance = std::numeric_limits<std::uint64_t>::max();
   MoverCounters tally;  // this flow's counters
+  // Recovery (mover.hpp): PUs an earlier mover let go of (never attached), and what add_flow
+  // found in the buffers.
+  std::vector<bool> producer_done;  // [producer]
+  std::vector<bool> consumer_done;  // [consumer]
+  MoverRecovery recovery;
 
   // True once the flow ended: every producer's end-of-stream taken and every consumer attached
   // closed (balance), every consumer closed (the others).
@@ -94,14 +104,27 @@ struct Mover::Flow {
   // Producer p's next segment from row `row` of readers, if one is there; takes an end-of-stream
   // segment itself (the producer ended) and leaves `segment` empty then.
   Status take(std::size_t row, std::size_t p, std::optional<memory::SegmentView>& segment);
-  // Copies `segment` (peeked from `reader`) into the writer's ring and gives it back.
-  Status transfer(Reader& reader, Writer& writer, const memory::SegmentView& segment, MoverCounters& total,
-                  std::uint64_t& moved);
+  // Copies `segment` (peeked from `reader`, producer p's) into consumer c's ring (`writer`) and
+  // gives it back.
+  Status transfer(std::size_t c, std::size_t p, Reader& reader, Writer& writer, const memory::SegmentView& segment,
+                  MoverCounters& total, std::uint64_t& moved);
   // free and budget of every consumer, from its ring's released tail.
   Status refresh_free();
   // Balance and replicate, after a pass: sends what was published; once every producer ended,
   // closes each consumer that has room for its end-of-stream segment.
   Status finish_consumers();
+  // Publishes end-of-stream at consumer c, then its done record.
+  Status close_consumer(std::size_t c);
+  // Records in consumer c's link word of producer p that the reader's next segment goes out as
+  // the writer's next one (links.hpp); before the publication.
+  Status note_link(std::size_t c, std::size_t p, const Reader& reader, const Writer& writer);
+  // Publishes a done record (names.hpp); replaces: a restarted mover may publish it again.
+  Status publish_done(const std::string& record);
+  // Recovery (mover.hpp): rebuilds the readers' and writers' positions from the rings' words and
+  // finishes the transfer an earlier mover left half done. Errors: peer_failed, timeout, protocol
+  // (the words contradict the protocol).
+  Status recover();
+  Status recover_pending();
 };
 
 Mover::Mover(cluster::Node& node) : node_(node), worker_(node.fabric(), "mover") {}
@@ -114,6 +137,7 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   }
   const Deadline deadline = flow::detail::open_deadline(timeout);
   auto f = std::make_unique<Flow>();
+  f->node = &node_;
   f->spec = flow::detail::open_spec(node_, name, kDriven, std::nullopt, deadline);
   f->options = f->spec.type_options.get<DrivenOptions>();
   f->label = "driven flow '" + f->spec.name + "' mover (rank " + std::to_string(node_.rank()) + ")";
@@ -121,6 +145,7 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   f->share_record = detail::share_record(f->spec.name);
   const std::size_t producers = f->spec.sources.size();
   const std::size_t consumers = f->spec.targets.size();
+  claim(*f);
 
   auto attach = [&](const std::string& record, int rank, const std::string& who) -> fabric::RemoteMemory& {
     try {
@@ -129,34 +154,69 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
       throw Error(e.code(), f->label + ": " + who + " did not open the flow: " + e.what());
     }
   };
+  // Recovery (mover.hpp): a PU whose done record exists was let go of by an earlier mover of the
+  // flow and may have freed its buffers: it is never attached again.
+  auto done = [&](const std::string& record) {
+    try {
+      return node_.registry().try_lookup(record).has_value();
+    } catch (const Error& e) {
+      throw Error(e.code(), f->label + ": " + e.what());
+    }
+  };
 
   f->layout = f->spec.layout();
   f->writer_options.stall_timeout = flow::detail::stall_timeout(f->spec);
-  std::vector<fabric::RemoteMemory*> producer_regions;
-  for (std::size_t p = 0; p < producers; ++p) {
-    const flow::SourceRef s = f->spec.sources[p];
-    producer_regions.push_back(&attach(detail::producer_record(f->spec.name, p), s.rank,
-                                       "producer (rank " + std::to_string(s.rank) + ", thread " +
-                                           std::to_string(s.thread) + ")"));
-  }
   const bool shuffle = f->options.pattern == Pattern::shuffle;
   // A balance flow's consumers come and go while it runs (poll_members): none is waited for.
   const bool elastic = f->options.pattern == Pattern::balance;
   const std::size_t rows = shuffle ? consumers : 1;
+  f->ended.assign(rows, std::vector<bool>(producers, false));
+  f->open.assign(rows, producers);
+  f->cursor.assign(rows, 0);
+  f->free.assign(consumers, 0);
+  f->budget.assign(consumers, 0);
+  f->producer_done.assign(producers, false);
+  f->consumer_done.assign(consumers, false);
+  std::vector<fabric::RemoteMemory*> producer_regions(producers, nullptr);
+  for (std::size_t p = 0; p < producers; ++p) {
+    const flow::SourceRef s = f->spec.sources[p];
+    if (done(detail::producer_done_record(f->spec.name, p))) {
+      f->producer_done[p] = true;
+      ++f->recovery.producers_done;
+      for (std::size_t row = 0; row < rows; ++row) f->ended[row][p] = true;
+      for (std::size_t& open : f->open) --open;
+      continue;
+    }
+    producer_regions[p] = &attach(detail::producer_record(f->spec.name, p), s.rank,
+                                  "producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")");
+  }
   f->writers.resize(consumers);
   f->leaving.assign(consumers, false);
   for (std::size_t c = 0; c < consumers; ++c) {
     f->join_records.push_back(detail::consumer_record(f->spec.name, c));
     f->leave_records.push_back(detail::leave_record(f->spec.name, c));
   }
-  for (std::size_t c = 0; c < consumers && !elastic; ++c) {
+  for (std::size_t c = 0; c < consumers; ++c) {
+    if (done(detail::consumer_done_record(f->spec.name, c))) {
+      f->consumer_done[c] = true;
+      ++f->recovery.consumers_done;
+      continue;
+    }
     const flow::TargetRef t = f->spec.targets[c];
-    attach_consumer(*f, c, attach(f->join_records[c], t.rank, consumer_name(t)));
+    if (!elastic) {
+      attach_consumer(*f, c, attach(f->join_records[c], t.rank, consumer_name(t)));
+    } else if (std::optional<std::string> descriptor = node_.registry().try_lookup(f->join_records[c])) {
+      attach_consumer(*f, c, this->attach(*f, t.rank, *descriptor));  // opened before this mover started
+    }
   }
   for (std::size_t row = 0; row < rows; ++row) {
     f->readers.emplace_back();
     for (std::size_t p = 0; p < producers; ++p) {
       const flow::SourceRef s = f->spec.sources[p];
+      if (f->producer_done[p]) {
+        f->readers.back().push_back(nullptr);
+        continue;
+      }
       f->readers.back().push_back(std::make_unique<Reader>(
           worker_, endpoint(*f, s.rank), *producer_regions[p], row * f->layout.bytes(), f->layout,
           memory::RemoteRingOptions{},
@@ -164,20 +224,193 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
               (shuffle ? " for " + consumer_name(f->spec.targets[row]) : std::string())));
     }
   }
+  if (Status s = f->recover(); !s) throw Error(s.code(), s.message());
   try {
-    node_.registry().publish(detail::mover_record(f->spec.name), std::to_string(node_.rank()));
+    node_.registry().publish(detail::mover_record(f->spec.name), identity(), /*replace=*/true);
   } catch (const Error& e) {
-    if (e.code() != Errc::already_exists) throw;
-    throw Error(Errc::already_exists, f->label + ": the flow has a mover already (rank " +
-                                          node_.registry().lookup(detail::mover_record(f->spec.name)) + ")");
+    throw Error(e.code(), f->label + ": " + e.what());
   }
-  f->ended.assign(rows, std::vector<bool>(producers, false));
-  f->open.assign(rows, producers);
-  f->cursor.assign(rows, 0);
-  f->free.assign(consumers, 0);
-  f->budget.assign(consumers, 0);
   flows_.push_back(std::move(f));
   quanta_stale_ = true;
+}
+
+void Mover::claim(const Flow& f) {
+  std::optional<std::string> holder;
+  try {
+    holder = node_.registry().try_lookup(detail::mover_record(f.spec.name));
+  } catch (const Error& e) {
+    throw Error(e.code(), f.label + ": " + e.what());
+  }
+  if (!holder) return;
+  // "<rank> <pid>": an earlier process of this rank (a restarted mover) or a rank declared dead
+  // is taken over; a live mover elsewhere, or one in this process, keeps the flow.
+  int rank = -1;
+  long long pid = -1;
+  std::istringstream(*holder) >> rank >> pid;
+  const bool this_process = rank == node_.rank() && pid == static_cast<long long>(::getpid());
+  const bool dead = rank == node_.rank() ? !this_process : !node_.fabric().peer_failure(rank).empty();
+  if (!dead) {
+    throw Error(Errc::already_exists, f.label + ": the flow has a mover already (rank " + std::to_string(rank) + ")");
+  }
+}
+
+namespace {
+
+// How many segments the words of consumer ring `ring` say were published into it, and whether
+// the last of them was end-of-stream. The head word is a hint at most one behind or, for
+// end-of-stream (written before the state), one ahead; the state words are the truth.
+Status published_count(const memory::RemoteRing& ring, std::uint64_t& published, bool& ended) {
+  const memory::RingLayout& layout = ring.layout();
+  std::uint64_t head = 0;
+  if (Status s = ring.load(layout.head_offset(), head); !s) return s;
+  published = 0;
+  ended = false;
+  for (std::uint64_t n = head + 1; n >= 1 && n + 1 >= head; --n) {
+    std::uint64_t state = 0;
+    if (Status s = ring.load(layout.state_offset(n), state); !s) return s;
+    if (memory::state_sequence(state) == n && (memory::state_flags(state) & memory::kConsumable) != 0) {
+      published = n;
+      ended = (memory::state_flags(state) & memory::kEndOfStream) != 0;
+      return {};
+    }
+  }
+  if (head > 1) {
+    return {Errc::protocol, ring.label() + ": head " + std::to_string(head) +
+                                " but no segment around it is published (the ring's words were overwritten?)"};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string Mover::identity() const {
+  return std::to_string(node_.rank()) + ' ' + std::to_string(static_cast<long long>(::getpid()));
+}
+
+Status Mover::Flow::recover() {
+  // Producers: the reader continues after the released tail; a tail on an end-of-stream segment
+  // means the producer's ring ended (its state word stays: the producer writes nothing after it).
+  for (std::size_t row = 0; row < readers.size(); ++row) {
+    for (std::size_t p = 0; p < readers[row].size(); ++p) {
+      if (!readers[row][p]) continue;
+      Reader& reader = *readers[row][p];
+      std::uint64_t tail = 0;
+      if (Status s = reader.access().load(layout.tail_offset(), tail); !s) return s;
+      reader.resume(tail);
+      recovery.taken += tail;
+      if (tail == 0) continue;
+      std::uint64_t state = 0;
+      if (Status s = reader.access().load(layout.state_offset(tail), state); !s) return s;
+      if (state == memory::state_word(tail, memory::kConsumable | memory::kEndOfStream)) {
+        ended[row][p] = true;
+        --open[row];
+        --recovery.taken;  // not a segment of tuples
+      }
+    }
+  }
+  // Consumers: the writer continues after the last published segment; one that got end-of-stream
+  // is closed, and let go of (its done record, which the earlier mover may not have written).
+  for (std::size_t c = 0; c < writers.size(); ++c) {
+    if (!writers[c]) continue;
+    Writer& writer = *writers[c];
+    std::uint64_t published = 0;
+    bool closed = false;
+    if (Status s = published_count(writer.access(), published, closed); !s) return s;
+    writer.resume(published, closed);
+    recovery.delivered += published - (closed ? 1 : 0);
+    if (closed) {
+      --consumers_open;
+      if (Status s = publish_done(detail::consumer_done_record(spec.name, c)); !s) return s;
+    }
+  }
+  if (Status s = recover_pending(); !s) return s;
+  for (std::size_t p = 0; p < producer_done.size(); ++p) {
+    bool all = !producer_done[p];
+    for (const auto& row : ended) all = all && row[p];
+    if (all) {
+      if (Status s = publish_done(detail::producer_done_record(spec.name, p)); !s) return s;
+    }
+  }
+  recovery.resumed = recovery.taken > 0 || recovery.delivered > 0 || recovery.producers_done > 0 ||
+                     recovery.consumers_done > 0 || recovery.completed > 0;
+  return {};
+}
+
+// The half-done transfer (mover.hpp, Recovery): producer p's next segment s (its ring released up
+// to s - 1) that a consumer's link word names as its last published segment was delivered there
+// and only its release is missing. Shuffle and balance: at most one consumer holds it; raise the
+// tail. Replicate: the consumers that hold it show it as their last segment, the others are one
+// behind; it goes to those first (the global order continues from there), then the tail.
+Status Mover::Flow::recover_pending() {
+  const std::size_t producers = spec.sources.size();
+  auto holds = [&](std::size_t c, std::size_t p, const Reader& reader, bool& held) -> Status {
+    held = false;
+    if (!writers[c] || writers[c]->closed()) return {};
+    std::uint64_t word = 0;
+    if (Status s = writers[c]->access().load(detail::link_offset(layout, p), word); !s) return s;
+    held = detail::link_names(word, reader.next_sequence(), writers[c]->next_sequence() - 1);
+    return {};
+  };
+  for (std::size_t p = 0; p < producers; ++p) {
+    if (producer_done[p]) continue;
+    if (options.pattern == Pattern::shuffle) {
+      for (std::size_t c = 0; c < writers.size(); ++c) {
+        if (ended[c][p]) continue;
+        bool held = false;
+        if (Status s = holds(c, p, *readers[c][p], held); !s) return s;
+        if (!held) continue;
+        if (Status s = readers[c][p]->release(); !s) return s;
+        ++recovery.completed;
+      }
+      continue;
+    }
+    if (ended[0][p]) continue;
+    Reader& reader = *readers[0][p];
+    std::vector<bool> held(writers.size(), false);
+    std::size_t holders = 0;
+    std::uint64_t position = 0;  // replicate: the consumers' published count with the segment
+    for (std::size_t c = 0; c < writers.size(); ++c) {
+      bool h = false;
+      if (Status s = holds(c, p, reader, h); !s) return s;
+      held[c] = h;
+      if (h) {
+        ++holders;
+        position = writers[c]->next_sequence() - 1;
+      }
+    }
+    if (holders == 0) continue;
+    if (options.pattern == Pattern::balance) {
+      if (holders > 1) {
+        return {Errc::protocol, label + ": producer " + std::to_string(p) + "'s segment " +
+                                    std::to_string(reader.next_sequence()) + " was delivered to " +
+                                    std::to_string(holders) + " consumers"};
+      }
+      if (Status s = reader.release(); !s) return s;
+      ++recovery.completed;
+      continue;
+    }
+    // Replicate: roll the segment forward to the consumers that do not hold it yet.
+    std::optional<memory::SegmentView> segment;
+    if (Status s = reader.peek(segment); !s) return s;
+    if (!segment || segment->end_of_stream) {
+      return {Errc::protocol, label + ": producer " + std::to_string(p) + "'s segment " +
+                                  std::to_string(reader.next_sequence()) + " is delivered but not in its ring"};
+    }
+    for (std::size_t c = 0; c < writers.size(); ++c) {
+      if (held[c]) continue;
+      if (!writers[c] || writers[c]->closed() || writers[c]->next_sequence() != position) {
+        return {Errc::protocol, label + ": " + consumer_name(spec.targets[c]) + " is not one segment behind the "
+                                    "consumers that hold producer " + std::to_string(p) + "'s segment " +
+                                    std::to_string(reader.next_sequence())};
+      }
+      if (Status s = note_link(c, p, reader, *writers[c]); !s) return s;
+      if (Status s = writers[c]->publish_from(segment->data, segment->bytes); !s) return s;
+      if (Status s = writers[c]->drain(); !s) return s;
+    }
+    if (Status s = reader.release(); !s) return s;
+    ++recovery.completed;
+  }
+  return {};
 }
 
 fabric::Endpoint& Mover::endpoint(Flow& f, int rank) {
@@ -227,8 +460,15 @@ Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, 
   for (std::size_t c = 0; c < f.writers.size(); ++c) {
     try {
       if (!f.writers[c]) {
+        if (f.consumer_done[c]) continue;  // let go of by an earlier mover of the flow
         if (auto descriptor = node_.registry().try_lookup(f.join_records[c])) {
           attach_consumer(f, c, attach(f, f.spec.targets[c].rank, *descriptor));
+          // Continue where the words say (a ring written by an earlier mover of the flow).
+          std::uint64_t published = 0;
+          bool closed = false;
+          if (Status s = published_count(f.writers[c]->access(), published, closed); !s) return s;
+          f.writers[c]->resume(published, closed);
+          if (closed) --f.consumers_open;
         }
       } else if (!f.leaving[c] && !f.writers[c]->closed()) {
         f.leaving[c] = node_.registry().try_lookup(f.leave_records[c]).has_value();
@@ -342,18 +582,23 @@ const Mover::Flow& Mover::find(std::string_view flow) const {
 
 const MoverCounters& Mover::counters(std::string_view flow) const { return find(flow).tally; }
 
+const MoverRecovery& Mover::recovery(std::string_view flow) const { return find(flow).recovery; }
+
 std::int64_t Mover::share(std::string_view flow) const { return find(flow).share; }
 
-Status Mover::Flow::transfer(Reader& reader, Writer& writer, const memory::SegmentView& segment, MoverCounters& total,
-                             std::uint64_t& moved) {
-  // The segment is copied out of the producer's ring (into the consumer's mapped ring, or into a
-  // staging segment that the put sends) before the producer gets it back.
+Status Mover::Flow::transfer(std::size_t c, std::size_t p, Reader& reader, Writer& writer,
+                             const memory::SegmentView& segment, MoverCounters& total, std::uint64_t& moved) {
+  // The link word first (links.hpp), then the segment is copied out of the producer's ring (into
+  // the consumer's mapped ring, or into a staging segment that the put sends) and published, and
+  // only then does the producer get it back: a mover killed anywhere in between leaves words
+  // that tell a restarted one whether the consumer holds it (mover.hpp, Recovery).
+  if (Status s = note_link(c, p, reader, writer); !s) return s;
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
   if (Status s = reader.release(); !s) return s;
   moved += segment.bytes;
-  for (MoverCounters* c : {&total, &tally}) {
-    ++c->segments;
-    c->bytes += segment.bytes;
+  for (MoverCounters* counter : {&total, &tally}) {
+    ++counter->segments;
+    counter->bytes += segment.bytes;
   }
   return {};
 }
@@ -368,8 +613,32 @@ Status Mover::Flow::take(std::size_t row, std::size_t p, std::optional<memory::S
     if (Status s = reader.release(); !s) return s;
     ended[row][p] = true;
     --open[row];
+    // Every ring of the producer ended: it may free them once it knows we will not read again.
+    bool all = true;
+    for (const auto& r : ended) all = all && r[p];
+    if (all) return publish_done(detail::producer_done_record(spec.name, p));
   }
   return {};
+}
+
+Status Mover::Flow::publish_done(const std::string& record) {
+  try {
+    node->registry().publish(record, "", /*replace=*/true);
+  } catch (const Error& e) {
+    return {e.code(), label + ": " + record + ": " + e.what()};
+  }
+  return {};
+}
+
+Status Mover::Flow::close_consumer(std::size_t c) {
+  if (Status s = writers[c]->close(); !s) return s;  // waits until everything reached the consumer
+  --consumers_open;
+  return publish_done(detail::consumer_done_record(spec.name, c));
+}
+
+Status Mover::Flow::note_link(std::size_t c, std::size_t p, const Reader& reader, const Writer& writer) {
+  return writers[c]->access().store(detail::link_offset(layout, p),
+                                    detail::link_word(reader.next_sequence(), writer.next_sequence()));
 }
 
 Status Mover::Flow::refresh_free() {
@@ -393,8 +662,7 @@ Status Mover::Flow::finish_consumers() {
     // Every producer ended (or the consumer leaves) and the consumer has room for end-of-stream:
     // close it without waiting for a full ring (a slow consumer does not hold up the others). A
     // leaving consumer drains what it was given, then sees end-of-stream.
-    if (Status s = writer.close(); !s) return s;  // waits until everything reached the consumer
-    --consumers_open;
+    if (Status s = close_consumer(c); !s) return s;
   }
   return {};
 }
@@ -405,8 +673,8 @@ Status Mover::Flow::step_shuffle(MoverCounters& counters, std::uint64_t& moved) 
   // with the next consumer.
   for (std::size_t i = 0; i < writers.size(); ++i) {
     const std::size_t c = (first_consumer + i) % writers.size();
+    if (!writers[c] || writers[c]->closed()) continue;  // null: let go of by an earlier mover
     Writer& writer = *writers[c];
-    if (writer.closed()) continue;
     std::uint64_t room = 0;
     if (moved < allowance) {
       if (Status s = writer.free_slots(room); !s) return s;
@@ -422,7 +690,7 @@ Status Mover::Flow::step_shuffle(MoverCounters& counters, std::uint64_t& moved) 
         std::optional<memory::SegmentView> segment;
         if (Status s = take(c, p, segment); !s) return s;
         if (!segment) continue;
-        if (Status s = transfer(*readers[c][p], writer, *segment, counters, moved); !s) return s;
+        if (Status s = transfer(c, p, *readers[c][p], writer, *segment, counters, moved); !s) return s;
         --room;
         left -= std::min<std::uint64_t>(left, segment->bytes);
         published = true;
@@ -431,8 +699,7 @@ Status Mover::Flow::step_shuffle(MoverCounters& counters, std::uint64_t& moved) 
     }
     cursor[c] = (cursor[c] + 1) % producers;
     if (open[c] == 0) {
-      if (Status s = writer.close(); !s) return s;  // waits until everything reached the consumer
-      --consumers_open;
+      if (Status s = close_consumer(c); !s) return s;
     } else if (published) {
       if (Status s = writer.drain(); !s) return s;  // on its way before the mover looks elsewhere
     }
@@ -463,13 +730,13 @@ Status Mover::Flow::step_balance(MoverCounters& counters, std::uint64_t& moved) 
     any = false;
     for (std::size_t k = 0; k < consumers && moved < allowance; ++k) {
       const std::size_t c = (first_consumer + k) % consumers;
-      if (free[c] == 0 || budget[c] == 0 || leaving[c] || writers[c]->closed()) continue;
+      if (free[c] == 0 || budget[c] == 0 || leaving[c] || !writers[c] || writers[c]->closed()) continue;
       for (std::size_t j = 0; j < producers; ++j) {
         const std::size_t p = (cursor[0] + j) % producers;
         std::optional<memory::SegmentView> segment;
         if (Status s = take(0, p, segment); !s) return s;
         if (!segment) continue;
-        if (Status s = transfer(*readers[0][p], *writers[c], *segment, counters, moved); !s) return s;
+        if (Status s = transfer(c, p, *readers[0][p], *writers[c], *segment, counters, moved); !s) return s;
         --free[c];
         budget[c] -= std::min<std::uint64_t>(budget[c], segment->bytes);
         cursor[0] = (p + 1) % producers;  // the next consumer starts after this producer
@@ -494,7 +761,7 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
   if (Status s = refresh_free(); !s) return s;
   std::uint64_t room = std::numeric_limits<std::uint64_t>::max();
   for (std::size_t c = 0; c < writers.size(); ++c) {
-    if (!writers[c]->closed()) room = std::min(room, free[c]);
+    if (writers[c] && !writers[c]->closed()) room = std::min(room, free[c]);
   }
   std::uint64_t left = options.batch_bytes;
   while (open[0] > 0 && room > 0 && left > 0 && moved < allowance) {
@@ -505,9 +772,13 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
       if (Status s = take(0, p, segment); !s) return s;
     }
     if (!segment) break;
-    for (auto& writer : writers) {  // phase 1: the payload into every ring, not shown yet
+    // While a producer is open no consumer is closed or let go of (replicate closes consumers
+    // only after every producer ended), so every writer is there.
+    for (std::size_t c = 0; c < writers.size(); ++c) {  // phase 1: the payload into every ring, not shown yet
+      Writer* writer = writers[c].get();
       std::span<std::byte> payload;
       if (Status s = writer->acquire(payload); !s) return s;
+      if (Status s = note_link(c, p, *readers[0][p], *writer); !s) return s;
       if (segment->bytes > 0) std::memcpy(payload.data(), segment->data, segment->bytes);
       if (Status s = writer->write(segment->bytes); !s) return s;
     }

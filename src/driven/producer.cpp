@@ -18,6 +18,7 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
   const Deadline deadline = flow::detail::open_deadline(open_timeout);
   spec_ = flow::detail::open_spec(node, name, kDriven, std::nullopt, deadline);
   const std::size_t index = flow::detail::source_index(spec_, node.rank(), thread);
+  index_ = index;
   label_ = "driven flow '" + spec_.name + "' producer (rank " + std::to_string(node.rank()) + ", thread " +
            std::to_string(thread) + ")";
   const memory::RingLayout layout = spec_.layout();
@@ -59,6 +60,8 @@ Producer::~Producer() {
 }
 
 Status Producer::latch(Status status) {
+  // A ring that stayed full: the mover is gone or stuck (its death alone is a pause, peers.hpp).
+  if (status.code() == Errc::timeout) status = Status(Errc::timeout, status.message() + ": " + peers_->mover_state());
   status = failure_.latch(std::move(status));
   if (failure_.failed()) push_width_ = std::numeric_limits<std::size_t>::max();
   return status;
@@ -125,13 +128,15 @@ Status Producer::close() {
     if ((round & 63) == 0) {
       if (Status s = peers_->check(label_); !s) return latch(std::move(s));
       if (deadline.expired()) {
-        return {Errc::timeout, rings_[t]->segments().label() + ": the mover did not take the last segments within " +
-                                   std::to_string(stall_timeout_.count()) + " ms (is it running?)"};
+        return latch({Errc::timeout, rings_[t]->segments().label() + ": the mover did not take the last segments within " +
+                                         std::to_string(stall_timeout_.count()) + " ms"});
       }
     }
     backoff.pause();
   }
-  return {};
+  // The mover released everything; the rings are freed once it recorded that it will not read
+  // them again (a mover restarted now would otherwise attach to freed memory: mover.hpp).
+  return latch(peers_->await_done(detail::producer_done_record(spec_.name, index_), label_, stall_timeout_));
 }
 
 flow::FlowCounters Producer::counters() const {

@@ -67,6 +67,13 @@ class Node {
  public:
   // Joins the cluster. Throws dfi::Error: invalid_argument (no rank/size found, bad settings),
   // timeout (registry or peers did not appear within registry_timeout), io.
+  //
+  // A process started for a rank whose earlier process died (a data mover restarted after a
+  // SIGKILL, driven/mover.hpp) rejoins: it finds the earlier process's record, takes over the
+  // rank's records, joins the membership once the registry has seen the earlier one's connection
+  // close, and does not wait for the others (they are up). The others keep the rank declared
+  // failed (what they knew of the earlier process stays true: endpoints towards it are dead),
+  // and finish() meets through records once any rank rejoined. rejoined() says which case it was.
   explicit Node(NodeOptions options = node_options_from_environment());
   // Stops the progress thread and leaves; does not wait for peers (call finish() for that).
   ~Node();
@@ -74,6 +81,9 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   int rank() const noexcept { return rank_; }
+  // True when this process took the place of an earlier process of its rank (see the
+  // constructor).
+  bool rejoined() const noexcept { return rejoined_; }
   int size() const noexcept { return size_; }
   fabric::Context& fabric() noexcept { return *context_; }
   registry::Client& registry() noexcept { return *client_; }
@@ -128,6 +138,7 @@ class Node {
  private:
   int rank_ = -1;
   int size_ = 0;
+  bool rejoined_ = false;
   std::chrono::milliseconds registry_timeout_{0};
   std::unique_ptr<registry::Server> server_;
   std::unique_ptr<registry::Client> client_;
@@ -143,6 +154,8 @@ class Node {
   std::unordered_map<int, std::string> addresses_;  // guarded by addresses_mutex_
 
   void watch(std::chrono::milliseconds interval);
+  // The membership join (retried while the rank's earlier process is still a member).
+  void join();
   void stop_watcher();
 };
 

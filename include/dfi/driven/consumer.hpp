@@ -51,10 +51,12 @@ class Consumer {
 
   // Gives back the previous batch's segment, then waits for the next one. Returns ok with a
   // non-empty batch, or ok with an empty batch once every producer has closed and everything
-  // was moved (then end() is true). batch.source is 0: the ring mixes producers. Errors:
-  // timeout (nothing within `timeout`, 0: the flow's stall timeout; is the mover running?),
-  // peer_failed (the mover or a producer's rank died: the first call that sees it), flow_failed
-  // (every call after that, naming the same peer).
+  // was moved (then end() is true; the call that returns it waits, a registry lookup or a few,
+  // until the mover recorded that it let go of the ring). batch.source is 0: the ring mixes
+  // producers. A mover that died is a pause: a restarted one continues (mover.hpp, Recovery).
+  // Errors: timeout (nothing within `timeout`, 0: the flow's stall timeout; the message says what
+  // became of the mover), peer_failed (a producer's rank died: the first call that sees it),
+  // flow_failed (every call after that, naming the same peer).
   Status consume(flow::TupleBatch& batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Like consume() but never waits: Errc::retry (a bare code) when nothing is there yet.
   Status try_consume(flow::TupleBatch& batch);
@@ -70,6 +72,8 @@ class Consumer {
 
  private:
   bool take(flow::TupleBatch& batch);
+  // After end-of-stream: waits until the mover recorded that it let go of the ring.
+  Status confirm_end();
 
   cluster::Node& node_;
   flow::FlowSpec spec_;
@@ -83,6 +87,7 @@ class Consumer {
   std::size_t tuple_bytes_ = 0;
   bool held_ = false;   // the caller holds the segment last handed out
   bool ended_ = false;
+  bool confirmed_ = false;  // the mover's done record was seen after end-of-stream
   flow::FlowCounters counters_;
   flow::detail::FailureLatch failure_;
   std::unique_ptr<detail::PeerCheck> peers_;  // the mover and the producers

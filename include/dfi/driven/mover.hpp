@@ -68,6 +68,16 @@ struct MoverCounters {
   std::uint64_t idle_steps = 0;  // steps that found nothing to move
 };
 
+// What add_flow found in a flow's buffers (Recovery, above): all zero for a flow that starts.
+struct MoverRecovery {
+  bool resumed = false;         // an earlier mover served the flow: this one continued it
+  std::uint64_t taken = 0;      // producer segments released before (end-of-stream not counted)
+  std::uint64_t delivered = 0;  // segments published into consumer rings before (ditto)
+  std::uint64_t completed = 0;  // half-done transfers finished (a delivered segment released)
+  std::uint64_t producers_done = 0;  // PUs let go of before (never attached again)
+  std::uint64_t consumers_done = 0;
+};
+
 class Mover {
  public:
   explicit Mover(cluster::Node& node);
@@ -78,8 +88,12 @@ class Mover {
   // Takes over driven flow `name`: waits (up to `timeout`, 0: the registry_timeout_ms setting)
   // until it exists and every producer and consumer has published its buffers (a balance flow's
   // consumers are not waited for: step() attaches them when they open), then connects to their
-  // ranks. Throws dfi::Error: not_found, invalid_argument (not a driven flow, added
-  // twice), timeout (naming who did not appear), peer_failed.
+  // ranks and derives from the buffers' words where the flow stands (Recovery, above: a flow an
+  // earlier mover served, which died, is continued; recovery(name) says what was found).
+  // Throws dfi::Error: not_found, invalid_argument (not a driven flow, added twice),
+  // already_exists (a live mover on another rank, or another Mover of this process, serves the
+  // flow), timeout (naming who did not appear), peer_failed, protocol (the buffers' words
+  // contradict the protocol).
   void add_flow(std::string_view name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // One pass over every flow: moves what is published and fits. `moved` gets the payload bytes
@@ -106,6 +120,9 @@ class Mover {
   // What it moved for flow `name` (idle_steps: its passes that moved nothing). Throws
   // dfi::Error(not_found) for a flow not added.
   const MoverCounters& counters(std::string_view name) const;
+  // What add_flow found in flow `name`'s buffers. Throws dfi::Error(not_found) for a flow not
+  // added.
+  const MoverRecovery& recovery(std::string_view name) const;
   // The share the mover applies to flow `name` now: DrivenOptions::share, or the last value of
   // set_share() it read. Throws dfi::Error(not_found) for a flow not added.
   std::int64_t share(std::string_view name) const;
@@ -127,6 +144,10 @@ class Mover {
   // Adds the rounds of credit after which the first flow waiting for credit may move again.
   void fast_forward();
   const Flow& find(std::string_view name) const;
+  // Throws already_exists when a live mover holds the flow's mover record (add_flow).
+  void claim(const Flow& f);
+  // This mover's mover record: "<rank> <pid>".
+  std::string identity() const;
 
   cluster::Node& node_;
   fabric::Worker worker_;

@@ -56,10 +56,11 @@ class Producer {
   // Appends one tuple of exactly the schema's width: in a shuffle flow to the ring of the consumer
   // its key's hash routes to, in a balance or replicate flow to the producer's one ring. Waits
   // while that ring is full (the mover has not taken its segments yet), with local loads
-  // only. Errors: invalid_argument (wrong width; an explicit_target flow), timeout (the ring
-  // stayed full for the flow's stall timeout: is the mover running?), peer_failed (the mover or
-  // that consumer's rank died while the ring was full: the first call that sees it), flow_failed
-  // (after close, and every call after a peer_failed, naming the same peer).
+  // only. A mover that died is a pause: a restarted one continues (mover.hpp, Recovery).
+  // Errors: invalid_argument (wrong width; an explicit_target flow), timeout (the ring stayed
+  // full for the flow's stall timeout; the message says what became of the mover), peer_failed
+  // (that consumer's rank died while the ring was full: the first call that sees it),
+  // flow_failed (after close, and every call after a peer_failed, naming the same peer).
   Status push(const void* tuple, std::size_t bytes) {
     if (bytes != push_width_) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
@@ -78,8 +79,10 @@ class Producer {
   // Publishes every partly filled segment, so the mover sees it without more pushes.
   Status flush();
   // Publishes what is batched and end-of-stream in every ring, then waits until the mover has
-  // taken everything (the rings may be freed after that). Errors: timeout (the mover did not
-  // take it within the stall timeout), peer_failed (the mover or a consumer died). Idempotent.
+  // taken everything and recorded that it will not read the rings again (they may be freed
+  // after that; a registry lookup or a few). Errors: timeout (the mover did not take it within
+  // the stall timeout; the message says whether the mover died and was not restarted),
+  // peer_failed (a consumer died). Idempotent.
   Status close();
 
   // Rings this producer writes: the consumers of a shuffle flow, else 1.
@@ -97,6 +100,7 @@ class Producer {
 
   cluster::Node& node_;
   flow::FlowSpec spec_;
+  std::size_t index_ = 0;  // in the spec's sources
   std::string label_;
   fabric::MemoryRegion region_;
   std::unique_ptr<detail::PeerCheck> peers_;   // the mover and the consumers

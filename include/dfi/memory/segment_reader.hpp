@@ -81,6 +81,13 @@ class SegmentReader<RemoteRing> {
   Status release();
   // The ring's published head. Errors: peer_failed, timeout.
   Status published(std::uint64_t& head) const { return access_.load(access_.layout().head_offset(), head); }
+  // Continues a ring whose reader (a data mover that died) released `released` segments: the
+  // next peek() looks for sequence released + 1. For a reader rebuilt from the ring's released
+  // tail; call before peek().
+  void resume(std::uint64_t released) noexcept {
+    next_ = released + 1;
+    head_ = released;
+  }
 
   std::uint64_t next_sequence() const { return next_; }
   const RingLayout& layout() const { return access_.layout(); }

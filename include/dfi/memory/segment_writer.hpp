@@ -106,6 +106,16 @@ class SegmentWriter {
   // errors ignored), then refuses every later call as after close(). Idempotent; never throws.
   void abandon() noexcept;
 
+  // Continues a ring that an earlier writer (a data mover that died) published `published`
+  // segments into: the next segment gets sequence published + 1, and the credits are read from
+  // the ring's released tail when first needed. `ended`: the last of them was end-of-stream (the
+  // writer is closed). For a writer rebuilt from the ring's words; call before any other call.
+  void resume(std::uint64_t published, bool ended) noexcept {
+    next_ = published + 1;
+    credits_ = 0;
+    closed_ = ended;
+  }
+
   bool closed() const noexcept { return closed_; }
   // The sequence the next published segment gets (1 for the first).
   std::uint64_t next_sequence() const noexcept { return next_; }
