@@ -1,10 +1,12 @@
 #include "dfi/driven/mover.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -47,8 +49,27 @@ std::string consumer_name(const flow::TargetRef& t) {
 // One flow as the mover sees it: the writer of every consumer's ring and readers of the
 // producers' rings. Shuffle: readers[c][p] is producer p's ring for consumer c. Balance and
 // replicate: one row, readers[0][p] is producer p's one ring, which every consumer's turn reads.
+// crash_at(): kills the process at the count-th time a transfer reaches the point; a published
+// segment is first pushed out (put path: drained and flushed), so that the consumer holds it.
+struct Mover::Crash {
+  bool armed = false;
+  CrashPoint point = CrashPoint::link;
+  std::uint64_t left = 0;
+
+  [[gnu::noinline, gnu::cold]] void reach(CrashPoint at, Writer& writer) {
+    if (at != point || --left > 0) return;
+    if (at == CrashPoint::publish) {
+      (void)writer.drain();
+      if (!writer.in_place()) (void)writer.access().endpoint().flush();
+    }
+    std::fflush(nullptr);
+    ::raise(SIGKILL);
+  }
+};
+
 struct Mover::Flow {
   cluster::Node* node = nullptr;  // the registry: done records (slow path)
+  Crash* crash = nullptr;         // the mover's crash_at() seam
   flow::FlowSpec spec;
   DrivenOptions options;
   std::string label;
@@ -127,7 +148,14 @@ struct Mover::Flow {
   Status recover_pending();
 };
 
-Mover::Mover(cluster::Node& node) : node_(node), worker_(node.fabric(), "mover") {}
+Mover::Mover(cluster::Node& node) : node_(node), worker_(node.fabric(), "mover"), crash_(std::make_unique<Crash>()) {}
+
+void Mover::crash_at(CrashPoint point, std::uint64_t count) {
+  if (count == 0) throw Error(Errc::invalid_argument, "mover: crash_at counts transfers from 1");
+  crash_->armed = true;
+  crash_->point = point;
+  crash_->left = count;
+}
 
 Mover::~Mover() = default;
 
@@ -138,6 +166,7 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   const Deadline deadline = flow::detail::open_deadline(timeout);
   auto f = std::make_unique<Flow>();
   f->node = &node_;
+  f->crash = crash_.get();
   f->spec = flow::detail::open_spec(node_, name, kDriven, std::nullopt, deadline);
   f->options = f->spec.type_options.get<DrivenOptions>();
   f->label = "driven flow '" + f->spec.name + "' mover (rank " + std::to_string(node_.rank()) + ")";
@@ -593,7 +622,9 @@ Status Mover::Flow::transfer(std::size_t c, std::size_t p, Reader& reader, Write
   // only then does the producer get it back: a mover killed anywhere in between leaves words
   // that tell a restarted one whether the consumer holds it (mover.hpp, Recovery).
   if (Status s = note_link(c, p, reader, writer); !s) return s;
+  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, writer);
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
+  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, writer);
   if (Status s = reader.release(); !s) return s;
   moved += segment.bytes;
   for (MoverCounters* counter : {&total, &tally}) {
@@ -785,8 +816,10 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     for (fabric::Endpoint* endpoint : put_endpoints) {
       if (Status s = endpoint->flush(); !s) return {s.code(), label + ": " + s.message()};
     }
+    if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *writers[0]);
     for (auto& writer : writers) {  // phase 2: shown at every consumer
       if (Status s = writer->publish(segment->bytes); !s) return s;
+      if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *writer);  // shown at the first only
     }
     if (Status s = readers[0][p]->release(); !s) return s;
     const std::uint64_t copies = writers.size();

@@ -85,10 +85,16 @@ int main(int argc, char** argv) {
 
   auto* mover = app.add_subcommand(
       "mover", "Serve driven flows as their data mover, as one rank of a cluster (under dfi cluster run)");
-  std::vector<std::string> mover_flows;
+  dfi::tools::MoverCommandOptions mover_options;
   double mover_timeout_s = 3600;
-  mover->add_option("flows", mover_flows, "The driven flows to serve (each is waited for)")->required();
+  mover->add_option("flows", mover_options.flows,
+                    "The driven flows to serve (each is waited for; a flow whose earlier mover died is continued "
+                    "where its buffers say: restart a killed mover with the same command)")
+      ->required();
   mover->add_option("--timeout", mover_timeout_s, "Fail when the flows have not ended after this many seconds");
+  mover->add_option("--crash-at", mover_options.crash_at,
+                    "Test seam: kill this process at the N-th transfer reaching link:N (link word written, nothing "
+                    "published) or publish:N (published, producer not released)");
 
   auto* join = app.add_subcommand(
       "join", "A distributed join on generated data, checked against a single-node join (under dfi cluster run)");
@@ -244,8 +250,8 @@ int main(int argc, char** argv) {
     if (*check) return dfi::tools::run_fabric_check(check_options, std::cout, std::cerr);
     if (*demo) return dfi::tools::run_demo(demo_options, std::cout, std::cerr);
     if (*mover) {
-      return dfi::tools::run_mover(mover_flows, std::chrono::milliseconds(static_cast<long long>(mover_timeout_s * 1000)),
-                                   std::cout, std::cerr);
+      mover_options.timeout = std::chrono::milliseconds(static_cast<long long>(mover_timeout_s * 1000));
+      return dfi::tools::run_mover(mover_options, std::cout, std::cerr);
     }
     if (*agg) return dfi::tools::run_agg_command(agg_options, std::cout, std::cerr);
     if (*join) return dfi::tools::run_join_command(join_options, std::cout, std::cerr);

@@ -78,6 +78,11 @@ struct MoverRecovery {
   std::uint64_t consumers_done = 0;
 };
 
+// Where crash_at() kills the mover's process: a transfer whose link word is written but whose
+// segment is not published anywhere yet (link), or whose segment is published at a consumer
+// (replicate: at the first one) but not released at the producer (publish).
+enum class CrashPoint { link, publish };
+
 class Mover {
  public:
   explicit Mover(cluster::Node& node);
@@ -115,6 +120,11 @@ class Mover {
   // Throws dfi::Error(invalid_argument) for a negative or non-finite rate.
   void limit_rate(double bytes_per_second);
 
+  // Test seam for Recovery: the process kills itself (SIGKILL) the `count`-th time (from 1) a
+  // transfer of any flow reaches `point`, leaving the half-done transfer Recovery must finish.
+  // One branch per transfer while unarmed. Throws dfi::Error(invalid_argument) for count 0.
+  void crash_at(CrashPoint point, std::uint64_t count);
+
   // What the mover moved over all its flows.
   const MoverCounters& counters() const noexcept { return counters_; }
   // What it moved for flow `name` (idle_steps: its passes that moved nothing). Throws
@@ -129,6 +139,7 @@ class Mover {
 
  private:
   struct Flow;
+  struct Crash;
 
   fabric::Endpoint& endpoint(Flow& f, int rank);
   // Attaches the region a PU published (`descriptor`) on `rank`.
@@ -153,6 +164,7 @@ class Mover {
   fabric::Worker worker_;
   std::vector<std::unique_ptr<Flow>> flows_;
   MoverCounters counters_;
+  std::unique_ptr<Crash> crash_;
   bool quanta_stale_ = true;  // a flow was added or a share changed since set_quanta()
   double rate_ = 0;           // limit_rate(): bytes per second, 0: none
 };
