@@ -819,7 +819,7 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *writers[0]);
     for (auto& writer : writers) {  // phase 2: shown at every consumer
       if (Status s = writer->publish(segment->bytes); !s) return s;
-      if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *writer);  // shown at the first only
+      if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *writer);  // shown at some consumers
     }
     if (Status s = readers[0][p]->release(); !s) return s;
     const std::uint64_t copies = writers.size();

@@ -130,7 +130,7 @@ class DrivenRestart : public ::testing::TestWithParam<std::tuple<std::string, st
 
 TEST_P(DrivenRestart, AMoverKilledMidFlowAndRestartedLosesAndDuplicatesNothing) {
   const auto& [transport, pattern] = GetParam();
-  const std::string tuples = pattern == "shuffle" ? "20000" : pattern == "balance" ? "8000" : "6000";
+  const std::string tuples = pattern == "shuffle" ? "15000" : pattern == "balance" ? "10000" : "6000";
   const std::string seed = std::to_string(std::random_device{}());
   RunOptions options;
   options.timeout = std::chrono::seconds(150);

@@ -24,7 +24,7 @@
 //       restarted: the producer (rank 0) and the consumer (rank 1) wait their stall timeout (2 s),
 //       then get a timeout naming the dead mover
 //   driven_node chaos PATTERN TUPLES KILLS DFI SEED     shuffle, balance or replicate as above
-//       (TUPLES per producer, small rings, consumers pausing 300 us per batch) while rank 2 runs
+//       (TUPLES per producer, rings of 4 x 256 B, consumers pausing 1 ms per batch) while rank 2 runs
 //       `DFI mover` and kills it KILLS times mid-flow (run_chaos_mover), each restart resuming
 //       the flow: the same checks (exactly once, producer order, one order at every replica)
 //
@@ -669,7 +669,7 @@ int run_errors(cluster::Node& node) {
   Status nothing = consumer.try_consume(batch);
   if (nothing.code() != Errc::retry) fail("try_consume on an empty ring: got '" + nothing.message() + "'");
   Status timeout = consumer.consume(batch, 100ms);
-  if (timeout.code() != Errc::timeout || timeout.message().find("is the mover running") == std::string::npos) {
+  if (timeout.code() != Errc::timeout || timeout.message().find("no mover has taken the flow (dfi mover driven-ok)") == std::string::npos) {
     fail("consume without a mover: got '" + timeout.message() + "'");
   }
 
@@ -760,8 +760,8 @@ int run_kill_mover(cluster::Node& node) {
 // each of the first `kills` processes is killed — alternately by its own crash_at seam (at a
 // random transfer: a half-done transfer at point publish, then at point link) and by SIGKILL
 // from here after a random time — and the next one rejoins the cluster as rank 2 and resumes the
-// flow. The last one runs until the flow ended. A restart after a publish crash must report the
-// half-done transfer it completed.
+// flow. The last one runs until the flow ended. The first restart that resumes the flow after a
+// publish crash must report the half-done transfer it completed.
 int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   int killed = 0, resumed = 0, completed = 0;
@@ -781,7 +781,7 @@ int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, 
     launch::ChildProcess child = launch::ChildProcess::start(spec);
     if (!last && !seam) {
       const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(std::uniform_int_distribution<int>(100, 500)(rng));
+                         std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 300)(rng));
       while (std::chrono::steady_clock::now() < until && child.running()) std::this_thread::sleep_for(2ms);
       ::kill(child.pid(), SIGKILL);
     }
@@ -798,14 +798,15 @@ int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, 
       if (after_publish_crash && done < 1) fail("mover " + std::to_string(k) + " did not complete the half-done transfer");
       after_publish_crash = false;
     }
-    if (after_publish_crash) fail("mover " + std::to_string(k) + " did not resume after a crash at publish");
+    // (a restart killed before it attached the buffers leaves the check to the next one)
+    if (after_publish_crash && last) fail("no mover resumed the flow after the crash at publish");
     if (!last) {
       if (r.exit_code != 128 + SIGKILL) {
         fail("mover " + std::to_string(k) + " ended with " + std::to_string(r.exit_code) + " before it was killed");
         break;
       }
       ++killed;
-      after_publish_crash = seam && std::string(point) == "publish";
+      after_publish_crash = after_publish_crash || (seam && std::string(point) == "publish");
     } else if (r.exit_code != 0) {
       fail("the last mover ended with " + std::to_string(r.exit_code));
     }
@@ -830,14 +831,14 @@ int main(int argc, char** argv) {
         return run_chaos_mover("driven-" + pattern, std::stoi(argv[4]), argv[5], std::stoull(argv[6]));
       }
       g_external_mover = true;
-      g_pause = 300us;
+      g_pause = 1000us;
       cluster::Node node;
       if (pattern == "shuffle") {
         run_shuffle(node, 4, 256, tuples, true);
       } else if (pattern == "balance") {
-        run_balance(node, 4, 1024, tuples);
+        run_balance(node, 4, 256, tuples);
       } else if (pattern == "replicate") {
-        run_replicate(node, 4, 1024, tuples);
+        run_replicate(node, 4, 256, tuples);
       } else {
         std::fprintf(stderr, "chaos: unknown pattern '%s'\n", pattern.c_str());
         return 2;

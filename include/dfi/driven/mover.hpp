@@ -39,6 +39,47 @@
 // PUs' progress threads serve — the PUs' CPUs pay for every transfer there (measured in
 // `dfi bench driven-*`).
 //
+// Recovery (beyond 000 §6.3, which only envisions it): a mover killed — SIGKILL at any
+// instruction — and restarted (`dfi mover FLOW` again, as the same rank or as another rank once
+// the first is declared dead) continues every flow with nothing lost or moved twice. The mover
+// keeps no state that the PUs' buffers and the registry cannot rebuild:
+//   - a producer ring's reader continues after its released tail (the tail is raised only after
+//     the segment reached the consumer); a tail on an end-of-stream segment means that ring
+//     ended (the producer writes nothing after it);
+//   - a consumer ring's writer continues after its last published segment (the state words are
+//     the truth; the head word is at most one behind, or one ahead for end-of-stream, whose head
+//     goes first); one whose last segment is end-of-stream is closed;
+//   - the half-done transfer: every transfer of producer p's segment s into consumer c's ring as
+//     its segment q first writes c's link word of p, (s, q) (links.hpp: one word per producer
+//     after the consumer's ring), then publishes q, then raises p's tail to s. A restart that
+//     finds p's ring released up to s - 1 and a link word (s, q) with q published at c knows s
+//     was delivered and only raises the tail; a link word whose q is not published means s was
+//     not delivered, and s moves again (to q, or in a balance flow to any consumer). Killed
+//     before the link word: the old word names an older s and is ignored.
+//   - per pattern: shuffle (1:1 and N:M) has one link per (producer ring, consumer): at most one
+//     is half done. Balance: the per-producer lock of 000 §6.1 is this mover's ownership of the
+//     producer's reader, so nothing of it outlives the mover; the link words of all consumers
+//     that opened are read, at most one names s as delivered (two would be a protocol error).
+//     Replicate: the link words are written for every consumer in phase one; a mover killed in
+//     phase two (published at some consumers, not all) leaves the consumers that hold s one
+//     segment ahead of the others; the restart rolls forward — s goes to the others first (the
+//     global order continues from there), then the tail is raised. All-or-nothing becomes
+//     all-eventually: no consumer sees another segment where another consumer saw s.
+//   - PUs let go of: a PU frees its buffers only after the mover published its done record
+//     (names.hpp: a producer's after the mover released the end-of-stream of each of its rings,
+//     a consumer's after its end-of-stream was published); a restart never attaches a PU with a
+//     done record, and publishes the ones its predecessor died before writing.
+//   - the mover record ("<rank> <pid>") is taken over by a later process of the same rank, or by
+//     another rank once the holder is declared dead; a live holder keeps it (already_exists).
+// The PUs are oblivious: a dead mover is a pause (producers fill their rings, then wait; consumers
+// wait), and only a PU that waits its stall timeout gets an error, naming the mover and whether
+// it died and was not resumed (peers.hpp). What the restart costs: the new process joins the
+// cluster (cluster::Node rejoins the rank), attaches every buffer and reads two or three words per
+// ring. The restart assumes the dead process's
+// writes have landed before the new one reads the words: on shm they are stores; over tcp they
+// are data in the PUs' sockets that their progress threads apply within microseconds, while a
+// restart takes a new process and a UCX context (hundreds of milliseconds).
+//
 // Owned by one thread (it owns a fabric worker).
 #pragma once
 
@@ -80,7 +121,7 @@ struct MoverRecovery {
 
 // Where crash_at() kills the mover's process: a transfer whose link word is written but whose
 // segment is not published anywhere yet (link), or whose segment is published at a consumer
-// (replicate: at the first one) but not released at the producer (publish).
+// (replicate: at some of the consumers) but not released at the producer (publish).
 enum class CrashPoint { link, publish };
 
 class Mover {
