@@ -49,19 +49,23 @@ std::string consumer_name(const flow::TargetRef& t) {
 // One flow as the mover sees it: the writer of every consumer's ring and readers of the
 // producers' rings. Shuffle: readers[c][p] is producer p's ring for consumer c. Balance and
 // replicate: one row, readers[0][p] is producer p's one ring, which every consumer's turn reads.
-// crash_at(): kills the process at the count-th time a transfer reaches the point; a published
-// segment is first pushed out (put path: drained and flushed), so that the consumer holds it.
+// crash_at(): kills the process at the count-th time a transfer reaches the point. Every
+// operation the mover issued is first completed at its target (staging sends drained, every
+// endpoint of the flow flushed), so that the consumer holds what was published — and because
+// UCX 1.13 aborts a tcp PU that still serves an emulated operation of a peer that died
+// (ucp_request.inl:346; tests/driven kills at random times over shm only).
 struct Mover::Crash {
   bool armed = false;
   CrashPoint point = CrashPoint::link;
   std::uint64_t left = 0;
 
-  [[gnu::noinline, gnu::cold]] void reach(CrashPoint at, Writer& writer) {
+  template <class Flow>
+  [[gnu::noinline, gnu::cold]] void reach(CrashPoint at, Flow& f) {
     if (at != point || --left > 0) return;
-    if (at == CrashPoint::publish) {
-      (void)writer.drain();
-      if (!writer.in_place()) (void)writer.access().endpoint().flush();
+    for (auto& writer : f.writers) {
+      if (writer) (void)writer->drain();
     }
+    for (auto& [rank, endpoint] : f.endpoints) (void)endpoint->flush();
     std::fflush(nullptr);
     ::raise(SIGKILL);
   }
@@ -622,9 +626,9 @@ Status Mover::Flow::transfer(std::size_t c, std::size_t p, Reader& reader, Write
   // only then does the producer get it back: a mover killed anywhere in between leaves words
   // that tell a restarted one whether the consumer holds it (mover.hpp, Recovery).
   if (Status s = note_link(c, p, reader, writer); !s) return s;
-  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, writer);
+  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *this);
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
-  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, writer);
+  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *this);
   if (Status s = reader.release(); !s) return s;
   moved += segment.bytes;
   for (MoverCounters* counter : {&total, &tally}) {
@@ -816,10 +820,10 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     for (fabric::Endpoint* endpoint : put_endpoints) {
       if (Status s = endpoint->flush(); !s) return {s.code(), label + ": " + s.message()};
     }
-    if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *writers[0]);
+    if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *this);
     for (auto& writer : writers) {  // phase 2: shown at every consumer
       if (Status s = writer->publish(segment->bytes); !s) return s;
-      if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *writer);  // shown at some consumers
+      if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *this);  // shown at some consumers
     }
     if (Status s = readers[0][p]->release(); !s) return s;
     const std::uint64_t copies = writers.size();
