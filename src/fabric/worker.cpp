@@ -60,6 +60,20 @@ Status AmReplier::reply(std::uint16_t id, std::span<const std::byte> data) {
   }
   // UCX 1.13 needs the buffer until the send completes, which may be after this handler returns.
   auto* impl = static_cast<Worker::Impl*>(worker_);
+  if (data.size() > Worker::Impl::kReplyBufferBytes) {
+    // A larger reply (load_words, a 2PC read): sent straight from `data` when UCX can complete
+    // it at once (it copies it then), so that answering allocates nothing; else copied below.
+    ucp_request_param_t now{};
+    now.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    now.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t sent = ucp_am_send_nbx(static_cast<ucp_ep_h>(reply_ep_), id, nullptr, 0, data.data(), data.size(), &now);
+    if (sent == nullptr) return {};
+    if (UCS_PTR_IS_ERR(sent) && UCS_PTR_STATUS(sent) != UCS_ERR_NO_RESOURCE) {
+      return {Errc::peer_failed, "fabric: reply to active message " + std::to_string(id) +
+                                     " failed: " + ucx_error_text(UCS_PTR_STATUS(sent))};
+    }
+    if (!UCS_PTR_IS_ERR(sent)) ucp_request_free(sent);  // not expected with FORCE_IMM_CMPL
+  }
   Worker::Impl::ReplyBuffer* buffer = nullptr;
   std::byte* copy = nullptr;
   if (data.size() <= Worker::Impl::kReplyBufferBytes && !impl->free_replies.empty()) {
@@ -134,36 +148,65 @@ void install_word_ops(Worker::Impl& impl) {
   Worker::Impl* self = &impl;
   install_am_handler(impl, kWordOpAm, [self](const AmMessage& m, AmReplier& replier) {
     std::uint64_t q[5];  // {id, address, op, a, b}
-    if (m.data.size() != sizeof q) return;
-    std::memcpy(q, m.data.data(), sizeof q);
-    std::uint64_t reply[3] = {q[0], 0, 0};  // {id, result, status}
-    if (q[1] % 8 != 0 || !self->context->impl().owns_word(q[1])) {
-      reply[2] = 1;
+    if (m.header.size() != sizeof q) return;
+    std::memcpy(q, m.header.data(), sizeof q);
+    const auto op = static_cast<WordOp>(q[2]);
+    const bool many = op == WordOp::load_words || op == WordOp::store_words;
+    const std::uint64_t count = many ? q[3] : 1;
+    constexpr std::size_t kMax = kMaxWordOpWords;
+    std::uint64_t reply[2 + kMax];  // {id, status, result words}
+    reply[0] = q[0];
+    reply[1] = 0;
+    std::size_t reply_words = 2;
+    const std::size_t data_words = op == WordOp::store_words ? count : 0;
+    if (count == 0 || count > kMax || m.data.size() != data_words * sizeof(std::uint64_t)) {
+      reply[1] = 2;  // malformed
+    } else if (q[1] % 8 != 0 || !self->context->impl().owns_range(q[1], count * sizeof(std::uint64_t))) {
+      reply[1] = 1;
     } else {
-      std::atomic_ref word(*reinterpret_cast<std::uint64_t*>(q[1]));
-      switch (static_cast<WordOp>(q[2])) {
-        case WordOp::add: reply[1] = word.fetch_add(q[3], std::memory_order_acq_rel); break;
-        case WordOp::swap: reply[1] = word.exchange(q[3], std::memory_order_acq_rel); break;
-        case WordOp::load: reply[1] = word.load(std::memory_order_acquire); break;
+      auto* words = reinterpret_cast<std::uint64_t*>(q[1]);
+      std::atomic_ref word(words[0]);
+      switch (op) {
+        case WordOp::add: reply[2] = word.fetch_add(q[3], std::memory_order_acq_rel); reply_words = 3; break;
+        case WordOp::swap: reply[2] = word.exchange(q[3], std::memory_order_acq_rel); reply_words = 3; break;
+        case WordOp::load: reply[2] = word.load(std::memory_order_acquire); reply_words = 3; break;
         case WordOp::compare_swap: {
           std::uint64_t expected = q[3];
           word.compare_exchange_strong(expected, q[4], std::memory_order_acq_rel);
-          reply[1] = expected;  // the old value either way
+          reply[2] = expected;  // the old value either way
+          reply_words = 3;
           break;
         }
-        default: reply[2] = 2;
+        case WordOp::load_words:  // ascending, each an acquire load (Endpoint::load_words)
+          for (std::size_t i = 0; i < count; ++i) reply[2 + i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
+          reply_words = 2 + count;
+          break;
+        case WordOp::store_words:  // ascending, each a release store (Endpoint::store_words)
+          for (std::size_t i = 0; i < count; ++i) {
+            std::uint64_t v = 0;
+            std::memcpy(&v, m.data.data() + i * sizeof v, sizeof v);  // the data need not be aligned
+            std::atomic_ref(words[i]).store(v, std::memory_order_release);
+          }
+          break;
+        default: reply[1] = 2;
       }
     }
-    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply)));  // a dead requester: dropped
+    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply, reply_words)));  // a dead requester: dropped
   });
   install_am_handler(impl, kWordReplyAm, [self](const AmMessage& m, AmReplier&) {
-    std::uint64_t r[3];
-    if (m.data.size() != sizeof r) return;
-    std::memcpy(r, m.data.data(), sizeof r);
-    if (r[0] != self->next_op) return;  // an answer nobody waits for any more
-    self->reply_value = r[1];
-    self->reply_status = r[2];
-    self->reply_for = r[0];
+    std::uint64_t head[2];  // {id, status}
+    if (m.data.size() < sizeof head || m.data.size() % sizeof(std::uint64_t) != 0) return;
+    std::memcpy(head, m.data.data(), sizeof head);
+    Worker::Impl::WordWait& wait = self->word_waits[head[0] % Worker::Impl::kWordWaits];
+    if (head[0] == 0 || wait.id != head[0] || wait.arrived) return;  // an answer nobody waits for any more
+    const std::size_t results = m.data.size() / sizeof(std::uint64_t) - 2;
+    if (head[1] == 0 && results != wait.out_words) {
+      wait.status = 2;  // a reply that does not fit the request
+    } else {
+      wait.status = head[1];
+      if (head[1] == 0 && results != 0) std::memcpy(wait.out, m.data.data() + sizeof head, results * sizeof(std::uint64_t));
+    }
+    wait.arrived = true;
   });
 }
 

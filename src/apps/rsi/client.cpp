@@ -1,6 +1,7 @@
 #include "dfi/apps/rsi/client.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "dfi/cluster/node.hpp"
@@ -33,7 +34,7 @@ Client::Client(Protocol protocol, cluster::Node& node, fabric::Worker& worker, c
             table.name() + "'"),
       timestamps_(node, worker, table.name(), options.timestamp_rank, options.client, options.clients,
                   options.timeout),
-      payload_stride_((table.spec().payload_bytes + 7) / 8 * 8) {
+      payload_stride_(table.payload_words()) {
   entries_.reserve(kMaxRecordsPerTxn);
   payloads_.resize(kMaxRecordsPerTxn * payload_stride_);
 }
@@ -73,10 +74,10 @@ Status Client::refresh_snapshot(std::uint64_t newest) {
   std::uint64_t later = 0;
   if (Status s = timestamps_.snapshot(later); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
   if (later < newest) return Status(Errc::retry);
-  for (const Entry& e : entries_) {
-    std::uint64_t header = 0;
-    if (Status s = load_header(e.where, header); !s) return s;
-    if (header != e.header) return Status(Errc::retry);
+  std::uint64_t headers[kMaxRecordsPerTxn];
+  if (Status s = load_headers(headers); !s) return s;
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (headers[e] != entries_[e].header) return Status(Errc::retry);
   }
   snapshot_ = later;
   return {};
@@ -198,53 +199,100 @@ class RsiClient final : public Client {
              table.spec().payload_bytes, options.timeout),
         watch_(node.fabric()),
         blocks_(table.servers()),
-        touched_(table.servers()) {
+        slot_(table.slot_words()) {
     for (std::size_t s = 0; s < table.servers(); ++s) {
       blocks_[s].attach(node, worker, Table::block_record(table.name(), s), table.spec().servers[s], options.timeout);
     }
   }
 
  private:
+  // One ordered read of the whole slot, header first, trailer last (table.hpp: the header
+  // unlocked and equal to the trailer means no payload word was read while it was written).
   Status fetch(const Location& where, std::uint64_t& header, void* out) override {
-    cluster::SharedWords& block = blocks_[where.server];
-    if (Status s = block.load(where.word, header); !s) return server_error(where.server, s);
+    if (Status s = blocks_[where.server].load_words(where.word, slot_.data(), slot_.size()); !s) {
+      return server_error(where.server, s);
+    }
+    header = slot_[0];
     if (locked(header)) return recover_if_dead_owner(where, header);  // the caller aborts
-    if (Status s = block.read(where.word + 1, out, table_.spec().payload_bytes); !s) return server_error(where.server, s);
-    std::uint64_t again = 0;
-    if (Status s = block.load(where.word, again); !s) return server_error(where.server, s);
-    return again == header ? Status() : Status(Errc::retry);  // installed meanwhile: maybe torn
-  }
-
-  Status load_header(const Location& where, std::uint64_t& header) override {
-    if (Status s = blocks_[where.server].load(where.word, header); !s) return server_error(where.server, s);
+    if (slot_.back() != commit_id(header)) return Status(Errc::retry);  // installed meanwhile: maybe torn
+    std::memcpy(out, slot_.data() + 1, table_.spec().payload_bytes);
     return {};
   }
 
-  Status commit_writes(std::uint64_t cid) override {
-    // Validate and lock: one compare-and-swap per written record.
-    std::size_t locked_count = 0;
-    Status failure;
-    for (std::size_t e = 0; e < entries_.size() && failure.is_ok(); ++e) {
-      const Entry& entry = entries_[e];
-      if (!entry.written) continue;
-      std::uint64_t old = 0;
-      Status s = blocks_[entry.where.server].compare_swap(entry.where.word, entry.header, mine(entry), &old);
-      if (!s) {
-        failure = server_error(entry.where.server, s);
-      } else if (old != entry.header) {
-        failure = locked(old) ? recover_if_dead_owner(entry.where, old) : Status();
-        if (failure.is_ok()) failure = Status(Errc::retry);
-      } else {
-        locked_count = e + 1;
-      }
+  Status load_header(const Location& where, std::uint64_t& header) override {
+    if (Status s = blocks_[where.server].load_words(where.word, &header, 1); !s) return server_error(where.server, s);
+    return {};
+  }
+
+  Status load_headers(std::uint64_t* headers) override {
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      requests_[e] = blocks_[entries_[e].where.server].load_words_async(entries_[e].where.word, &headers[e], 1);
     }
-    if (!failure) {
-      for (std::size_t e = 0; e < locked_count; ++e) {
-        const Entry& entry = entries_[e];
-        if (!entry.written) continue;
-        Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine(entry), entry.header);
-        if (!s && failure.code() == Errc::retry) failure = server_error(entry.where.server, s);
+    return wait_requests(entries_.size(), [this](std::size_t e) { return entries_[e].where.server; });
+  }
+
+  // Waits for requests_[0, n); the first failure, naming the server of request i (server_of(i)).
+  template <typename ServerOf>
+  Status wait_requests(std::size_t n, ServerOf server_of) {
+    Status failure;
+    for (std::size_t i = 0; i < n; ++i) {
+      Status s = requests_[i].wait();
+      if (!s && failure.is_ok()) failure = server_error(server_of(i), s);
+    }
+    return failure;
+  }
+
+  // Issues the install of a locked record into requests_[3k .. 3k+2]: the trailer (`*cid`, which
+  // must stay untouched until they are done), the payload `words`, then the header: a
+  // compare-and-swap from `lock` to the commit id, whose old value goes to olds_[k]. One
+  // connection applies them in that order (SharedWords::store_words_async), which is the
+  // writer's side of the slot's seqlock (table.hpp).
+  void issue_install(std::size_t k, const Location& where, const std::uint64_t* words, const std::uint64_t* cid,
+                     std::uint64_t lock) {
+    cluster::SharedWords& block = blocks_[where.server];
+    requests_[3 * k] = block.store_words_async(where.word + 1 + table_.payload_words(), cid, 1);
+    requests_[3 * k + 1] = block.store_words_async(where.word + 1, words, table_.payload_words());
+    requests_[3 * k + 2] = block.compare_swap_async(where.word, lock, *cid, &olds_[k]);
+  }
+
+  Status commit_writes(std::uint64_t cid) override {
+    // The written entries, in order.
+    std::size_t n = 0;
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      if (entries_[e].written) written_[n++] = e;
+    }
+    auto server_of = [this](std::size_t i) { return entries_[written_[i]].where.server; };
+    // Validate and lock: one compare-and-swap per written record, all in flight together.
+    for (std::size_t i = 0; i < n; ++i) {
+      const Entry& entry = entries_[written_[i]];
+      requests_[i] = blocks_[entry.where.server].compare_swap_async(entry.where.word, entry.header, mine(entry), &olds_[i]);
+    }
+    Status failure;
+    bool conflict = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      Status s = requests_[i].wait();
+      held_[i] = s.is_ok() && olds_[i] == entries_[written_[i]].header;
+      if (!s && failure.is_ok()) failure = server_error(server_of(i), s);
+      conflict = conflict || (s.is_ok() && !held_[i]);
+    }
+    if (!failure || conflict) {
+      // Release what this call locked (together), then recover records found locked by a dead
+      // client (slow path).
+      std::uint64_t unlocked[kMaxRecordsPerTxn];
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!held_[i]) continue;
+        const Entry& entry = entries_[written_[i]];
+        unlocks_[k] = i;
+        requests_[k] = blocks_[entry.where.server].compare_swap_async(entry.where.word, mine(entry), entry.header, &unlocked[k]);
+        ++k;
       }
+      Status released = wait_requests(k, [&](std::size_t j) { return server_of(unlocks_[j]); });
+      for (std::size_t i = 0; i < n && failure.is_ok(); ++i) {
+        if (!held_[i] && locked(olds_[i])) failure = recover_if_dead_owner(entries_[written_[i]].where, olds_[i]);
+      }
+      if (failure.is_ok()) failure = Status(Errc::retry);
+      if (!released && failure.code() == Errc::retry) failure = released;
       return failure;
     }
     stage(CommitStage::locked);
@@ -255,34 +303,28 @@ class RsiClient final : public Client {
     }
     if (Status s = log_.publish(); !s) return log_error(s);
     stage(CommitStage::logged);
-    // Install: the payloads, a flush per server (the payload is complete at the server), then
-    // the header with the new commit id, which releases the lock.
-    std::fill(touched_.begin(), touched_.end(), false);
-    for (std::size_t e = 0; e < entries_.size(); ++e) {
-      const Entry& entry = entries_[e];
-      if (!entry.written) continue;
-      if (Status s = blocks_[entry.where.server].write(entry.where.word + 1, payload(e), table_.spec().payload_bytes); !s) {
-        return server_error(entry.where.server, s);
+    // Install every record (trailer, payload, then the header with the new commit id, which
+    // releases the lock), all in flight together. With the test seam set, the first record is
+    // installed before the others are issued, so that CommitStage::installing is a point where
+    // some but not all are.
+    cid_ = cid;
+    const std::size_t first = options_.at_commit_stage != nullptr ? std::min<std::size_t>(n, 1) : n;
+    for (std::size_t begin = 0; begin < n;) {
+      const std::size_t end = begin == 0 ? first : n;
+      for (std::size_t i = begin; i < end; ++i) {
+        const Entry& entry = entries_[written_[i]];
+        issue_install(i - begin, entry.where, payload_words(written_[i]), &cid_, mine(entry));
       }
-      touched_[entry.where.server] = true;
-    }
-    for (std::size_t server = 0; server < touched_.size(); ++server) {
-      if (!touched_[server]) continue;
-      if (Status s = blocks_[server].flush(); !s) return server_error(server, s);
-    }
-    bool first = true;
-    for (const Entry& entry : entries_) {
-      if (!entry.written) continue;
-      std::uint64_t old = 0;
-      if (Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine(entry), cid, &old); !s) {
-        return server_error(entry.where.server, s);
+      if (Status s = wait_requests(3 * (end - begin), [&](std::size_t j) { return server_of(begin + j / 3); }); !s) return s;
+      for (std::size_t i = begin; i < end; ++i) {
+        const Entry& entry = entries_[written_[i]];
+        if (olds_[i - begin] != mine(entry)) {
+          return server_error(entry.where.server, Status(Errc::fatal, "the lock of record " + std::to_string(entry.id) +
+                                                                          " was lost while installing it"));
+        }
       }
-      if (first) stage(CommitStage::installing);
-      first = false;
-      if (old != mine(entry)) {
-        return server_error(entry.where.server, Status(Errc::fatal, "the lock of record " + std::to_string(entry.id) +
-                                                                        " was lost while installing it"));
-      }
+      if (begin == 0) stage(CommitStage::installing);
+      begin = end;
     }
     return {};
   }
@@ -372,14 +414,18 @@ class RsiClient final : public Client {
       if (old == header) ++counters_.rolled_back;
       return {};
     }
-    // Committed: take the lock over, install the logged payload, then the new commit id.
+    // Committed: take the lock over, install the logged payload (as a commit does), then the
+    // new commit id.
     const std::uint64_t taken = recovering_word(header, options_.client);
     if (Status s = block.compare_swap(where.word, header, taken, &old); !s) return server_error(where.server, s);
     if (old != header) return {};
-    Status s = block.write(where.word + 1, record.payload(e), table_.spec().payload_bytes);
-    if (s) s = block.flush();
-    if (s) s = block.compare_swap(where.word, taken, record.cid);
-    if (!s) return server_error(where.server, s);
+    const std::uint64_t cid = record.cid;
+    issue_install(0, where, record.payload(e), &cid, taken);
+    if (Status s = wait_requests(3, [&](std::size_t) { return where.server; }); !s) return s;
+    if (olds_[0] != taken) {
+      return server_error(where.server, Status(Errc::protocol, "record " + std::to_string(id) +
+                                                                   " changed while this client recovered it"));
+    }
     ++counters_.rolled_forward;
     return {};
   }
@@ -390,7 +436,14 @@ class RsiClient final : public Client {
   fabric::FailureWatch watch_;
   std::vector<bool> dead_;  // clients found dead by the last recovery
   std::vector<cluster::SharedWords> blocks_;
-  std::vector<bool> touched_;
+  std::vector<std::uint64_t> slot_;       // one slot read by fetch()
+  // Operations of one step in flight together, and their results.
+  std::array<fabric::Request, 3 * kMaxRecordsPerTxn> requests_;
+  std::array<std::uint64_t, kMaxRecordsPerTxn> olds_{};
+  std::array<std::size_t, kMaxRecordsPerTxn> written_{};  // entries written by the transaction
+  std::array<std::size_t, kMaxRecordsPerTxn> unlocks_{};
+  std::array<bool, kMaxRecordsPerTxn> held_{};
+  std::uint64_t cid_ = 0;  // the trailer the installs store
 };
 
 // 2PC: every record operation is a request that the storage server's CPU answers.
@@ -520,7 +573,7 @@ class TwoPcClient final : public Client {
     for (std::size_t s = 0; s < involved_.size(); ++s) yes = yes && (!involved_[s] || replies_[s][2] == wire::kOk);
     // Phase 2: commit everywhere, or abort where the server locked.
     ++tag_;
-    const std::size_t payload_words = table_.slot_words() - 1;
+    const std::size_t payload_words = table_.payload_words();
     for (std::size_t s = 0; s < involved_.size(); ++s) voted_yes_[s] = involved_[s] && replies_[s][2] == wire::kOk;
     std::fill(involved_.begin(), involved_.end(), false);
     for (std::size_t i = 0; i < entries_.size(); ++i) {

@@ -162,6 +162,14 @@ class Client {
   virtual Status fetch(const Location& where, std::uint64_t& header, void* payload) = 0;
   // Reads the header word of the record at `where`.
   virtual Status load_header(const Location& where, std::uint64_t& header) = 0;
+  // Reads the header word of every entry into `headers` (entries_.size() of them); RSI reads
+  // them all in one round trip.
+  virtual Status load_headers(std::uint64_t* headers) {
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      if (Status s = load_header(entries_[e].where, headers[e]); !s) return s;
+    }
+    return {};
+  }
   // Validates, locks, installs (commit id `cid`) and unlocks every written entry. Errc::retry:
   // a conflict; everything this call locked is unlocked again.
   virtual Status commit_writes(std::uint64_t cid) = 0;
@@ -171,7 +179,9 @@ class Client {
   Status retire_dead_client(std::size_t client);
 
   // The payload copy of entry `e`.
-  std::byte* payload(std::size_t e) noexcept { return payloads_.data() + e * payload_stride_; }
+  std::byte* payload(std::size_t e) noexcept { return reinterpret_cast<std::byte*>(payload_words(e)); }
+  // The same copy as whole words (Table::payload_words of them).
+  std::uint64_t* payload_words(std::size_t e) noexcept { return payloads_.data() + e * payload_stride_; }
   // Names server `server` in an error: "rsi client 3: storage server 1 (rank 2): <what>".
   Status server_error(std::size_t server, const Status& status) const;
 
@@ -189,8 +199,8 @@ class Client {
   Status add_entry(std::uint64_t id, bool header_only, std::size_t& e);
 
   Timestamps timestamps_;
-  std::vector<std::byte> payloads_;
-  std::size_t payload_stride_ = 0;
+  std::vector<std::uint64_t> payloads_;
+  std::size_t payload_stride_ = 0;  // words
   bool open_ = false;
   bool left_ = false;
   std::uint64_t timestamp_ = 0;  // the open transaction's commit id, once commit took one
