@@ -83,24 +83,36 @@ Status Client::refresh_snapshot(std::uint64_t newest) {
   return {};
 }
 
-Status Client::add_entry(std::uint64_t id, bool header_only, std::size_t& e) {
-  if (id >= table_.spec().records) {
-    return {Errc::invalid_argument, name_ + ": record " + std::to_string(id) + " outside the table's " +
-                                        std::to_string(table_.spec().records)};
+std::size_t Client::find(std::uint64_t id) const noexcept {
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (entries_[e].id == id) return e;
   }
-  if (entries_.size() == kMaxRecordsPerTxn) {
+  return entries_.size();
+}
+
+Status Client::add_entries(const std::uint64_t* ids, std::size_t n, bool header_only) {
+  if (entries_.size() + n > kMaxRecordsPerTxn) {
     return {Errc::invalid_argument, name_ + ": more than " + std::to_string(kMaxRecordsPerTxn) + " records in one transaction"};
   }
-  Entry entry;
-  entry.id = id;
-  entry.where = table_.locate(id);
-  e = entries_.size();
-  Status s = header_only ? load_header(entry.where, entry.header) : fetch(entry.where, entry.header, payload(e));
-  if (s.is_ok() && locked(entry.header)) s = Status(Errc::retry);
-  if (s.is_ok()) {
+  const std::size_t first = entries_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ids[i] >= table_.spec().records) {
+      entries_.resize(first);
+      return {Errc::invalid_argument, name_ + ": record " + std::to_string(ids[i]) + " outside the table's " +
+                                          std::to_string(table_.spec().records)};
+    }
+    Entry entry;
+    entry.id = ids[i];
+    entry.where = table_.locate(ids[i]);
     entries_.push_back(entry);
-    if (commit_id(entry.header) > snapshot_) s = refresh_snapshot(commit_id(entry.header));
   }
+  Status s = fetch_entries(first, header_only);
+  std::uint64_t newest = 0;
+  for (std::size_t e = first; s.is_ok() && e < entries_.size(); ++e) {
+    if (locked(entries_[e].header)) s = Status(Errc::retry);
+    newest = std::max(newest, commit_id(entries_[e].header));
+  }
+  if (s.is_ok() && newest > snapshot_) s = refresh_snapshot(newest);
   if (!s) {
     if (s.code() == Errc::retry) ++counters_.snapshots;
     return end(std::move(s));
@@ -108,32 +120,71 @@ Status Client::add_entry(std::uint64_t id, bool header_only, std::size_t& e) {
   return {};
 }
 
-Status Client::read(std::uint64_t id, void* out) {
-  if (!open_) return {Errc::invalid_argument, name_ + ": read of record " + std::to_string(id) + " outside a transaction"};
-  const std::size_t bytes = table_.spec().payload_bytes;
-  for (std::size_t e = 0; e < entries_.size(); ++e) {
-    if (entries_[e].id == id) {
-      std::memcpy(out, payload(e), bytes);
-      return {};
-    }
+Status Client::fetch_entries(std::size_t first, bool header_only) {
+  for (std::size_t e = first; e < entries_.size(); ++e) {
+    Entry& entry = entries_[e];
+    Status s = header_only ? load_header(entry.where, entry.header) : fetch(entry.where, entry.header, payload(e));
+    if (!s) return s;
+    if (locked(entry.header)) return {};  // the caller aborts
   }
-  std::size_t e = 0;
-  if (Status s = add_entry(id, /*header_only=*/false, e); !s) return s;
-  std::memcpy(out, payload(e), bytes);
+  return {};
+}
+
+Status Client::read(std::uint64_t id, void* out) {
+  void* const outs[1] = {out};
+  return read_many(std::span(&id, 1), outs);
+}
+
+Status Client::read_many(std::span<const std::uint64_t> ids, std::span<void* const> out) {
+  if (!open_) {
+    return {Errc::invalid_argument, name_ + ": read of record " + (ids.empty() ? std::string("(none)") : std::to_string(ids[0])) +
+                                        " outside a transaction"};
+  }
+  if (ids.size() != out.size()) {
+    return {Errc::invalid_argument, name_ + ": read of " + std::to_string(ids.size()) + " records into " +
+                                        std::to_string(out.size()) + " buffers"};
+  }
+  std::uint64_t missing[kMaxRecordsPerTxn];
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (find(ids[i]) < entries_.size() || std::find(missing, missing + m, ids[i]) != missing + m) continue;
+    if (m == kMaxRecordsPerTxn) {
+      return {Errc::invalid_argument, name_ + ": more than " + std::to_string(kMaxRecordsPerTxn) + " records in one transaction"};
+    }
+    missing[m++] = ids[i];
+  }
+  if (m != 0) {
+    if (Status s = add_entries(missing, m, /*header_only=*/false); !s) return s;
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) std::memcpy(out[i], payload(find(ids[i])), table_.spec().payload_bytes);
   return {};
 }
 
 Status Client::insert(std::uint64_t id, const void* in) {
-  if (!open_) return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(id) + " outside a transaction"};
-  for (const Entry& entry : entries_) {
-    if (entry.id == id) {
-      return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(id) + " that the transaction has already"};
+  const void* const ins[1] = {in};
+  return insert_many(std::span(&id, 1), ins);
+}
+
+Status Client::insert_many(std::span<const std::uint64_t> ids, std::span<const void* const> in) {
+  if (!open_) {
+    return {Errc::invalid_argument, name_ + ": insert of record " + (ids.empty() ? std::string("(none)") : std::to_string(ids[0])) +
+                                        " outside a transaction"};
+  }
+  if (ids.size() != in.size()) {
+    return {Errc::invalid_argument, name_ + ": insert of " + std::to_string(ids.size()) + " records from " +
+                                        std::to_string(in.size()) + " buffers"};
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (find(ids[i]) < entries_.size() || std::find(ids.begin(), ids.begin() + i, ids[i]) != ids.begin() + i) {
+      return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(ids[i]) + " that the transaction has already"};
     }
   }
-  std::size_t e = 0;
-  if (Status s = add_entry(id, /*header_only=*/true, e); !s) return s;
-  std::memcpy(payload(e), in, table_.spec().payload_bytes);
-  entries_[e].written = true;
+  const std::size_t first = entries_.size();
+  if (Status s = add_entries(ids.data(), ids.size(), /*header_only=*/true); !s) return s;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(payload(first + i), in[i], table_.spec().payload_bytes);
+    entries_[first + i].written = true;
+  }
   return {};
 }
 
@@ -199,7 +250,7 @@ class RsiClient final : public Client {
              table.spec().payload_bytes, options.timeout),
         watch_(node.fabric()),
         blocks_(table.servers()),
-        slot_(table.slot_words()) {
+        slots_(kMaxRecordsPerTxn * table.slot_words()) {
     for (std::size_t s = 0; s < table.servers(); ++s) {
       blocks_[s].attach(node, worker, Table::block_record(table.name(), s), table.spec().servers[s], options.timeout);
     }
@@ -209,13 +260,40 @@ class RsiClient final : public Client {
   // One ordered read of the whole slot, header first, trailer last (table.hpp: the header
   // unlocked and equal to the trailer means no payload word was read while it was written).
   Status fetch(const Location& where, std::uint64_t& header, void* out) override {
-    if (Status s = blocks_[where.server].load_words(where.word, slot_.data(), slot_.size()); !s) {
+    if (Status s = blocks_[where.server].load_words(where.word, slots_.data(), table_.slot_words()); !s) {
       return server_error(where.server, s);
     }
-    header = slot_[0];
+    return check_slot(where, slots_.data(), header, out);
+  }
+
+  // The reads of all new entries in flight together: one round trip.
+  Status fetch_entries(std::size_t first, bool header_only) override {
+    const std::size_t slot = table_.slot_words();
+    const std::size_t n = entries_.size() - first;
+    for (std::size_t k = 0; k < n; ++k) {
+      const Entry& entry = entries_[first + k];
+      requests_[k] = blocks_[entry.where.server].load_words_async(entry.where.word, &slots_[k * slot], header_only ? 1 : slot);
+    }
+    if (Status s = wait_requests(n, [&](std::size_t k) { return entries_[first + k].where.server; }); !s) return s;
+    for (std::size_t k = 0; k < n; ++k) {
+      Entry& entry = entries_[first + k];
+      if (header_only) {
+        entry.header = slots_[k * slot];
+        if (locked(entry.header)) return recover_if_dead_owner(entry.where, entry.header);
+      } else if (Status s = check_slot(entry.where, &slots_[k * slot], entry.header, payload(first + k)); !s || locked(entry.header)) {
+        return s;
+      }
+    }
+    return {};
+  }
+
+  // A slot as read: its header, and unless locked its payload copied to `out`. Errc::retry when
+  // the trailer says a write was under way.
+  Status check_slot(const Location& where, const std::uint64_t* words, std::uint64_t& header, void* out) {
+    header = words[0];
     if (locked(header)) return recover_if_dead_owner(where, header);  // the caller aborts
-    if (slot_.back() != commit_id(header)) return Status(Errc::retry);  // installed meanwhile: maybe torn
-    std::memcpy(out, slot_.data() + 1, table_.spec().payload_bytes);
+    if (words[table_.slot_words() - 1] != commit_id(header)) return Status(Errc::retry);  // installed meanwhile: maybe torn
+    std::memcpy(out, words + 1, table_.spec().payload_bytes);
     return {};
   }
 
@@ -436,7 +514,7 @@ class RsiClient final : public Client {
   fabric::FailureWatch watch_;
   std::vector<bool> dead_;  // clients found dead by the last recovery
   std::vector<cluster::SharedWords> blocks_;
-  std::vector<std::uint64_t> slot_;       // one slot read by fetch()
+  std::vector<std::uint64_t> slots_;  // slots read together (kMaxRecordsPerTxn of them)
   // Operations of one step in flight together, and their results.
   std::array<fabric::Request, 3 * kMaxRecordsPerTxn> requests_;
   std::array<std::uint64_t, kMaxRecordsPerTxn> olds_{};
@@ -456,7 +534,8 @@ class TwoPcClient final : public Client {
     const std::size_t servers = table.servers();
     const std::size_t slot = table.slot_words();
     requests_.assign(servers, std::vector<std::uint64_t>(wire::kRequestHead + kMaxRecordsPerTxn * std::max<std::size_t>(slot, 2)));
-    replies_.assign(servers, std::vector<std::uint64_t>(wire::kReplyHead + slot));
+    replies_.assign(servers, std::vector<std::uint64_t>(wire::kReplyHead + wire::max_reads(table.payload_words()) *
+                                                                               (1 + table.payload_words())));
     lengths_.assign(servers, 0);
     answered_.assign(servers, false);
     involved_.assign(servers, false);
@@ -556,6 +635,37 @@ class TwoPcClient final : public Client {
 
   Status load_header(const Location& where, std::uint64_t& header) override {
     return fetch(where, header, scratch_.data());
+  }
+
+  // One read request per involved server (up to wire::max_reads records each), all in flight
+  // together; more records than that take more rounds.
+  Status fetch_entries(std::size_t first, bool header_only) override {
+    const std::size_t per_record = 1 + table_.payload_words();
+    const std::size_t cap = wire::max_reads(table_.payload_words());
+    for (std::size_t next = first; next < entries_.size();) {
+      ++tag_;
+      std::fill(involved_.begin(), involved_.end(), false);
+      std::fill(lengths_.begin(), lengths_.end(), 0);
+      std::size_t end = next;
+      for (; end < entries_.size(); ++end) {
+        const std::size_t server = entries_[end].where.server;
+        if (!involved_[server]) start(server, wire::kRead, 0);
+        if (requests_[server][3] == cap) break;  // that server's request is full: next round
+        involved_[server] = true;
+        add(server, entries_[end].where.word, nullptr, 0);
+      }
+      if (Status s = exchange(); !s) return s;
+      std::fill(lengths_.begin(), lengths_.end(), 0);  // reused below as each reply's read position
+      for (std::size_t e = next; e < end; ++e) {
+        Entry& entry = entries_[e];
+        const std::vector<std::uint64_t>& reply = replies_[entry.where.server];
+        const std::size_t at = wire::kReplyHead + lengths_[entry.where.server]++ * per_record;
+        entry.header = reply[at];
+        if (!header_only) std::memcpy(payload(e), &reply[at + 1], table_.spec().payload_bytes);
+      }
+      next = end;
+    }
+    return {};
   }
 
   Status commit_writes(std::uint64_t cid) override {

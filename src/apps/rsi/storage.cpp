@@ -53,7 +53,7 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
   two_pc_ = std::make_unique<TwoPc>();
   two_pc_->worker = std::make_unique<fabric::Worker>(node.fabric(), "rsi table '" + table.name() +
                                                                         "' 2pc server " + std::to_string(server_));
-  two_pc_->reply.resize(wire::kReplyHead + slot);
+  two_pc_->reply.resize(wire::kReplyHead + wire::max_reads(table.payload_words()) * (1 + table.payload_words()));
   two_pc_->worker->set_am_handler(wire::kRequestAm, [this](const fabric::AmMessage& message, fabric::AmReplier& replier) {
     requests_.fetch_add(1, std::memory_order_relaxed);  // a statistic
     std::uint64_t* block = block_.local();
@@ -91,11 +91,13 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
     }
     switch (op) {
       case wire::kRead: {
-        if (count != 1) return send(wire::kBadRequest);
-        std::uint64_t* header = header_of(0);
-        reply[3] = load(header);
-        std::memcpy(&reply[4], header + 1, payload_words * sizeof(std::uint64_t));
-        reply_words = wire::kReplyHead + 1 + payload_words;
+        if (count == 0 || count > wire::max_reads(payload_words)) return send(wire::kBadRequest);
+        for (std::size_t e = 0; e < count; ++e) {
+          std::uint64_t* header = header_of(e);
+          reply[reply_words] = load(header);
+          std::memcpy(&reply[reply_words + 1], header + 1, payload_words * sizeof(std::uint64_t));
+          reply_words += 1 + payload_words;
+        }
         return send(wire::kOk);
       }
       case wire::kPrepare:

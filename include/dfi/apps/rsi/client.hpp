@@ -61,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,12 +125,20 @@ class Client {
   // Reads record `id` into `payload` (payload_bytes of the table). A record read before in this
   // transaction is returned from the transaction's copy (with its writes).
   Status read(std::uint64_t id, void* payload);
+  // Reads records `ids` into `payloads` (one buffer per id), as read() does each, fetching those
+  // the transaction does not have yet together: RSI issues their reads at once and completes them
+  // in one round trip; 2PC sends one request per storage server. The transaction aborts
+  // (Errc::retry) as read() would for any of them. Errors also: invalid_argument (sizes differ).
+  Status read_many(std::span<const std::uint64_t> ids, std::span<void* const> payloads);
   // Sets the transaction's new version of record `id` (read before in this transaction).
   Status write(std::uint64_t id, const void* payload);
   // Inserts record `id`, one the transaction did not read (a pre-allocated free slot): sets its
   // new version reading only its header (so commit validates that nobody wrote it meanwhile).
   // Errors as read(); invalid_argument for a record the transaction has already.
   Status insert(std::uint64_t id, const void* payload);
+  // Inserts records `ids` with `payloads`, as insert() does each, reading their headers together
+  // (as read_many). Errors as insert(), and for an id listed twice.
+  Status insert_many(std::span<const std::uint64_t> ids, std::span<const void* const> payloads);
   // Commits. ok: installed and visible to transactions that begin from now on. Also
   // invalid_argument when this client's timestamps are used up.
   Status commit();
@@ -162,6 +171,10 @@ class Client {
   virtual Status fetch(const Location& where, std::uint64_t& header, void* payload) = 0;
   // Reads the header word of the record at `where`.
   virtual Status load_header(const Location& where, std::uint64_t& header) = 0;
+  // Fills the header (and unless `header_only` the payload copy) of entries_[first ..] as
+  // fetch() / load_header() do; may stop at a locked one (the caller aborts). The default reads
+  // them one after the other; RSI and 2PC read them together.
+  virtual Status fetch_entries(std::size_t first, bool header_only);
   // Reads the header word of every entry into `headers` (entries_.size() of them); RSI reads
   // them all in one round trip.
   virtual Status load_headers(std::uint64_t* headers) {
@@ -195,8 +208,11 @@ class Client {
  private:
   Status end(Status status);
   Status refresh_snapshot(std::uint64_t newest);
-  // Adds record `id` to the transaction: its header (and unless `header_only` its payload).
-  Status add_entry(std::uint64_t id, bool header_only, std::size_t& e);
+  // Adds records ids[0, n) (not in the transaction yet) to it: their headers (and unless
+  // `header_only` their payloads), read together.
+  Status add_entries(const std::uint64_t* ids, std::size_t n, bool header_only);
+  // The entry of record `id`, or entries_.size().
+  std::size_t find(std::uint64_t id) const noexcept;
 
   Timestamps timestamps_;
   std::vector<std::uint64_t> payloads_;
