@@ -119,6 +119,15 @@ fabric::Request SharedWords::compare_swap_async(std::size_t index, std::uint64_t
   return endpoint_.compare_swap_async(remote_, index * sizeof(std::uint64_t), expected, desired, old);
 }
 
+void SharedWords::hold() {
+  if (remote_.valid()) endpoint_.hold_word_ops();
+}
+
+Status SharedWords::release() {
+  if (!remote_.valid()) return {};
+  return endpoint_.release_word_ops();
+}
+
 bool SharedWords::wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
                                       const Deadline& deadline, const BackoffSettings& backoff) {
   Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));

@@ -85,7 +85,37 @@ bool EndpointState::native_rma() {
   return native;
 }
 
-static_assert((2 + kMaxWordOpWords) * sizeof(std::uint64_t) <= kMaxAmBytes, "a load_words reply is one message");
+// Words of one message, and of one operation's request and reply at most.
+constexpr std::size_t kMessageWords = kMaxAmBytes / sizeof(std::uint64_t);
+constexpr std::size_t kOpRequestWords = 5;  // {id, address, op, a, b}
+constexpr std::size_t kOpReplyWords = 3;    // {id, status, n}
+static_assert(kOpRequestWords + kMaxWordOpWords <= kMessageWords, "a store_words request is one message");
+static_assert(kOpReplyWords + kMaxWordOpWords <= kMessageWords, "a load_words reply is one message");
+
+Status EndpointState::reclaim_ops(std::string_view what) {
+  if (ops_send == nullptr) return {};
+  void* sending = ops_send;
+  ops_send = nullptr;
+  return wait(static_cast<ucs_status_ptr_t>(sending), what);
+}
+
+Status EndpointState::send_ops(std::string_view what) {
+  if (ops.empty()) return {};
+  if (ep == nullptr || !check_peer().is_ok()) {
+    ops.clear();
+    ops_reply_words = 0;
+    return failure.is_ok() ? fail(Errc::peer_failed, what, "the endpoint is closed") : failure;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  ucs_status_ptr_t sent = ucp_am_send_nbx(ep, kWordOpAm, nullptr, 0, ops.data(), ops.size() * sizeof(std::uint64_t), &param);
+  ops.clear();  // not reused before reclaim_ops()
+  ops_reply_words = 0;
+  if (UCS_PTR_IS_ERR(sent)) return fail(Errc::peer_failed, what, ucx_error_text(UCS_PTR_STATUS(sent)));
+  ops_send = sent;
+  return {};
+}
 
 Status EndpointState::issue_word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b,
                                     const void* data, std::size_t data_bytes, std::uint64_t* out,
@@ -100,44 +130,46 @@ Status EndpointState::issue_word_op(WordOp op, std::uint64_t address, std::uint6
                                         std::to_string(Worker::Impl::kWordWaits) + " word operations in flight on worker '" +
                                         w.name + "'"};
   }
+  const std::size_t data_words = data_bytes / sizeof(std::uint64_t);
+  const std::size_t request_words = kOpRequestWords + data_words;
+  const std::size_t reply_words = kOpReplyWords + out_words;
+  if (!ops.empty() && (ops.size() + request_words > kMessageWords || ops_reply_words + reply_words > kMessageWords)) {
+    if (Status s = send_ops(what); !s) return s;  // a full message: send it, start the next
+  }
+  if (ops.empty()) {
+    if (Status s = reclaim_ops(what); !s) return s;
+    if (ops.capacity() < kMessageWords) ops.reserve(kMessageWords);  // once per endpoint
+  }
   w.next_op = next;
   slot.id = next;
-  slot.request[0] = next;
-  slot.request[1] = address;
-  slot.request[2] = static_cast<std::uint64_t>(op);
-  slot.request[3] = a;
-  slot.request[4] = b;
   slot.out = out;
   slot.out_words = out_words;
   slot.status = 0;
   slot.arrived = false;
-  slot.send = nullptr;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t sent = ucp_am_send_nbx(ep, kWordOpAm, slot.request, sizeof slot.request, data, data_bytes, &param);
-  if (UCS_PTR_IS_ERR(sent)) {
-    slot.id = 0;
-    return fail(Errc::peer_failed, what, ucx_error_text(UCS_PTR_STATUS(sent)));
+  const std::uint64_t request[kOpRequestWords] = {next, address, static_cast<std::uint64_t>(op), a, b};
+  ops.insert(ops.end(), request, request + kOpRequestWords);
+  if (data_words != 0) {
+    const std::size_t at = ops.size();
+    ops.resize(at + data_words);
+    std::memcpy(ops.data() + at, data, data_words * sizeof(std::uint64_t));
   }
-  slot.send = sent;
+  ops_reply_words += reply_words;
   id = next;
+  if (ops_held) return {};
+  if (Status s = send_ops(what); !s) {
+    slot.id = 0;
+    id = 0;
+    return s;
+  }
   return {};
 }
 
 bool EndpointState::poll_word_op(std::uint64_t id, Status& status, std::string_view what, const Deadline* deadline) {
   Worker::Impl& w = *worker;
   Worker::Impl::WordWait& slot = w.word_waits[id % Worker::Impl::kWordWaits];
+  if (!ops.empty()) (void)send_ops(what);  // held operations: a waiter sends them (its own may be among them)
   ucp_worker_progress(w.worker);
-  if (slot.send != nullptr) {
-    const ucs_status_t sent = ucp_request_check_status(slot.send);
-    if (sent != UCS_INPROGRESS) {
-      ucp_request_free(slot.send);
-      slot.send = nullptr;
-      if (sent != UCS_OK) (void)fail(Errc::peer_failed, what, ucx_error_text(sent));
-    }
-  }
-  if (slot.send == nullptr && slot.arrived) {
+  if (slot.arrived) {
     status = slot.status == 0 ? Status()
                               : Status(Errc::invalid_argument, "fabric: " + std::string(what) + " to " + peer_name +
                                                                    ": the range is not 8-byte words of a region the peer registered");
@@ -148,15 +180,9 @@ bool EndpointState::poll_word_op(std::uint64_t id, Status& status, std::string_v
     if (failure.is_ok()) {
       (void)fail(Errc::timeout, what, "no answer within " + std::to_string(w.op_timeout.count()) + " ms");
     }
-    close();  // completes the send if still in progress (forced: the endpoint failed)
+    close();  // completes a send still in progress (forced: the endpoint failed)
     status = failure;
-    slot.arrived = true;  // a late reply is dropped
-    if (slot.send != nullptr && ucp_request_check_status(slot.send) == UCS_INPROGRESS) {
-      return true;  // close() gave up on it: UCX may still read the slot, which stays taken
-    }
-    if (slot.send != nullptr) ucp_request_free(slot.send);
-    slot.send = nullptr;
-    slot.id = 0;
+    slot.id = 0;  // a late reply finds no waiter
     return true;
   }
   return false;
@@ -221,8 +247,13 @@ void EndpointState::close() noexcept {
 
 EndpointState::~EndpointState() {
   if (ep != nullptr) {
+    (void)send_ops("close");
+    (void)reclaim_ops("close");
     (void)wait_pending("close");
     close();
+  }
+  if (ops_send != nullptr && ucp_request_check_status(static_cast<ucs_status_ptr_t>(ops_send)) != UCS_INPROGRESS) {
+    ucp_request_free(ops_send);  // completed by a forced close
   }
 }
 
@@ -659,6 +690,14 @@ Request Endpoint::store_words_async(const std::uint64_t* values, std::size_t cou
   if (st) st = flush();
   request.status_ = st;
   return request;
+}
+
+void Endpoint::hold_word_ops() { state().ops_held = true; }
+
+Status Endpoint::release_word_ops() {
+  detail::EndpointState& s = state();
+  s.ops_held = false;
+  return s.send_ops("word operations");
 }
 
 Status Endpoint::flush() {

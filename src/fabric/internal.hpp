@@ -68,13 +68,11 @@ struct Worker::Impl {
   std::vector<std::uint16_t> free_words;
   bool word_handler_installed = false;
   // Word operations in flight from this worker (EndpointState::issue_word_op), slot id %
-  // kWordWaits. A slot is taken when the request is sent and given back when both its send
-  // completed and its reply arrived (or the endpoint failed); a reply whose id no slot holds any
-  // more (its waiter gave up) is dropped.
+  // kWordWaits. A slot is taken when the operation is issued and given back when its reply
+  // arrived (or the endpoint failed); a reply whose id no slot holds any more (its waiter gave
+  // up) is dropped.
   struct WordWait {
     std::uint64_t id = 0;                 // 0: free
-    std::uint64_t request[5] = {};        // {id, address, op, a, b}: the message header, read by UCX until sent
-    void* send = nullptr;                 // the send's UCX request while in progress
     std::uint64_t* out = nullptr;         // receives the reply's result words
     std::size_t out_words = 0;
     std::uint64_t status = 0;             // the reply's status (0: ok)
@@ -92,12 +90,14 @@ inline constexpr std::uint16_t kRaiseWordAm = kFirstReservedAmId;
 
 // Word operations on a peer's registered memory by active message (fetch-add, compare-and-swap,
 // swap, load, and the ordered multi-word load_words / store_words), where UCX only emulates
-// atomics and gets: message header {id, address, op, a, b}, data: the words to store (store_words
-// only); reply {id, status, result words...} (one result word for the atomics and load, `a`
-// words for load_words, none for store_words). The handler runs on the peer's worker thread, in
-// the order the messages arrive (the order they were sent on one endpoint), and replies through
-// AmReplier, which fails cleanly towards a dead requester (UCX 1.13 aborts a process whose
-// emulated atomic reply hits a failed endpoint).
+// atomics and gets. One message carries one or more operations back to back (several when the
+// sender held them: Endpoint::hold_word_ops), each {id, address, op, a, b} followed, for
+// store_words, by its `a` words; the reply carries {id, status, n, n result words} per operation
+// (one result word for the atomics and load, `a` words for load_words, none for store_words).
+// The handler runs on the peer's worker thread and applies the operations in the order they were
+// issued on one endpoint (messages arrive in the order sent), and replies through AmReplier,
+// which fails cleanly towards a dead requester (UCX 1.13 aborts a process whose emulated atomic
+// reply hits a failed endpoint).
 inline constexpr std::uint16_t kWordOpAm = kFirstReservedAmId + 1;
 inline constexpr std::uint16_t kWordReplyAm = kFirstReservedAmId + 2;
 enum class WordOp : std::uint64_t { add = 1, compare_swap = 2, swap = 3, load = 4, load_words = 5, store_words = 6 };
@@ -141,10 +141,21 @@ struct EndpointState {
   // A word operation on the peer's memory by active message; `result` gets the old value.
   Status word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b, std::uint64_t* result,
                  std::string_view what);
-  // Sends word operation `op` (with `data` as the message's data: store_words) and takes a slot
-  // of the worker for its reply, whose result words go to `out` (`out_words` of them; both must
+  // Word operations issued but not sent yet (one message's data), and the words their replies
+  // will take. Sent at once unless held (Endpoint::hold_word_ops); UCX may read the buffer
+  // until `ops_send` completed.
+  std::vector<std::uint64_t> ops;
+  std::size_t ops_reply_words = 0;
+  bool ops_held = false;
+  void* ops_send = nullptr;
+  // Sends the operations in `ops` as one message.
+  Status send_ops(std::string_view what);
+  // Waits until UCX no longer reads `ops` (the last message's send completed).
+  Status reclaim_ops(std::string_view what);
+  // Issues word operation `op` (`data`: the words store_words writes, copied) and takes a slot
+  // of the worker for its reply, whose result words go to `out` (`out_words` of them; it must
   // stay valid until the operation is finished). `id` receives the operation's id, 0 when it
-  // failed before it was sent (the Status says why).
+  // failed before it was issued (the Status says why).
   Status issue_word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b, const void* data,
                        std::size_t data_bytes, std::uint64_t* out, std::size_t out_words, std::uint64_t& id,
                        std::string_view what);

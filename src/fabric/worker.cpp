@@ -147,66 +147,86 @@ Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl
 void install_word_ops(Worker::Impl& impl) {
   Worker::Impl* self = &impl;
   install_am_handler(impl, kWordOpAm, [self](const AmMessage& m, AmReplier& replier) {
-    std::uint64_t q[5];  // {id, address, op, a, b}
-    if (m.header.size() != sizeof q) return;
-    std::memcpy(q, m.header.data(), sizeof q);
-    const auto op = static_cast<WordOp>(q[2]);
-    const bool many = op == WordOp::load_words || op == WordOp::store_words;
-    const std::uint64_t count = many ? q[3] : 1;
-    constexpr std::size_t kMax = kMaxWordOpWords;
-    std::uint64_t reply[2 + kMax];  // {id, status, result words}
-    reply[0] = q[0];
-    reply[1] = 0;
-    std::size_t reply_words = 2;
-    const std::size_t data_words = op == WordOp::store_words ? count : 0;
-    if (count == 0 || count > kMax || m.data.size() != data_words * sizeof(std::uint64_t)) {
-      reply[1] = 2;  // malformed
-    } else if (q[1] % 8 != 0 || !self->context->impl().owns_range(q[1], count * sizeof(std::uint64_t))) {
-      reply[1] = 1;
-    } else {
-      auto* words = reinterpret_cast<std::uint64_t*>(q[1]);
-      std::atomic_ref word(words[0]);
-      switch (op) {
-        case WordOp::add: reply[2] = word.fetch_add(q[3], std::memory_order_acq_rel); reply_words = 3; break;
-        case WordOp::swap: reply[2] = word.exchange(q[3], std::memory_order_acq_rel); reply_words = 3; break;
-        case WordOp::load: reply[2] = word.load(std::memory_order_acquire); reply_words = 3; break;
-        case WordOp::compare_swap: {
-          std::uint64_t expected = q[3];
-          word.compare_exchange_strong(expected, q[4], std::memory_order_acq_rel);
-          reply[2] = expected;  // the old value either way
-          reply_words = 3;
-          break;
-        }
-        case WordOp::load_words:  // ascending, each an acquire load (Endpoint::load_words)
-          for (std::size_t i = 0; i < count; ++i) reply[2 + i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
-          reply_words = 2 + count;
-          break;
-        case WordOp::store_words:  // ascending, each a release store (Endpoint::store_words)
-          for (std::size_t i = 0; i < count; ++i) {
-            std::uint64_t v = 0;
-            std::memcpy(&v, m.data.data() + i * sizeof v, sizeof v);  // the data need not be aligned
-            std::atomic_ref(words[i]).store(v, std::memory_order_release);
-          }
-          break;
-        default: reply[1] = 2;
+    constexpr std::size_t kWords = kMaxAmBytes / sizeof(std::uint64_t);
+    const std::size_t n = m.data.size() / sizeof(std::uint64_t);
+    auto word_at = [&](std::size_t i) {  // the message's data need not be aligned
+      std::uint64_t v = 0;
+      std::memcpy(&v, m.data.data() + i * sizeof v, sizeof v);
+      return v;
+    };
+    std::uint64_t reply[kWords];  // {id, status, count, result words} per operation
+    std::size_t length = 0;
+    for (std::size_t at = 0; at + 5 <= n && length + 3 <= kWords;) {
+      const std::uint64_t id = word_at(at), address = word_at(at + 1), a = word_at(at + 3), b = word_at(at + 4);
+      const auto op = static_cast<WordOp>(word_at(at + 2));
+      const bool many = op == WordOp::load_words || op == WordOp::store_words;
+      const std::uint64_t count = many ? a : 1;
+      const std::size_t data = op == WordOp::store_words ? count : 0;
+      const std::size_t results = op == WordOp::store_words ? 0 : count;
+      std::uint64_t* out = reply + length;
+      out[0] = id;
+      out[1] = 0;
+      out[2] = 0;
+      if (count == 0 || count > kMaxWordOpWords || data > n - at - 5 || length + 3 + results > kWords) {
+        out[1] = 2;  // malformed: nothing after it can be parsed
+        length += 3;
+        break;
       }
+      if (address % 8 != 0 || !self->context->impl().owns_range(address, count * sizeof(std::uint64_t))) {
+        out[1] = 1;
+      } else {
+        auto* words = reinterpret_cast<std::uint64_t*>(address);
+        std::atomic_ref word(words[0]);
+        out[2] = results;
+        switch (op) {
+          case WordOp::add: out[3] = word.fetch_add(a, std::memory_order_acq_rel); break;
+          case WordOp::swap: out[3] = word.exchange(a, std::memory_order_acq_rel); break;
+          case WordOp::load: out[3] = word.load(std::memory_order_acquire); break;
+          case WordOp::compare_swap: {
+            std::uint64_t expected = a;
+            word.compare_exchange_strong(expected, b, std::memory_order_acq_rel);
+            out[3] = expected;  // the old value either way
+            break;
+          }
+          case WordOp::load_words:  // ascending, each an acquire load (Endpoint::load_words)
+            for (std::size_t i = 0; i < count; ++i) out[3 + i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
+            break;
+          case WordOp::store_words:  // ascending, each a release store (Endpoint::store_words_async)
+            for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(word_at(at + 5 + i), std::memory_order_release);
+            break;
+          default:
+            out[1] = 2;
+            out[2] = 0;
+        }
+      }
+      length += 3 + out[2];
+      at += 5 + data;
     }
-    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply, reply_words)));  // a dead requester: dropped
+    if (length == 0) return;  // not even one operation to answer
+    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply, length)));  // a dead requester: dropped
   });
   install_am_handler(impl, kWordReplyAm, [self](const AmMessage& m, AmReplier&) {
-    std::uint64_t head[2];  // {id, status}
-    if (m.data.size() < sizeof head || m.data.size() % sizeof(std::uint64_t) != 0) return;
-    std::memcpy(head, m.data.data(), sizeof head);
-    Worker::Impl::WordWait& wait = self->word_waits[head[0] % Worker::Impl::kWordWaits];
-    if (head[0] == 0 || wait.id != head[0] || wait.arrived) return;  // an answer nobody waits for any more
-    const std::size_t results = m.data.size() / sizeof(std::uint64_t) - 2;
-    if (head[1] == 0 && results != wait.out_words) {
-      wait.status = 2;  // a reply that does not fit the request
-    } else {
-      wait.status = head[1];
-      if (head[1] == 0 && results != 0) std::memcpy(wait.out, m.data.data() + sizeof head, results * sizeof(std::uint64_t));
+    const std::size_t n = m.data.size() / sizeof(std::uint64_t);
+    auto word_at = [&](std::size_t i) {
+      std::uint64_t v = 0;
+      std::memcpy(&v, m.data.data() + i * sizeof v, sizeof v);
+      return v;
+    };
+    for (std::size_t at = 0; at + 3 <= n;) {
+      const std::uint64_t id = word_at(at), status = word_at(at + 1), results = word_at(at + 2);
+      if (results > n - at - 3) return;  // truncated
+      Worker::Impl::WordWait& wait = self->word_waits[id % Worker::Impl::kWordWaits];
+      if (id != 0 && wait.id == id && !wait.arrived) {  // else an answer nobody waits for any more
+        if (status == 0 && results != wait.out_words) {
+          wait.status = 2;  // a reply that does not fit the request
+        } else {
+          wait.status = status;
+          if (status == 0 && results != 0) std::memcpy(wait.out, m.data.data() + (at + 3) * sizeof(std::uint64_t), results * sizeof(std::uint64_t));
+        }
+        wait.arrived = true;
+      }
+      at += 3 + results;
     }
-    wait.arrived = true;
   });
 }
 

@@ -287,6 +287,30 @@ TEST_P(FabricLocal, AsyncCompareSwapsAndWordRangesCompleteTogether) {
   ASSERT_TRUE(ep.load_words(remote, 1024, loaded.data(), loaded.size()));
   EXPECT_EQ(loaded, stored);
   EXPECT_EQ(std::memcmp(static_cast<std::byte*>(region_->data()) + 1024, stored.data(), stored.size() * 8), 0);
+  // Held operations go as one message (where emulated) and are applied in issue order: a store,
+  // a load of what it stored, a compare-and-swap expecting it; a bad one among them fails alone.
+  // Waiting for one while held sends them too.
+  ep.hold_word_ops();
+  std::vector<std::uint64_t> first(8, 5), seen(8, 0);
+  std::uint64_t swapped = 0, bad_old = 0;
+  Request put_first = ep.store_words_async(first.data(), first.size(), remote, 4096);
+  Request bad = ep.compare_swap_async(remote, region_->size() + 64, 0, 1, &bad_old);
+  Request read_back = ep.load_words_async(remote, 4096, seen.data(), seen.size());
+  Request swap = ep.compare_swap_async(remote, 4096, 5, 6, &swapped);
+  ASSERT_TRUE(ep.release_word_ops());
+  ASSERT_TRUE(put_first.wait());
+  EXPECT_EQ(bad.wait().code(), Errc::invalid_argument);
+  ASSERT_TRUE(read_back.wait());
+  ASSERT_TRUE(swap.wait());
+  EXPECT_EQ(seen, first);
+  EXPECT_EQ(swapped, 5u);
+  EXPECT_EQ(std::atomic_ref(words[512]).load(), 6u);
+  ep.hold_word_ops();
+  std::uint64_t held_old = 0;
+  Request held = ep.compare_swap_async(remote, 4096, 6, 7, &held_old);
+  ASSERT_TRUE(held.wait());  // sends what is held
+  EXPECT_EQ(held_old, 6u);
+  ASSERT_TRUE(ep.release_word_ops());
   // Out of the region, misaligned, too many words: refused, naming the peer.
   Status outside = ep.load_words(remote, region_->size() - 8, loaded.data(), 2);
   EXPECT_EQ(outside.code(), Errc::invalid_argument);

@@ -98,6 +98,12 @@ class SharedWords {
   // done. Errors: as load().
   fabric::Request compare_swap_async(std::size_t index, std::uint64_t expected, std::uint64_t desired,
                                      std::uint64_t* old);
+  // Keeps the operations issued from now on to send them to the host as one message at
+  // release() (Endpoint::hold_word_ops: where the transport emulates them, one message and one
+  // reply for all). No effect unattached.
+  void hold();
+  // Sends what hold() kept. Errors: peer_failed.
+  Status release();
   // The hosted words (host only; null elsewhere): for the host's own CPU, which must use atomic
   // accesses (std::atomic_ref) on words that peers change concurrently.
   std::uint64_t* local() const noexcept {

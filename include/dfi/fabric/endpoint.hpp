@@ -57,7 +57,7 @@ class RemoteMemory {
 };
 
 // Most words one Endpoint::load_words / store_words moves (one active message where emulated).
-inline constexpr std::size_t kMaxWordOpWords = 1022;
+inline constexpr std::size_t kMaxWordOpWords = 1019;
 
 // An operation in flight, from Endpoint::put_async / get_async and the other *_async calls. The
 // buffers it uses must stay untouched until it is done. Destroying a pending Request waits for it
@@ -162,6 +162,15 @@ class Endpoint {
   Request store_words_async(const std::uint64_t* values, std::size_t count, const RemoteMemory& remote,
                             std::size_t offset);
   Status flush();
+  // Where RMA is emulated, word operations (atomics, load_words, store_words and their async
+  // forms) are active messages the peer's worker applies. From hold_word_ops() until
+  // release_word_ops(), those issued on this endpoint are kept and sent together as one message
+  // (or as few as fit kMaxAmBytes), answered by one reply: many operations towards one peer then
+  // cost one message each way instead of one per operation. They are applied in issue order as
+  // always. Waiting for one of them sends what is held. No effect where they are native.
+  void hold_word_ops();
+  // Sends the held word operations and stops holding. Errors: peer_failed.
+  Status release_word_ops();
 
   // Sends active message `id` with `data` (<= kMaxAmBytes, copied). Returns when the data left
   // the caller's buffer. The receiver's handler may reply through its AmReplier.

@@ -270,10 +270,12 @@ class RsiClient final : public Client {
   Status fetch_entries(std::size_t first, bool header_only) override {
     const std::size_t slot = table_.slot_words();
     const std::size_t n = entries_.size() - first;
+    hold_all();
     for (std::size_t k = 0; k < n; ++k) {
       const Entry& entry = entries_[first + k];
       requests_[k] = blocks_[entry.where.server].load_words_async(entry.where.word, &slots_[k * slot], header_only ? 1 : slot);
     }
+    release_all();
     if (Status s = wait_requests(n, [&](std::size_t k) { return entries_[first + k].where.server; }); !s) return s;
     for (std::size_t k = 0; k < n; ++k) {
       Entry& entry = entries_[first + k];
@@ -303,10 +305,21 @@ class RsiClient final : public Client {
   }
 
   Status load_headers(std::uint64_t* headers) override {
+    hold_all();
     for (std::size_t e = 0; e < entries_.size(); ++e) {
       requests_[e] = blocks_[entries_[e].where.server].load_words_async(entries_[e].where.word, &headers[e], 1);
     }
+    release_all();
     return wait_requests(entries_.size(), [this](std::size_t e) { return entries_[e].where.server; });
+  }
+
+  // Operations issued between hold_all() and release_all() go to each server as one message
+  // where the transport emulates them (SharedWords::hold). A failure to send shows in the waits.
+  void hold_all() {
+    for (cluster::SharedWords& block : blocks_) block.hold();
+  }
+  void release_all() {
+    for (cluster::SharedWords& block : blocks_) (void)block.release();
   }
 
   // Waits for requests_[0, n); the first failure, naming the server of request i (server_of(i)).
@@ -341,10 +354,12 @@ class RsiClient final : public Client {
     }
     auto server_of = [this](std::size_t i) { return entries_[written_[i]].where.server; };
     // Validate and lock: one compare-and-swap per written record, all in flight together.
+    hold_all();
     for (std::size_t i = 0; i < n; ++i) {
       const Entry& entry = entries_[written_[i]];
       requests_[i] = blocks_[entry.where.server].compare_swap_async(entry.where.word, entry.header, mine(entry), &olds_[i]);
     }
+    release_all();
     Status failure;
     bool conflict = false;
     for (std::size_t i = 0; i < n; ++i) {
@@ -358,6 +373,7 @@ class RsiClient final : public Client {
       // client (slow path).
       std::uint64_t unlocked[kMaxRecordsPerTxn];
       std::size_t k = 0;
+      hold_all();
       for (std::size_t i = 0; i < n; ++i) {
         if (!held_[i]) continue;
         const Entry& entry = entries_[written_[i]];
@@ -365,6 +381,7 @@ class RsiClient final : public Client {
         requests_[k] = blocks_[entry.where.server].compare_swap_async(entry.where.word, mine(entry), entry.header, &unlocked[k]);
         ++k;
       }
+      release_all();
       Status released = wait_requests(k, [&](std::size_t j) { return server_of(unlocks_[j]); });
       for (std::size_t i = 0; i < n && failure.is_ok(); ++i) {
         if (!held_[i] && locked(olds_[i])) failure = recover_if_dead_owner(entries_[written_[i]].where, olds_[i]);
@@ -374,7 +391,7 @@ class RsiClient final : public Client {
       return failure;
     }
     stage(CommitStage::locked);
-    // The commit record: from its flush on the transaction is committed, whoever installs it.
+    // The commit record: once stored the transaction is committed, whoever installs it.
     log_.start(cid);
     for (std::size_t e = 0; e < entries_.size(); ++e) {
       if (entries_[e].written) log_.add(entries_[e].id, entries_[e].header, payload(e));
@@ -389,10 +406,12 @@ class RsiClient final : public Client {
     const std::size_t first = options_.at_commit_stage != nullptr ? std::min<std::size_t>(n, 1) : n;
     for (std::size_t begin = 0; begin < n;) {
       const std::size_t end = begin == 0 ? first : n;
+      hold_all();
       for (std::size_t i = begin; i < end; ++i) {
         const Entry& entry = entries_[written_[i]];
         issue_install(i - begin, entry.where, payload_words(written_[i]), &cid_, mine(entry));
       }
+      release_all();
       if (Status s = wait_requests(3 * (end - begin), [&](std::size_t j) { return server_of(begin + j / 3); }); !s) return s;
       for (std::size_t i = begin; i < end; ++i) {
         const Entry& entry = entries_[written_[i]];
@@ -498,7 +517,9 @@ class RsiClient final : public Client {
     if (Status s = block.compare_swap(where.word, header, taken, &old); !s) return server_error(where.server, s);
     if (old != header) return {};
     const std::uint64_t cid = record.cid;
+    block.hold();
     issue_install(0, where, record.payload(e), &cid, taken);
+    (void)block.release();  // a failure shows in the waits
     if (Status s = wait_requests(3, [&](std::size_t) { return where.server; }); !s) return s;
     if (olds_[0] != taken) {
       return server_error(where.server, Status(Errc::protocol, "record " + std::to_string(id) +

@@ -139,9 +139,11 @@ Status Timestamps::read_timestamp(std::uint64_t& timestamp) {
   // grow, so whatever order they are read in, every timestamp found finished was finished by the
   // time of the later read.
   fabric::Request retired;
+  words_.hold();  // both reads in one message where the transport emulates them
   if (clients_ <= fabric::kMaxWordOpWords) {
     retired = words_.load_words_async(0, scratch_.data(), clients_);
   } else if (Status s = words_.read(0, scratch_.data(), clients_ * sizeof(std::uint64_t)); !s) {
+    (void)words_.release();
     return s;
   }
   const std::size_t total = words_.size() - clients_;
@@ -149,7 +151,9 @@ Status Timestamps::read_timestamp(std::uint64_t& timestamp) {
     const std::size_t first = static_cast<std::size_t>(known_ / 64);
     const std::size_t count = std::min(kWindowWords, total - first);
     std::uint64_t* window = scratch_.data() + clients_;
-    Status s = words_.load_words_async(clients_ + first, window, count).wait();
+    fabric::Request read = words_.load_words_async(clients_ + first, window, count);
+    (void)words_.release();  // a failure shows in the waits
+    Status s = read.wait();
     if (Status r = retired.wait(); !r) return r;
     if (!s) return s;
     window_first_ = first;

@@ -19,19 +19,25 @@
 // since it was read makes commit release what it locked and abort (first committer wins).
 // Either protocol:
 //
-//   Protocol::rsi     one-sided, the storage servers' CPUs do nothing: a read is a load of the
-//                     header word, a get of the payload and a second load (a version installed
-//                     meanwhile is detected, not returned torn); commit is one compare-and-swap
-//                     per written record (expected: the header read; new: lock_word(same commit
-//                     id, this client)), then the commit record (commit_log.hpp: one put + flush),
-//                     then one put per record's payload, a flush per server, and one
-//                     compare-and-swap per record that installs the commit id and releases the
-//                     lock. (The paper installs header and payload with one write; UCX gives no
-//                     byte order inside one put, so a reader could see the new header with half
-//                     the old payload: ../shared/UCX-NOTES.md.)
+//   Protocol::rsi     one-sided, the storage servers' CPUs do nothing: a read is one ordered
+//                     load of the record's whole slot, header, payload and trailer (table.hpp: a
+//                     version installed meanwhile is detected, not returned torn); commit is one
+//                     compare-and-swap per written record (expected: the header read; new:
+//                     lock_word(same commit id, this client)), then the commit record
+//                     (commit_log.hpp: one ordered store), then per record the trailer, the
+//                     payload and a compare-and-swap that installs the commit id and releases the
+//                     lock (one connection applies them in that order). (The paper installs
+//                     header and payload with one write; UCX gives no byte order inside one put,
+//                     so a reader could see the new header with half the old payload:
+//                     ../shared/UCX-NOTES.md.) Each step's operations — the reads of read_many,
+//                     the locks, the installs — are issued together and completed together, and
+//                     where the transport emulates them (tcp) the ones to one server travel as
+//                     one message (cluster::SharedWords::hold): a bank transfer is 6 sequential
+//                     round trips (snapshot, reads, locks, commit record, installs, finish).
 //   Protocol::two_pc  traditional SI with two-phase commit over two-sided messages: a read is a
-//                     request the server answers; commit sends one prepare per involved server
-//                     (its CPU validates and locks), then commit (install + unlock) or abort.
+//                     request the server answers (read_many: one request per server, together);
+//                     commit sends one prepare per involved server (its CPU validates and locks),
+//                     then commit (install + unlock) or abort: 5 round trips per bank transfer.
 //
 // Recovery (RSI, beyond the paper): every lock word names its owner, and a client writes a
 // commit record (commit_log.hpp: the new versions, one put + flush) after locking and before
