@@ -472,6 +472,14 @@ Request Endpoint::rma_async(bool put, void* buffer, std::size_t bytes, const Rem
   return request;
 }
 
+void Endpoint::track_word_op(Request& request, Status issued, const std::uint64_t& id) {
+  request.status_ = std::move(issued);
+  if (id != 0) {
+    request.endpoint_ = state_;
+    request.word_op_ = id;
+  }
+}
+
 void Endpoint::track(Request& request, void* issued) {
   auto r = static_cast<ucs_status_ptr_t>(issued);
   if (UCS_PTR_IS_ERR(r)) {
@@ -585,12 +593,8 @@ Request Endpoint::compare_swap_async(const RemoteMemory& remote, std::size_t off
   }
   if (s.ep != nullptr && !s.native_rma()) {  // by active message, as atomic() does
     std::uint64_t id = 0;
-    request.status_ = s.issue_word_op(WordOp::compare_swap, remote.address() + offset, expected, desired, nullptr, 0,
-                                      old, 1, id, request.what_);
-    if (id != 0) {
-      request.endpoint_ = state_;
-      request.word_op_ = id;
-    }
+    track_word_op(request, s.issue_word_op(WordOp::compare_swap, remote.address() + offset, expected, desired, nullptr, 0,
+                                      old, 1, id, request.what_), id);
     return request;
   }
   // UCX CSWAP: the operand (read at once) is the compare value; the reply buffer holds the new
@@ -605,6 +609,26 @@ Request Endpoint::compare_swap_async(const RemoteMemory& remote, std::size_t off
   return request;
 }
 
+namespace {
+
+// Checks a range of `count` words for load_words / store_words; `mapped` receives the words'
+// address where the region maps, else null.
+Status check_words(detail::EndpointState& s, const RemoteMemory& remote, std::size_t offset, std::size_t count,
+                   std::string_view what, std::uint64_t*& mapped) {
+  mapped = nullptr;
+  if (count == 0 || count > kMaxWordOpWords) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " of " + std::to_string(count) + " words at " +
+                                        s.peer_name + " (1 .. " + std::to_string(kMaxWordOpWords) + ")"};
+  }
+  if (Status c = check_word(s, remote, count * sizeof(std::uint64_t), offset, what); !c) return c;
+  if (void* base = remote.mapped(); base != nullptr) {
+    mapped = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(base) + offset);
+  }
+  return {};
+}
+
+}  // namespace
+
 Status Endpoint::load_words(const RemoteMemory& remote, std::size_t offset, std::uint64_t* values, std::size_t count) {
   return load_words_async(remote, offset, values, count).wait();
 }
@@ -614,28 +638,19 @@ Request Endpoint::load_words_async(const RemoteMemory& remote, std::size_t offse
   detail::EndpointState& s = state();
   Request request;
   request.what_ = "load";
-  if (count == 0 || count > kMaxWordOpWords) {
-    request.status_ = Status(Errc::invalid_argument, "fabric: load of " + std::to_string(count) + " words from " +
-                                                         s.peer_name + " (1 .. " + std::to_string(kMaxWordOpWords) + ")");
-    return request;
-  }
-  if (Status c = check_word(s, remote, count * sizeof(std::uint64_t), offset, request.what_); !c) {
+  std::uint64_t* words = nullptr;
+  if (Status c = check_words(s, remote, offset, count, request.what_, words); !c) {
     request.status_ = c;
     return request;
   }
-  if (void* mapped = remote.mapped(); mapped != nullptr) {
-    auto* words = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(mapped) + offset);
+  if (words != nullptr) {
     for (std::size_t i = 0; i < count; ++i) values[i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
     return request;
   }
   if (s.ep != nullptr && !s.native_rma()) {
     std::uint64_t id = 0;
-    request.status_ = s.issue_word_op(WordOp::load_words, remote.address() + offset, count, 0, nullptr, 0, values,
-                                      count, id, request.what_);
-    if (id != 0) {
-      request.endpoint_ = state_;
-      request.word_op_ = id;
-    }
+    track_word_op(request, s.issue_word_op(WordOp::load_words, remote.address() + offset, count, 0, nullptr, 0, values,
+                                      count, id, request.what_), id);
     return request;
   }
   // Native RMA, no mapping: a get has no order among its bytes, so the first and the last word
@@ -654,28 +669,19 @@ Request Endpoint::store_words_async(const std::uint64_t* values, std::size_t cou
   detail::EndpointState& s = state();
   Request request;
   request.what_ = "store";
-  if (count == 0 || count > kMaxWordOpWords) {
-    request.status_ = Status(Errc::invalid_argument, "fabric: store of " + std::to_string(count) + " words to " +
-                                                         s.peer_name + " (1 .. " + std::to_string(kMaxWordOpWords) + ")");
-    return request;
-  }
-  if (Status c = check_word(s, remote, count * sizeof(std::uint64_t), offset, request.what_); !c) {
+  std::uint64_t* words = nullptr;
+  if (Status c = check_words(s, remote, offset, count, request.what_, words); !c) {
     request.status_ = c;
     return request;
   }
-  if (void* mapped = remote.mapped(); mapped != nullptr) {
-    auto* words = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(mapped) + offset);
+  if (words != nullptr) {
     for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(values[i], std::memory_order_release);
     return request;
   }
   if (s.ep != nullptr && !s.native_rma()) {
     std::uint64_t id = 0;
-    request.status_ = s.issue_word_op(WordOp::store_words, remote.address() + offset, count, 0, values,
-                                      count * sizeof(std::uint64_t), nullptr, 0, id, request.what_);
-    if (id != 0) {
-      request.endpoint_ = state_;
-      request.word_op_ = id;
-    }
+    track_word_op(request, s.issue_word_op(WordOp::store_words, remote.address() + offset, count, 0, values,
+                                      count * sizeof(std::uint64_t), nullptr, 0, id, request.what_), id);
     return request;
   }
   // Native RMA, no mapping: one word per put, each ordered after the one before by a fence.

@@ -204,6 +204,8 @@ class Endpoint {
                     std::size_t offset);
   // Makes `request` follow what a UCX call returned (`issued`: a ucs_status_ptr_t).
   void track(Request& request, void* issued);
+  // Makes `request` follow word operation `id` (0: not issued, `issued` says why).
+  void track_word_op(Request& request, Status issued, const std::uint64_t& id);
   std::shared_ptr<detail::EndpointState> state_;
 };
 

@@ -130,20 +130,26 @@ Status Client::fetch_entries(std::size_t first, bool header_only) {
   return {};
 }
 
+// A read_many / insert_many call: a transaction open, one buffer per record.
+Status Client::check_call(const char* what, std::span<const std::uint64_t> ids, std::size_t buffers) const {
+  if (!open_) {
+    return {Errc::invalid_argument, name_ + ": " + what + " of record " +
+                                        (ids.empty() ? std::string("(none)") : std::to_string(ids[0])) + " outside a transaction"};
+  }
+  if (ids.size() != buffers) {
+    return {Errc::invalid_argument, name_ + ": " + what + " of " + std::to_string(ids.size()) + " records with " +
+                                        std::to_string(buffers) + " buffers"};
+  }
+  return {};
+}
+
 Status Client::read(std::uint64_t id, void* out) {
   void* const outs[1] = {out};
   return read_many(std::span(&id, 1), outs);
 }
 
 Status Client::read_many(std::span<const std::uint64_t> ids, std::span<void* const> out) {
-  if (!open_) {
-    return {Errc::invalid_argument, name_ + ": read of record " + (ids.empty() ? std::string("(none)") : std::to_string(ids[0])) +
-                                        " outside a transaction"};
-  }
-  if (ids.size() != out.size()) {
-    return {Errc::invalid_argument, name_ + ": read of " + std::to_string(ids.size()) + " records into " +
-                                        std::to_string(out.size()) + " buffers"};
-  }
+  if (Status s = check_call("read", ids, out.size()); !s) return s;
   std::uint64_t missing[kMaxRecordsPerTxn];
   std::size_t m = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -166,14 +172,7 @@ Status Client::insert(std::uint64_t id, const void* in) {
 }
 
 Status Client::insert_many(std::span<const std::uint64_t> ids, std::span<const void* const> in) {
-  if (!open_) {
-    return {Errc::invalid_argument, name_ + ": insert of record " + (ids.empty() ? std::string("(none)") : std::to_string(ids[0])) +
-                                        " outside a transaction"};
-  }
-  if (ids.size() != in.size()) {
-    return {Errc::invalid_argument, name_ + ": insert of " + std::to_string(ids.size()) + " records from " +
-                                        std::to_string(in.size()) + " buffers"};
-  }
+  if (Status s = check_call("insert", ids, in.size()); !s) return s;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (find(ids[i]) < entries_.size() || std::find(ids.begin(), ids.begin() + i, ids[i]) != ids.begin() + i) {
       return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(ids[i]) + " that the transaction has already"};

@@ -217,6 +217,8 @@ class Client {
   // Adds records ids[0, n) (not in the transaction yet) to it: their headers (and unless
   // `header_only` their payloads), read together.
   Status add_entries(const std::uint64_t* ids, std::size_t n, bool header_only);
+  // Errors of a read_many / insert_many call before it reads anything.
+  Status check_call(const char* what, std::span<const std::uint64_t> ids, std::size_t buffers) const;
   // The entry of record `id`, or entries_.size().
   std::size_t find(std::uint64_t id) const noexcept;
 
