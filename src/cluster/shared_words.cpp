@@ -89,6 +89,45 @@ Status SharedWords::flush() {
   return endpoint_.flush();
 }
 
+Status SharedWords::load_words(std::size_t index, std::uint64_t* values, std::size_t count) {
+  return load_words_async(index, values, count).wait();
+}
+
+fabric::Request SharedWords::load_words_async(std::size_t index, std::uint64_t* values, std::size_t count) {
+  if (region_ && !remote_.valid()) {
+    if (count == 0 || (index + count) * sizeof(std::uint64_t) > region_->size()) {
+      return fabric::Request::completed({Errc::invalid_argument, "shared words: load of " + std::to_string(count) +
+                                                                     " words at word " + std::to_string(index) +
+                                                                     " passes the last word"});
+    }
+    auto* words = static_cast<std::uint64_t*>(region_->data());
+    for (std::size_t i = 0; i < count; ++i) values[i] = std::atomic_ref(words[index + i]).load(std::memory_order_acquire);
+    return {};
+  }
+  if (!remote_.valid()) return fabric::Request::completed({Errc::invalid_argument, "shared words: not attached"});
+  return endpoint_.load_words_async(remote_, index * sizeof(std::uint64_t), values, count);
+}
+
+fabric::Request SharedWords::store_words_async(std::size_t index, const std::uint64_t* values, std::size_t count) {
+  if (!remote_.valid()) return fabric::Request::completed({Errc::invalid_argument, "shared words: not attached"});
+  return endpoint_.store_words_async(values, count, remote_, index * sizeof(std::uint64_t));
+}
+
+fabric::Request SharedWords::compare_swap_async(std::size_t index, std::uint64_t expected, std::uint64_t desired,
+                                                std::uint64_t* old) {
+  if (!remote_.valid()) return fabric::Request::completed({Errc::invalid_argument, "shared words: not attached"});
+  return endpoint_.compare_swap_async(remote_, index * sizeof(std::uint64_t), expected, desired, old);
+}
+
+void SharedWords::hold() {
+  if (remote_.valid()) endpoint_.hold_word_ops();
+}
+
+Status SharedWords::release() {
+  if (!remote_.valid()) return {};
+  return endpoint_.release_word_ops();
+}
+
 bool SharedWords::wait_for_departures(Node& node, std::size_t first, const std::vector<int>& ranks,
                                       const Deadline& deadline, const BackoffSettings& backoff) {
   Backoff waiting(backoff, reinterpret_cast<std::uintptr_t>(this));

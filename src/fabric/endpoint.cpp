@@ -85,33 +85,125 @@ bool EndpointState::native_rma() {
   return native;
 }
 
-Status EndpointState::word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b,
-                              std::uint64_t* result, std::string_view what) {
-  if (!check_peer().is_ok()) return failure;
-  Worker::Impl& w = *worker;
-  const std::uint64_t request[5] = {++w.next_op, address, static_cast<std::uint64_t>(op), a, b};
+// Words of one message, and of one operation's request and reply at most.
+constexpr std::size_t kMessageWords = kMaxAmBytes / sizeof(std::uint64_t);
+constexpr std::size_t kOpRequestWords = 5;  // {id, address, op, a, b}
+constexpr std::size_t kOpReplyWords = 3;    // {id, status, n}
+static_assert(kOpRequestWords + kMaxWordOpWords <= kMessageWords, "a store_words request is one message");
+static_assert(kOpReplyWords + kMaxWordOpWords <= kMessageWords, "a load_words reply is one message");
+
+Status EndpointState::reclaim_ops(std::string_view what) {
+  if (ops_send == nullptr) return {};
+  void* sending = ops_send;
+  ops_send = nullptr;
+  return wait(static_cast<ucs_status_ptr_t>(sending), what);
+}
+
+Status EndpointState::send_ops(std::string_view what) {
+  if (ops.empty()) return {};
+  if (ep == nullptr || !check_peer().is_ok()) {
+    ops.clear();
+    ops_reply_words = 0;
+    return failure.is_ok() ? fail(Errc::peer_failed, what, "the endpoint is closed") : failure;
+  }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  if (Status s = wait(ucp_am_send_nbx(ep, kWordOpAm, nullptr, 0, request, sizeof request, &param), what); !s) {
+  ucs_status_ptr_t sent = ucp_am_send_nbx(ep, kWordOpAm, nullptr, 0, ops.data(), ops.size() * sizeof(std::uint64_t), &param);
+  ops.clear();  // not reused before reclaim_ops()
+  ops_reply_words = 0;
+  if (UCS_PTR_IS_ERR(sent)) return fail(Errc::peer_failed, what, ucx_error_text(UCS_PTR_STATUS(sent)));
+  ops_send = sent;
+  return {};
+}
+
+Status EndpointState::issue_word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b,
+                                    const void* data, std::size_t data_bytes, std::uint64_t* out,
+                                    std::size_t out_words, std::uint64_t& id, std::string_view what) {
+  id = 0;
+  if (!check_peer().is_ok()) return failure;
+  Worker::Impl& w = *worker;
+  const std::uint64_t next = w.next_op + 1;
+  Worker::Impl::WordWait& slot = w.word_waits[next % Worker::Impl::kWordWaits];
+  if (slot.id != 0) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + peer_name + ": more than " +
+                                        std::to_string(Worker::Impl::kWordWaits) + " word operations in flight on worker '" +
+                                        w.name + "'"};
+  }
+  const std::size_t data_words = data_bytes / sizeof(std::uint64_t);
+  const std::size_t request_words = kOpRequestWords + data_words;
+  const std::size_t reply_words = kOpReplyWords + out_words;
+  if (!ops.empty() && (ops.size() + request_words > kMessageWords || ops_reply_words + reply_words > kMessageWords)) {
+    if (Status s = send_ops(what); !s) return s;  // a full message: send it, start the next
+  }
+  if (ops.empty()) {
+    if (Status s = reclaim_ops(what); !s) return s;
+    if (ops.capacity() < kMessageWords) ops.reserve(kMessageWords);  // once per endpoint
+  }
+  w.next_op = next;
+  slot.id = next;
+  slot.out = out;
+  slot.out_words = out_words;
+  slot.status = 0;
+  slot.arrived = false;
+  const std::uint64_t request[kOpRequestWords] = {next, address, static_cast<std::uint64_t>(op), a, b};
+  ops.insert(ops.end(), request, request + kOpRequestWords);
+  if (data_words != 0) {
+    const std::size_t at = ops.size();
+    ops.resize(at + data_words);
+    std::memcpy(ops.data() + at, data, data_words * sizeof(std::uint64_t));
+  }
+  ops_reply_words += reply_words;
+  id = next;
+  if (ops_held) return {};
+  if (Status s = send_ops(what); !s) {
+    slot.id = 0;
+    id = 0;
     return s;
   }
-  Deadline deadline(w.op_timeout);
-  for (unsigned spins = 1; w.reply_for != request[0]; ++spins) {
-    ucp_worker_progress(w.worker);
-    if ((spins & 1023u) != 0) continue;
-    if (!check_peer().is_ok()) return failure;
-    if (deadline.expired()) {
-      Status s = fail(Errc::timeout, what, "no answer within " + std::to_string(w.op_timeout.count()) + " ms");
-      close();
-      return s;
+  return {};
+}
+
+bool EndpointState::poll_word_op(std::uint64_t id, Status& status, std::string_view what, const Deadline* deadline) {
+  Worker::Impl& w = *worker;
+  Worker::Impl::WordWait& slot = w.word_waits[id % Worker::Impl::kWordWaits];
+  if (!ops.empty()) (void)send_ops(what);  // held operations: a waiter sends them (its own may be among them)
+  ucp_worker_progress(w.worker);
+  if (slot.arrived) {
+    status = slot.status == 0 ? Status()
+                              : Status(Errc::invalid_argument, "fabric: " + std::string(what) + " to " + peer_name +
+                                                                   ": the range is not 8-byte words of a region the peer registered");
+    slot.id = 0;
+    return true;
+  }
+  if (!check_peer().is_ok() || !failure.is_ok() || (deadline != nullptr && deadline->expired())) {
+    if (failure.is_ok()) {
+      (void)fail(Errc::timeout, what, "no answer within " + std::to_string(w.op_timeout.count()) + " ms");
     }
+    close();  // completes a send still in progress (forced: the endpoint failed)
+    status = failure;
+    slot.id = 0;  // a late reply finds no waiter
+    return true;
   }
-  if (w.reply_status != 0) {
-    return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + peer_name +
-                                        ": the address is not an 8-byte word of a region the peer registered"};
+  return false;
+}
+
+Status EndpointState::wait_word_op(std::uint64_t id, std::string_view what) {
+  Deadline deadline(worker->op_timeout);
+  Status status;
+  for (unsigned spins = 1;; ++spins) {
+    // The failure and time checks cost a clock read: every 1024th round.
+    if (poll_word_op(id, status, what, (spins & 1023u) == 0 ? &deadline : nullptr)) return status;
   }
-  if (result != nullptr) *result = w.reply_value;
+}
+
+Status EndpointState::word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b,
+                              std::uint64_t* result, std::string_view what) {
+  std::uint64_t value = 0;
+  std::uint64_t id = 0;
+  if (Status s = issue_word_op(op, address, a, b, nullptr, 0, &value, 1, id, what); !s) return s;
+  if (Status s = wait_word_op(id, what); !s) return s;
+  if (result != nullptr) *result = value;
   return {};
 }
 
@@ -155,8 +247,13 @@ void EndpointState::close() noexcept {
 
 EndpointState::~EndpointState() {
   if (ep != nullptr) {
+    (void)send_ops("close");
+    (void)reclaim_ops("close");
     (void)wait_pending("close");
     close();
+  }
+  if (ops_send != nullptr && ucp_request_check_status(static_cast<ucs_status_ptr_t>(ops_send)) != UCS_INPROGRESS) {
+    ucp_request_free(ops_send);  // completed by a forced close
   }
 }
 
@@ -193,17 +290,24 @@ void RemoteMemory::release() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Request
 
+Request Request::completed(Status status) {
+  Request request;
+  request.status_ = std::move(status);
+  return request;
+}
+
 Request::~Request() {
-  if (request_ != nullptr) (void)wait();
+  if (request_ != nullptr || word_op_ != 0) (void)wait();
 }
 
 Request::Request(Request&& other) noexcept { *this = std::move(other); }
 
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
-    if (request_ != nullptr) (void)wait();
+    if (request_ != nullptr || word_op_ != 0) (void)wait();
     endpoint_ = std::move(other.endpoint_);
     request_ = std::exchange(other.request_, nullptr);
+    word_op_ = std::exchange(other.word_op_, 0);
     status_ = std::move(other.status_);
     what_ = other.what_;
   }
@@ -211,6 +315,12 @@ Request& Request::operator=(Request&& other) noexcept {
 }
 
 bool Request::done() {
+  if (word_op_ != 0) {
+    if (!endpoint_->poll_word_op(word_op_, status_, what_, nullptr)) return false;
+    word_op_ = 0;
+    endpoint_.reset();
+    return true;
+  }
   if (request_ == nullptr) return true;
   ucp_worker_progress(endpoint_->worker->worker);
   (void)endpoint_->check_peer();  // a dead peer force-closes the endpoint, completing the request
@@ -224,6 +334,11 @@ bool Request::done() {
 }
 
 Status Request::wait() {
+  if (word_op_ != 0) {
+    status_ = endpoint_->wait_word_op(word_op_, what_);
+    word_op_ = 0;
+    endpoint_.reset();
+  }
   if (request_ != nullptr) {
     status_ = endpoint_->wait(request_, what_);
     request_ = nullptr;
@@ -357,6 +472,14 @@ Request Endpoint::rma_async(bool put, void* buffer, std::size_t bytes, const Rem
   return request;
 }
 
+void Endpoint::track_word_op(Request& request, Status issued, const std::uint64_t& id) {
+  request.status_ = std::move(issued);
+  if (id != 0) {
+    request.endpoint_ = state_;
+    request.word_op_ = id;
+  }
+}
+
 void Endpoint::track(Request& request, void* issued) {
   auto r = static_cast<ucs_status_ptr_t>(issued);
   if (UCS_PTR_IS_ERR(r)) {
@@ -397,14 +520,20 @@ Status Endpoint::get(void* destination, std::size_t bytes, const RemoteMemory& r
 
 namespace {
 
-Status atomic(detail::EndpointState& s, const RemoteMemory& remote, void* rkey, std::size_t offset,
-              ucp_atomic_op_t op, const std::uint64_t* operand, std::uint64_t* reply,
-              std::string_view what) {
-  if (Status c = check(s, remote, sizeof(std::uint64_t), offset, what); !c) return c;
+Status check_word(detail::EndpointState& s, const RemoteMemory& remote, std::size_t bytes, std::size_t offset,
+                  std::string_view what) {
+  if (Status c = check(s, remote, bytes, offset, what); !c) return c;
   if ((remote.address() + offset) % sizeof(std::uint64_t) != 0) {
     return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + s.peer_name +
                                         ": offset " + std::to_string(offset) + " is not 8-byte aligned"};
   }
+  return {};
+}
+
+Status atomic(detail::EndpointState& s, const RemoteMemory& remote, void* rkey, std::size_t offset,
+              ucp_atomic_op_t op, const std::uint64_t* operand, std::uint64_t* reply,
+              std::string_view what) {
+  if (Status c = check_word(s, remote, sizeof(std::uint64_t), offset, what); !c) return c;
   if (s.ep != nullptr && !s.native_rma()) {
     // UCX would emulate the atomic; its reply towards a requester that just died aborts the
     // peer in 1.13. The same operation as an active message cannot.
@@ -447,6 +576,134 @@ Status Endpoint::swap(const RemoteMemory& remote, std::size_t offset, std::uint6
   Status status = atomic(state(), remote, remote.rkey_, offset, UCP_ATOMIC_OP_SWAP, &value, &previous, "swap");
   if (status && old != nullptr) *old = previous;
   return status;
+}
+
+Request Endpoint::compare_swap_async(const RemoteMemory& remote, std::size_t offset, std::uint64_t expected,
+                                     std::uint64_t desired, std::uint64_t* old) {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "compare-and-swap";
+  if (old == nullptr) {
+    request.status_ = Status(Errc::invalid_argument, "fabric: compare-and-swap to " + s.peer_name + ": no place for the old value");
+    return request;
+  }
+  if (Status c = check_word(s, remote, sizeof(std::uint64_t), offset, request.what_); !c) {
+    request.status_ = c;
+    return request;
+  }
+  if (s.ep != nullptr && !s.native_rma()) {  // by active message, as atomic() does
+    std::uint64_t id = 0;
+    track_word_op(request, s.issue_word_op(WordOp::compare_swap, remote.address() + offset, expected, desired, nullptr, 0,
+                                      old, 1, id, request.what_), id);
+    return request;
+  }
+  // UCX CSWAP: the operand (read at once) is the compare value; the reply buffer holds the new
+  // value and receives the old one.
+  *old = desired;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+  param.datatype = ucp_dt_make_contig(sizeof(std::uint64_t));
+  param.reply_buffer = old;
+  track(request, ucp_atomic_op_nbx(s.ep, UCP_ATOMIC_OP_CSWAP, &expected, 1, remote.address() + offset,
+                                   static_cast<ucp_rkey_h>(remote.rkey_), &param));
+  return request;
+}
+
+namespace {
+
+// Checks a range of `count` words for load_words / store_words; `mapped` receives the words'
+// address where the region maps, else null.
+Status check_words(detail::EndpointState& s, const RemoteMemory& remote, std::size_t offset, std::size_t count,
+                   std::string_view what, std::uint64_t*& mapped) {
+  mapped = nullptr;
+  if (count == 0 || count > kMaxWordOpWords) {
+    return {Errc::invalid_argument, "fabric: " + std::string(what) + " of " + std::to_string(count) + " words at " +
+                                        s.peer_name + " (1 .. " + std::to_string(kMaxWordOpWords) + ")"};
+  }
+  if (Status c = check_word(s, remote, count * sizeof(std::uint64_t), offset, what); !c) return c;
+  if (void* base = remote.mapped(); base != nullptr) {
+    mapped = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(base) + offset);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status Endpoint::load_words(const RemoteMemory& remote, std::size_t offset, std::uint64_t* values, std::size_t count) {
+  return load_words_async(remote, offset, values, count).wait();
+}
+
+Request Endpoint::load_words_async(const RemoteMemory& remote, std::size_t offset, std::uint64_t* values,
+                                   std::size_t count) {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "load";
+  std::uint64_t* words = nullptr;
+  if (Status c = check_words(s, remote, offset, count, request.what_, words); !c) {
+    request.status_ = c;
+    return request;
+  }
+  if (words != nullptr) {
+    for (std::size_t i = 0; i < count; ++i) values[i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
+    return request;
+  }
+  if (s.ep != nullptr && !s.native_rma()) {
+    std::uint64_t id = 0;
+    track_word_op(request, s.issue_word_op(WordOp::load_words, remote.address() + offset, count, 0, nullptr, 0, values,
+                                      count, id, request.what_), id);
+    return request;
+  }
+  // Native RMA, no mapping: a get has no order among its bytes, so the first and the last word
+  // are gets of their own, completed before and after the one for the words between.
+  Status st = get(values, sizeof(std::uint64_t), remote, offset);
+  if (st && count > 2) st = get(values + 1, (count - 2) * sizeof(std::uint64_t), remote, offset + sizeof(std::uint64_t));
+  if (st && count > 1) {
+    st = get(values + count - 1, sizeof(std::uint64_t), remote, offset + (count - 1) * sizeof(std::uint64_t));
+  }
+  request.status_ = st;
+  return request;
+}
+
+Request Endpoint::store_words_async(const std::uint64_t* values, std::size_t count, const RemoteMemory& remote,
+                                    std::size_t offset) {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "store";
+  std::uint64_t* words = nullptr;
+  if (Status c = check_words(s, remote, offset, count, request.what_, words); !c) {
+    request.status_ = c;
+    return request;
+  }
+  if (words != nullptr) {
+    for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(values[i], std::memory_order_release);
+    return request;
+  }
+  if (s.ep != nullptr && !s.native_rma()) {
+    std::uint64_t id = 0;
+    track_word_op(request, s.issue_word_op(WordOp::store_words, remote.address() + offset, count, 0, values,
+                                      count * sizeof(std::uint64_t), nullptr, 0, id, request.what_), id);
+    return request;
+  }
+  // Native RMA, no mapping: one word per put, each ordered after the one before by a fence.
+  Status st;
+  for (std::size_t i = 0; i < count && st; ++i) {
+    if (i != 0) {
+      const ucs_status_t fenced = ucp_worker_fence(s.worker->worker);
+      if (fenced != UCS_OK) st = s.fail(Errc::peer_failed, "fence", ucx_error_text(fenced));
+    }
+    if (st) st = put_nbi(values + i, sizeof(std::uint64_t), remote, offset + i * sizeof(std::uint64_t));
+  }
+  if (st) st = flush();
+  request.status_ = st;
+  return request;
+}
+
+void Endpoint::hold_word_ops() { state().ops_held = true; }
+
+Status Endpoint::release_word_ops() {
+  detail::EndpointState& s = state();
+  s.ops_held = false;
+  return s.send_ops("word operations");
 }
 
 Status Endpoint::flush() {

@@ -3,6 +3,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -25,6 +27,8 @@ struct Context::Impl {
   mutable std::mutex regions_mutex;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> regions;
   bool owns_word(std::uint64_t address) const;
+  // Whether [address, address + bytes) lies inside one registered region.
+  bool owns_range(std::uint64_t address, std::uint64_t bytes) const;
   mutable std::mutex failures_mutex;
   std::unordered_map<int, std::string> failures;  // rank -> reason, guarded by failures_mutex
 };
@@ -63,11 +67,20 @@ struct Worker::Impl {
   std::vector<WordSlot> words;
   std::vector<std::uint16_t> free_words;
   bool word_handler_installed = false;
-  // The one word operation this worker's thread waits for (EndpointState::word_op).
+  // Word operations in flight from this worker (EndpointState::issue_word_op), slot id %
+  // kWordWaits. A slot is taken when the operation is issued and given back when its reply
+  // arrived (or the endpoint failed); a reply whose id no slot holds any more (its waiter gave
+  // up) is dropped.
+  struct WordWait {
+    std::uint64_t id = 0;                 // 0: free
+    std::uint64_t* out = nullptr;         // receives the reply's result words
+    std::size_t out_words = 0;
+    std::uint64_t status = 0;             // the reply's status (0: ok)
+    bool arrived = false;
+  };
+  static constexpr std::size_t kWordWaits = 64;
+  std::array<WordWait, kWordWaits> word_waits{};
   std::uint64_t next_op = 0;
-  std::uint64_t reply_for = 0;
-  std::uint64_t reply_value = 0;
-  std::uint64_t reply_status = 0;
 
   ~Impl();
 };
@@ -76,13 +89,18 @@ struct Worker::Impl {
 inline constexpr std::uint16_t kRaiseWordAm = kFirstReservedAmId;
 
 // Word operations on a peer's registered memory by active message (fetch-add, compare-and-swap,
-// swap, load), where UCX only emulates atomics and gets: request {id, address, op, a, b},
-// reply {id, result, status}. The handler runs on the peer's worker thread and replies through
-// AmReplier, which fails cleanly towards a dead requester (UCX 1.13 aborts a process whose
-// emulated atomic reply hits a failed endpoint).
+// swap, load, and the ordered multi-word load_words / store_words), where UCX only emulates
+// atomics and gets. One message carries one or more operations back to back (several when the
+// sender held them: Endpoint::hold_word_ops), each {id, address, op, a, b} followed, for
+// store_words, by its `a` words; the reply carries {id, status, n, n result words} per operation
+// (one result word for the atomics and load, `a` words for load_words, none for store_words).
+// The handler runs on the peer's worker thread and applies the operations in the order they were
+// issued on one endpoint (messages arrive in the order sent), and replies through AmReplier,
+// which fails cleanly towards a dead requester (UCX 1.13 aborts a process whose emulated atomic
+// reply hits a failed endpoint).
 inline constexpr std::uint16_t kWordOpAm = kFirstReservedAmId + 1;
 inline constexpr std::uint16_t kWordReplyAm = kFirstReservedAmId + 2;
-enum class WordOp : std::uint64_t { add = 1, compare_swap = 2, swap = 3, load = 4 };
+enum class WordOp : std::uint64_t { add = 1, compare_swap = 2, swap = 3, load = 4, load_words = 5, store_words = 6 };
 // Installs the word-op handlers on a new worker.
 void install_word_ops(Worker::Impl& impl);
 
@@ -123,6 +141,29 @@ struct EndpointState {
   // A word operation on the peer's memory by active message; `result` gets the old value.
   Status word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b, std::uint64_t* result,
                  std::string_view what);
+  // Word operations issued but not sent yet (one message's data), and the words their replies
+  // will take. Sent at once unless held (Endpoint::hold_word_ops); UCX may read the buffer
+  // until `ops_send` completed.
+  std::vector<std::uint64_t> ops;
+  std::size_t ops_reply_words = 0;
+  bool ops_held = false;
+  void* ops_send = nullptr;
+  // Sends the operations in `ops` as one message.
+  Status send_ops(std::string_view what);
+  // Waits until UCX no longer reads `ops` (the last message's send completed).
+  Status reclaim_ops(std::string_view what);
+  // Issues word operation `op` (`data`: the words store_words writes, copied) and takes a slot
+  // of the worker for its reply, whose result words go to `out` (`out_words` of them; it must
+  // stay valid until the operation is finished). `id` receives the operation's id, 0 when it
+  // failed before it was issued (the Status says why).
+  Status issue_word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b, const void* data,
+                       std::size_t data_bytes, std::uint64_t* out, std::size_t out_words, std::uint64_t& id,
+                       std::string_view what);
+  // Word operation `id` (from issue_word_op): progresses once; true when it finished, with its
+  // outcome in `status` (its slot is then free again). `deadline` (may be null) bounds it.
+  bool poll_word_op(std::uint64_t id, Status& status, std::string_view what, const Deadline* deadline);
+  // Waits for word operation `id`, bounded by the op timeout.
+  Status wait_word_op(std::uint64_t id, std::string_view what);
   void close() noexcept;
 };
 

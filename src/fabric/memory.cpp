@@ -77,10 +77,12 @@ MemoryRegion::MemoryRegion(Context& context, std::size_t bytes) : context_(&cont
   context.impl().regions.emplace_back(descriptor_.address, bytes);
 }
 
-bool Context::Impl::owns_word(std::uint64_t address) const {
+bool Context::Impl::owns_word(std::uint64_t address) const { return owns_range(address, 8); }
+
+bool Context::Impl::owns_range(std::uint64_t address, std::uint64_t bytes) const {
   std::lock_guard lock(regions_mutex);
   for (const auto& [start, size] : regions) {
-    if (address >= start && address - start + 8 <= size) return true;
+    if (address >= start && address - start <= size && bytes <= size - (address - start)) return true;
   }
   return false;
 }

@@ -60,6 +60,20 @@ Status AmReplier::reply(std::uint16_t id, std::span<const std::byte> data) {
   }
   // UCX 1.13 needs the buffer until the send completes, which may be after this handler returns.
   auto* impl = static_cast<Worker::Impl*>(worker_);
+  if (data.size() > Worker::Impl::kReplyBufferBytes) {
+    // A larger reply (load_words, a 2PC read): sent straight from `data` when UCX can complete
+    // it at once (it copies it then), so that answering allocates nothing; else copied below.
+    ucp_request_param_t now{};
+    now.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    now.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t sent = ucp_am_send_nbx(static_cast<ucp_ep_h>(reply_ep_), id, nullptr, 0, data.data(), data.size(), &now);
+    if (sent == nullptr) return {};
+    if (UCS_PTR_IS_ERR(sent) && UCS_PTR_STATUS(sent) != UCS_ERR_NO_RESOURCE) {
+      return {Errc::peer_failed, "fabric: reply to active message " + std::to_string(id) +
+                                     " failed: " + ucx_error_text(UCS_PTR_STATUS(sent))};
+    }
+    if (!UCS_PTR_IS_ERR(sent)) ucp_request_free(sent);  // not expected with FORCE_IMM_CMPL
+  }
   Worker::Impl::ReplyBuffer* buffer = nullptr;
   std::byte* copy = nullptr;
   if (data.size() <= Worker::Impl::kReplyBufferBytes && !impl->free_replies.empty()) {
@@ -133,37 +147,86 @@ Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl
 void install_word_ops(Worker::Impl& impl) {
   Worker::Impl* self = &impl;
   install_am_handler(impl, kWordOpAm, [self](const AmMessage& m, AmReplier& replier) {
-    std::uint64_t q[5];  // {id, address, op, a, b}
-    if (m.data.size() != sizeof q) return;
-    std::memcpy(q, m.data.data(), sizeof q);
-    std::uint64_t reply[3] = {q[0], 0, 0};  // {id, result, status}
-    if (q[1] % 8 != 0 || !self->context->impl().owns_word(q[1])) {
-      reply[2] = 1;
-    } else {
-      std::atomic_ref word(*reinterpret_cast<std::uint64_t*>(q[1]));
-      switch (static_cast<WordOp>(q[2])) {
-        case WordOp::add: reply[1] = word.fetch_add(q[3], std::memory_order_acq_rel); break;
-        case WordOp::swap: reply[1] = word.exchange(q[3], std::memory_order_acq_rel); break;
-        case WordOp::load: reply[1] = word.load(std::memory_order_acquire); break;
-        case WordOp::compare_swap: {
-          std::uint64_t expected = q[3];
-          word.compare_exchange_strong(expected, q[4], std::memory_order_acq_rel);
-          reply[1] = expected;  // the old value either way
-          break;
-        }
-        default: reply[2] = 2;
+    constexpr std::size_t kWords = kMaxAmBytes / sizeof(std::uint64_t);
+    const std::size_t n = m.data.size() / sizeof(std::uint64_t);
+    auto word_at = [&](std::size_t i) {  // the message's data need not be aligned
+      std::uint64_t v = 0;
+      std::memcpy(&v, m.data.data() + i * sizeof v, sizeof v);
+      return v;
+    };
+    std::uint64_t reply[kWords];  // {id, status, count, result words} per operation
+    std::size_t length = 0;
+    for (std::size_t at = 0; at + 5 <= n && length + 3 <= kWords;) {
+      const std::uint64_t id = word_at(at), address = word_at(at + 1), a = word_at(at + 3), b = word_at(at + 4);
+      const auto op = static_cast<WordOp>(word_at(at + 2));
+      const bool many = op == WordOp::load_words || op == WordOp::store_words;
+      const std::uint64_t count = many ? a : 1;
+      const std::size_t data = op == WordOp::store_words ? count : 0;
+      const std::size_t results = op == WordOp::store_words ? 0 : count;
+      std::uint64_t* out = reply + length;
+      out[0] = id;
+      out[1] = 0;
+      out[2] = 0;
+      if (count == 0 || count > kMaxWordOpWords || data > n - at - 5 || length + 3 + results > kWords) {
+        out[1] = 2;  // malformed: nothing after it can be parsed
+        length += 3;
+        break;
       }
+      if (address % 8 != 0 || !self->context->impl().owns_range(address, count * sizeof(std::uint64_t))) {
+        out[1] = 1;
+      } else {
+        auto* words = reinterpret_cast<std::uint64_t*>(address);
+        std::atomic_ref word(words[0]);
+        out[2] = results;
+        switch (op) {
+          case WordOp::add: out[3] = word.fetch_add(a, std::memory_order_acq_rel); break;
+          case WordOp::swap: out[3] = word.exchange(a, std::memory_order_acq_rel); break;
+          case WordOp::load: out[3] = word.load(std::memory_order_acquire); break;
+          case WordOp::compare_swap: {
+            std::uint64_t expected = a;
+            word.compare_exchange_strong(expected, b, std::memory_order_acq_rel);
+            out[3] = expected;  // the old value either way
+            break;
+          }
+          case WordOp::load_words:  // ascending, each an acquire load (Endpoint::load_words)
+            for (std::size_t i = 0; i < count; ++i) out[3 + i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
+            break;
+          case WordOp::store_words:  // ascending, each a release store (Endpoint::store_words_async)
+            for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(word_at(at + 5 + i), std::memory_order_release);
+            break;
+          default:
+            out[1] = 2;
+            out[2] = 0;
+        }
+      }
+      length += 3 + out[2];
+      at += 5 + data;
     }
-    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply)));  // a dead requester: dropped
+    if (length == 0) return;  // not even one operation to answer
+    (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply, length)));  // a dead requester: dropped
   });
   install_am_handler(impl, kWordReplyAm, [self](const AmMessage& m, AmReplier&) {
-    std::uint64_t r[3];
-    if (m.data.size() != sizeof r) return;
-    std::memcpy(r, m.data.data(), sizeof r);
-    if (r[0] != self->next_op) return;  // an answer nobody waits for any more
-    self->reply_value = r[1];
-    self->reply_status = r[2];
-    self->reply_for = r[0];
+    const std::size_t n = m.data.size() / sizeof(std::uint64_t);
+    auto word_at = [&](std::size_t i) {
+      std::uint64_t v = 0;
+      std::memcpy(&v, m.data.data() + i * sizeof v, sizeof v);
+      return v;
+    };
+    for (std::size_t at = 0; at + 3 <= n;) {
+      const std::uint64_t id = word_at(at), status = word_at(at + 1), results = word_at(at + 2);
+      if (results > n - at - 3) return;  // truncated
+      Worker::Impl::WordWait& wait = self->word_waits[id % Worker::Impl::kWordWaits];
+      if (id != 0 && wait.id == id && !wait.arrived) {  // else an answer nobody waits for any more
+        if (status == 0 && results != wait.out_words) {
+          wait.status = 2;  // a reply that does not fit the request
+        } else {
+          wait.status = status;
+          if (status == 0 && results != 0) std::memcpy(wait.out, m.data.data() + (at + 3) * sizeof(std::uint64_t), results * sizeof(std::uint64_t));
+        }
+        wait.arrived = true;
+      }
+      at += 3 + results;
+    }
   });
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -259,6 +260,111 @@ TEST_P(FabricLocal, WordRaiserRaisesOnlyUpwardsAndIgnoresStaleTokens) {
   raiser_thread.join();
   client_->unregister_word(reused);
   EXPECT_THROW(client_->set_am_handler(kFirstReservedAmId, [](const AmMessage&, AmReplier&) {}), Error);
+}
+
+// Non-blocking compare-and-swaps to many words complete together, each with its own old value;
+// a load_words / store_words pair moves many words; a range outside the region is refused.
+TEST_P(FabricLocal, AsyncCompareSwapsAndWordRangesCompleteTogether) {
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  auto* words = static_cast<std::uint64_t*>(region_->data());
+  for (std::size_t i = 0; i < 16; ++i) std::atomic_ref(words[i]).store(i, std::memory_order_release);
+  std::vector<Request> requests(16);
+  std::vector<std::uint64_t> olds(16, 999);
+  for (std::size_t i = 0; i < 16; ++i) {
+    // Even words hold their index (swapped); odd words are expected wrong (not swapped).
+    requests[i] = ep.compare_swap_async(remote, i * 8, i % 2 == 0 ? i : i + 100, 1000 + i, &olds[i]);
+  }
+  for (std::size_t i = 0; i < 16; ++i) {
+    ASSERT_TRUE(requests[i].wait()) << i;
+    EXPECT_EQ(olds[i], i);
+    EXPECT_EQ(std::atomic_ref(words[i]).load(), i % 2 == 0 ? 1000 + i : i) << i;
+  }
+  std::vector<std::uint64_t> stored(300), loaded(300);
+  std::iota(stored.begin(), stored.end(), 7);
+  Request store = ep.store_words_async(stored.data(), stored.size(), remote, 1024);
+  ASSERT_TRUE(store.wait());
+  ASSERT_TRUE(ep.load_words(remote, 1024, loaded.data(), loaded.size()));
+  EXPECT_EQ(loaded, stored);
+  // The words as the server holds them (atomic loads: the progress thread stored them).
+  for (std::size_t i = 0; i < stored.size(); ++i) EXPECT_EQ(std::atomic_ref(words[128 + i]).load(), stored[i]) << i;
+  // Held operations go as one message (where emulated) and are applied in issue order: a store,
+  // a load of what it stored, a compare-and-swap expecting it; a bad one among them fails alone.
+  // Waiting for one while held sends them too.
+  ep.hold_word_ops();
+  std::vector<std::uint64_t> first(8, 5), seen(8, 0);
+  std::uint64_t swapped = 0, bad_old = 0;
+  Request put_first = ep.store_words_async(first.data(), first.size(), remote, 4096);
+  Request bad = ep.compare_swap_async(remote, region_->size() + 64, 0, 1, &bad_old);
+  Request read_back = ep.load_words_async(remote, 4096, seen.data(), seen.size());
+  Request swap = ep.compare_swap_async(remote, 4096, 5, 6, &swapped);
+  ASSERT_TRUE(ep.release_word_ops());
+  ASSERT_TRUE(put_first.wait());
+  EXPECT_EQ(bad.wait().code(), Errc::invalid_argument);
+  ASSERT_TRUE(read_back.wait());
+  ASSERT_TRUE(swap.wait());
+  EXPECT_EQ(seen, first);
+  EXPECT_EQ(swapped, 5u);
+  EXPECT_EQ(std::atomic_ref(words[512]).load(), 6u);
+  ep.hold_word_ops();
+  std::uint64_t held_old = 0;
+  Request held = ep.compare_swap_async(remote, 4096, 6, 7, &held_old);
+  ASSERT_TRUE(held.wait());  // sends what is held
+  EXPECT_EQ(held_old, 6u);
+  ASSERT_TRUE(ep.release_word_ops());
+  // Out of the region, misaligned, too many words: refused, naming the peer.
+  Status outside = ep.load_words(remote, region_->size() - 8, loaded.data(), 2);
+  EXPECT_EQ(outside.code(), Errc::invalid_argument);
+  EXPECT_NE(outside.message().find("rank 1"), std::string::npos) << outside.message();
+  EXPECT_EQ(ep.load_words(remote, 4, loaded.data(), 1).code(), Errc::invalid_argument);
+  std::vector<std::uint64_t> huge(kMaxWordOpWords + 1);
+  EXPECT_EQ(ep.store_words_async(huge.data(), huge.size(), remote, 0).wait().code(), Errc::invalid_argument);
+  std::uint64_t old = 0;
+  EXPECT_EQ(ep.compare_swap_async(remote, region_->size(), 0, 1, &old).wait().code(), Errc::invalid_argument);
+}
+
+// The seqlock load_words / store_words make (apps/rsi's record slots): a writer stores the last
+// word (version) first, then the words between, then the first word (version) through a swap;
+// a reader's load_words that finds both versions equal never sees a mix of two writes.
+TEST_P(FabricLocal, OrderedWordRangesNeverShowATornWrite) {
+  constexpr std::size_t kWords = 66;  // version | 64 payload words | version
+  std::atomic<bool> stop{false};
+  std::atomic<int> writer_failures{0};
+  std::thread writer([&] {
+    Worker worker(*context_, "writer");
+    Endpoint ep = worker.connect(1, service_->address());
+    RemoteMemory remote = ep.attach(region_->descriptor());
+    std::vector<std::uint64_t> payload(kWords - 2);
+    for (std::uint64_t v = 1; !stop.load(std::memory_order_relaxed) && v < 200000; ++v) {
+      std::fill(payload.begin(), payload.end(), v);
+      std::uint64_t old = 0;
+      // Lock (odd marker in the first word), trailer, payload, then the first word: version v.
+      if (!ep.swap(remote, 0, ~std::uint64_t{0}, &old)) writer_failures.fetch_add(1);
+      Request trailer = ep.store_words_async(&v, 1, remote, (kWords - 1) * 8);
+      Request body = ep.store_words_async(payload.data(), payload.size(), remote, 8);
+      if (!ep.swap(remote, 0, v, &old)) writer_failures.fetch_add(1);
+      if (!trailer.wait() || !body.wait()) writer_failures.fetch_add(1);
+    }
+  });
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::vector<std::uint64_t> slot(kWords);
+  int consistent = 0, torn_detected = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE(ep.load_words(remote, 0, slot.data(), slot.size()));
+    if (slot[0] == ~std::uint64_t{0} || slot[0] != slot[kWords - 1]) {
+      ++torn_detected;
+      continue;
+    }
+    ++consistent;
+    for (std::size_t i = 1; i + 1 < kWords; ++i) ASSERT_EQ(slot[i], slot[0]) << "torn read passed the check at word " << i;
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(writer_failures.load(), 0);
+  EXPECT_GT(consistent, 0);
+  std::printf("ordered word ranges: %d consistent reads, %d detected as in progress\n", consistent, torn_detected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FabricLocal, ::testing::Values(Transport::shm, Transport::tcp),

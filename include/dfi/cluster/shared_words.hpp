@@ -79,6 +79,31 @@ class SharedWords {
   Status write(std::size_t index, const void* source, std::size_t bytes);
   // Waits until everything added or written so far reached the host. Errors: peer_failed.
   Status flush();
+
+  // Ordered reads and writes of several words and non-blocking compare-and-swap, for protocols
+  // that issue many operations towards several hosts and complete them together (one round trip
+  // instead of one per operation: apps/rsi's reads, locks and installs).
+  //
+  // Reads `count` words from word `index` into `values` (Endpoint::load_words): the first word is
+  // read before every other and the last after every other, each with acquire order (the host's
+  // own loads, in ascending order, where it hosts them). Errors: as read().
+  Status load_words(std::size_t index, std::uint64_t* values, std::size_t count);
+  // Non-blocking load_words: `values` holds the words once the Request is done.
+  fabric::Request load_words_async(std::size_t index, std::uint64_t* values, std::size_t count);
+  // Writes `count` words from `values` at word `index` in ascending order, each a release store,
+  // before any word operation issued after it through this connection (Endpoint::store_words_async);
+  // visible at the host once the Request is done. Errors: as write().
+  fabric::Request store_words_async(std::size_t index, const std::uint64_t* values, std::size_t count);
+  // Non-blocking compare_swap(): `*old` (required) receives the value before once the Request is
+  // done. Errors: as load().
+  fabric::Request compare_swap_async(std::size_t index, std::uint64_t expected, std::uint64_t desired,
+                                     std::uint64_t* old);
+  // Keeps the operations issued from now on to send them to the host as one message at
+  // release() (Endpoint::hold_word_ops: where the transport emulates them, one message and one
+  // reply for all). No effect unattached.
+  void hold();
+  // Sends what hold() kept. Errors: peer_failed.
+  Status release();
   // The hosted words (host only; null elsewhere): for the host's own CPU, which must use atomic
   // accesses (std::atomic_ref) on words that peers change concurrently.
   std::uint64_t* local() const noexcept {

@@ -56,11 +56,17 @@ class RemoteMemory {
   void* mapped_ = nullptr;
 };
 
-// An operation in flight, from Endpoint::put_async / get_async. The buffers it uses must stay
-// untouched until it is done. Destroying a pending Request waits for it (bounded by op_timeout).
+// Most words one Endpoint::load_words / store_words moves (one active message where emulated).
+inline constexpr std::size_t kMaxWordOpWords = 1019;
+
+// An operation in flight, from Endpoint::put_async / get_async and the other *_async calls. The
+// buffers it uses must stay untouched until it is done. Destroying a pending Request waits for it
+// (bounded by op_timeout).
 class Request {
  public:
   Request() = default;  // an already completed request
+  // An already completed request whose outcome is `status` (an error found before issuing).
+  static Request completed(Status status);
   ~Request();
   Request(Request&& other) noexcept;
   Request& operator=(Request&& other) noexcept;
@@ -77,6 +83,7 @@ class Request {
   friend class Endpoint;
   std::shared_ptr<detail::EndpointState> endpoint_;
   void* request_ = nullptr;  // UCX request, or null when complete
+  std::uint64_t word_op_ = 0;  // a word operation by active message in flight (0: none)
   Status status_;
   const char* what_ = "";
 };
@@ -126,7 +133,44 @@ class Endpoint {
                       std::uint64_t desired, std::uint64_t* old);
   Status swap(const RemoteMemory& remote, std::size_t offset, std::uint64_t value,
               std::uint64_t* old);
+  // Non-blocking compare-and-swap: issued at once; when the Request is done, `*old` (required,
+  // untouched until then) holds the value before (== expected when it swapped). Several in flight
+  // towards one or many peers complete in one round trip. Errors (in the Request): as
+  // compare_swap().
+  Request compare_swap_async(const RemoteMemory& remote, std::size_t offset, std::uint64_t expected,
+                             std::uint64_t desired, std::uint64_t* old);
+  // Reads `count` (1 .. kMaxWordOpWords) 8-byte words at `offset` (8-byte aligned) into `values`,
+  // ordered: the first word is read before every other and the last word after every other, each
+  // with acquire order (where the region maps and where RMA is emulated: all of them in ascending
+  // address order) — so a word the writer sets before and another it sets after the words between
+  // (a seqlock's two version words) bracket a consistent read. Where the region maps: loads; where
+  // RMA is emulated (tcp): one active message the peer's worker answers; native RMA without a
+  // mapping (InfiniBand): three gets one after the other. Errors: peer_failed, invalid_argument
+  // (outside the region, count out of range).
+  Status load_words(const RemoteMemory& remote, std::size_t offset, std::uint64_t* values, std::size_t count);
+  // Non-blocking load_words: `values` holds the words once the Request is done (where the region
+  // maps, and for native RMA without a mapping, it is done on return).
+  Request load_words_async(const RemoteMemory& remote, std::size_t offset, std::uint64_t* values,
+                           std::size_t count);
+  // Writes `count` (1 .. kMaxWordOpWords) words from `values` at `offset` (8-byte aligned), in
+  // ascending address order, each a release store (a peer that sees word i+1 new sees word i new);
+  // word operations issued later on this endpoint (atomics, load_words, store_words) are applied
+  // after them. Done when the words are visible at the peer (`values` untouched until then).
+  // Where the region maps: stores, done on return; where RMA is emulated: one active message;
+  // native RMA without a mapping: one-word puts ordered by fences, then a flush, done on return.
+  // Errors: as load_words().
+  Request store_words_async(const std::uint64_t* values, std::size_t count, const RemoteMemory& remote,
+                            std::size_t offset);
   Status flush();
+  // Where RMA is emulated, word operations (atomics, load_words, store_words and their async
+  // forms) are active messages the peer's worker applies. From hold_word_ops() until
+  // release_word_ops(), those issued on this endpoint are kept and sent together as one message
+  // (or as few as fit kMaxAmBytes), answered by one reply: many operations towards one peer then
+  // cost one message each way instead of one per operation. They are applied in issue order as
+  // always. Waiting for one of them sends what is held. No effect where they are native.
+  void hold_word_ops();
+  // Sends the held word operations and stops holding. Errors: peer_failed.
+  Status release_word_ops();
 
   // Sends active message `id` with `data` (<= kMaxAmBytes, copied). Returns when the data left
   // the caller's buffer. The receiver's handler may reply through its AmReplier.
@@ -160,6 +204,8 @@ class Endpoint {
                     std::size_t offset);
   // Makes `request` follow what a UCX call returned (`issued`: a ucs_status_ptr_t).
   void track(Request& request, void* issued);
+  // Makes `request` follow word operation `id` (0: not issued, `issued` says why).
+  void track_word_op(Request& request, Status issued, const std::uint64_t& id);
   std::shared_ptr<detail::EndpointState> state_;
 };
 

@@ -44,8 +44,9 @@ class BankDriver final : public Driver {
     if (to >= from) ++to;
     const std::int64_t amount = static_cast<std::int64_t>(1 + next_random() % 10);
     Status s = client.begin();
-    if (s) s = client.read(from, a_.data());
-    if (s) s = client.read(to, b_.data());
+    const std::uint64_t ids[2] = {from, to};
+    void* const out[2] = {a_.data(), b_.data()};
+    if (s) s = client.read_many(ids, out);  // both in one round trip
     if (!s) return s;
     if (!uniform_words(a_) || !uniform_words(b_)) {
       return {Errc::protocol, client.name() + ": torn read: the words of account " +

@@ -36,7 +36,8 @@ std::int64_t price(std::uint64_t p) { return static_cast<std::int64_t>(1 + p % 1
 class CheckoutDriver final : public Driver {
  public:
   CheckoutDriver(const TxnOptions& o, const Layout& layout, std::size_t client)
-      : o_(o), layout_(layout), client_(client), buffer_(o.payload_bytes) {
+      : o_(o), layout_(layout), client_(client), read_(2 * kItems * o.payload_bytes),
+        write_((1 + kItems) * o.payload_bytes) {
     rng_ = 0xd1b54a32d192ed03ull * (client + 1);
   }
 
@@ -50,35 +51,50 @@ class CheckoutDriver final : public Driver {
       quantities[i] = static_cast<std::int64_t>(1 + next_random() % kMaxQuantity);
     }
     Status s = client.begin();
-    // Read the products, then read and update their stock.
-    for (std::size_t i = 0; i < kItems && s; ++i) {
-      s = client.read(layout_.product(products[i]), buffer_.data());
-      if (s && (!uniform_words(buffer_) || word_at(buffer_, 0) != price(products[i]))) return torn("product", products[i], client);
-      if (s) s = client.read(layout_.stock(products[i]), buffer_.data());
-      if (s && !uniform_words(buffer_)) return torn("stock", products[i], client);
-      if (s) {
-        fill_words(buffer_, word_at(buffer_, 0) + quantities[i]);
-        s = client.write(layout_.stock(products[i]), buffer_.data());
-      }
+    // Read the products and their stock (all in one round trip), then update the stock.
+    std::uint64_t ids[2 * kItems];
+    void* out[2 * kItems];
+    for (std::size_t i = 0; i < kItems; ++i) {
+      ids[2 * i] = layout_.product(products[i]);
+      ids[2 * i + 1] = layout_.stock(products[i]);
+      out[2 * i] = read_.data() + 2 * i * o_.payload_bytes;
+      out[2 * i + 1] = read_.data() + (2 * i + 1) * o_.payload_bytes;
     }
-    // Insert the order and its lines into this client's next ring slot.
+    if (s) s = client.read_many(ids, out);
+    for (std::size_t i = 0; i < kItems && s; ++i) {
+      const std::span<std::byte> product(static_cast<std::byte*>(out[2 * i]), o_.payload_bytes);
+      const std::span<std::byte> stock(static_cast<std::byte*>(out[2 * i + 1]), o_.payload_bytes);
+      if (!uniform_words(product) || word_at(product, 0) != price(products[i])) return torn("product", products[i], client);
+      if (!uniform_words(stock)) return torn("stock", products[i], client);
+      fill_words(stock, word_at(stock, 0) + quantities[i]);
+      s = client.write(layout_.stock(products[i]), stock.data());
+    }
+    // Insert the order and its lines into this client's next ring slot (their headers read in
+    // one round trip).
     const std::int64_t number = static_cast<std::int64_t>(orders_ * layout_.clients + client_ + 1);
     const std::uint64_t slot = orders_ % layout_.slots;
     if (s) {
+      std::uint64_t inserted[1 + kItems];
+      const void* in[1 + kItems];
       std::int64_t head[kOrderHead] = {number, static_cast<std::int64_t>(client_)};
       for (std::size_t i = 0; i < kItems; ++i) {
         head[2 + i] = static_cast<std::int64_t>(products[i]);
         head[2 + kItems + i] = quantities[i];
       }
-      std::memcpy(buffer_.data(), head, sizeof head);
-      fill_words(buffer_, number, kOrderHead);
-      s = client.insert(layout_.order(client_, slot), buffer_.data());
-    }
-    for (std::size_t j = 0; j < kItems && s; ++j) {
-      const std::int64_t head[kLineHead] = {number, static_cast<std::int64_t>(products[j]), quantities[j]};
-      std::memcpy(buffer_.data(), head, sizeof head);
-      fill_words(buffer_, number, kLineHead);
-      s = client.insert(layout_.line(client_, slot, j), buffer_.data());
+      const std::span<std::byte> order(write_.data(), o_.payload_bytes);
+      std::memcpy(order.data(), head, sizeof head);
+      fill_words(order, number, kOrderHead);
+      inserted[0] = layout_.order(client_, slot);
+      in[0] = order.data();
+      for (std::size_t j = 0; j < kItems; ++j) {
+        const std::int64_t line_head[kLineHead] = {number, static_cast<std::int64_t>(products[j]), quantities[j]};
+        const std::span<std::byte> line(write_.data() + (1 + j) * o_.payload_bytes, o_.payload_bytes);
+        std::memcpy(line.data(), line_head, sizeof line_head);
+        fill_words(line, number, kLineHead);
+        inserted[1 + j] = layout_.line(client_, slot, j);
+        in[1 + j] = line.data();
+      }
+      s = client.insert_many(inserted, in);
     }
     if (s) s = client.commit();
     if (s) {
@@ -98,7 +114,8 @@ class CheckoutDriver final : public Driver {
   const TxnOptions& o_;
   const Layout& layout_;
   std::size_t client_;
-  std::vector<std::byte> buffer_;
+  std::vector<std::byte> read_;   // the products and stock records read, 2 x kItems payloads
+  std::vector<std::byte> write_;  // the order and its lines inserted, 1 + kItems payloads
   std::uint64_t orders_ = 0;  // committed so far: the next order's number and slot
 };
 

@@ -1,6 +1,7 @@
 #include "dfi/apps/rsi/client.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "dfi/cluster/node.hpp"
@@ -33,7 +34,7 @@ Client::Client(Protocol protocol, cluster::Node& node, fabric::Worker& worker, c
             table.name() + "'"),
       timestamps_(node, worker, table.name(), options.timestamp_rank, options.client, options.clients,
                   options.timeout),
-      payload_stride_((table.spec().payload_bytes + 7) / 8 * 8) {
+      payload_stride_(table.payload_words()) {
   entries_.reserve(kMaxRecordsPerTxn);
   payloads_.resize(kMaxRecordsPerTxn * payload_stride_);
 }
@@ -73,33 +74,45 @@ Status Client::refresh_snapshot(std::uint64_t newest) {
   std::uint64_t later = 0;
   if (Status s = timestamps_.snapshot(later); !s) return {s.code(), name_ + ": timestamp service: " + s.message()};
   if (later < newest) return Status(Errc::retry);
-  for (const Entry& e : entries_) {
-    std::uint64_t header = 0;
-    if (Status s = load_header(e.where, header); !s) return s;
-    if (header != e.header) return Status(Errc::retry);
+  std::uint64_t headers[kMaxRecordsPerTxn];
+  if (Status s = load_headers(headers); !s) return s;
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (headers[e] != entries_[e].header) return Status(Errc::retry);
   }
   snapshot_ = later;
   return {};
 }
 
-Status Client::add_entry(std::uint64_t id, bool header_only, std::size_t& e) {
-  if (id >= table_.spec().records) {
-    return {Errc::invalid_argument, name_ + ": record " + std::to_string(id) + " outside the table's " +
-                                        std::to_string(table_.spec().records)};
+std::size_t Client::find(std::uint64_t id) const noexcept {
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    if (entries_[e].id == id) return e;
   }
-  if (entries_.size() == kMaxRecordsPerTxn) {
+  return entries_.size();
+}
+
+Status Client::add_entries(const std::uint64_t* ids, std::size_t n, bool header_only) {
+  if (entries_.size() + n > kMaxRecordsPerTxn) {
     return {Errc::invalid_argument, name_ + ": more than " + std::to_string(kMaxRecordsPerTxn) + " records in one transaction"};
   }
-  Entry entry;
-  entry.id = id;
-  entry.where = table_.locate(id);
-  e = entries_.size();
-  Status s = header_only ? load_header(entry.where, entry.header) : fetch(entry.where, entry.header, payload(e));
-  if (s.is_ok() && locked(entry.header)) s = Status(Errc::retry);
-  if (s.is_ok()) {
+  const std::size_t first = entries_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ids[i] >= table_.spec().records) {
+      entries_.resize(first);
+      return {Errc::invalid_argument, name_ + ": record " + std::to_string(ids[i]) + " outside the table's " +
+                                          std::to_string(table_.spec().records)};
+    }
+    Entry entry;
+    entry.id = ids[i];
+    entry.where = table_.locate(ids[i]);
     entries_.push_back(entry);
-    if (commit_id(entry.header) > snapshot_) s = refresh_snapshot(commit_id(entry.header));
   }
+  Status s = fetch_entries(first, header_only);
+  std::uint64_t newest = 0;
+  for (std::size_t e = first; s.is_ok() && e < entries_.size(); ++e) {
+    if (locked(entries_[e].header)) s = Status(Errc::retry);
+    newest = std::max(newest, commit_id(entries_[e].header));
+  }
+  if (s.is_ok() && newest > snapshot_) s = refresh_snapshot(newest);
   if (!s) {
     if (s.code() == Errc::retry) ++counters_.snapshots;
     return end(std::move(s));
@@ -107,32 +120,70 @@ Status Client::add_entry(std::uint64_t id, bool header_only, std::size_t& e) {
   return {};
 }
 
-Status Client::read(std::uint64_t id, void* out) {
-  if (!open_) return {Errc::invalid_argument, name_ + ": read of record " + std::to_string(id) + " outside a transaction"};
-  const std::size_t bytes = table_.spec().payload_bytes;
-  for (std::size_t e = 0; e < entries_.size(); ++e) {
-    if (entries_[e].id == id) {
-      std::memcpy(out, payload(e), bytes);
-      return {};
-    }
+Status Client::fetch_entries(std::size_t first, bool header_only) {
+  for (std::size_t e = first; e < entries_.size(); ++e) {
+    Entry& entry = entries_[e];
+    Status s = header_only ? load_header(entry.where, entry.header) : fetch(entry.where, entry.header, payload(e));
+    if (!s) return s;
+    if (locked(entry.header)) return {};  // the caller aborts
   }
-  std::size_t e = 0;
-  if (Status s = add_entry(id, /*header_only=*/false, e); !s) return s;
-  std::memcpy(out, payload(e), bytes);
+  return {};
+}
+
+// A read_many / insert_many call: a transaction open, one buffer per record.
+Status Client::check_call(const char* what, std::span<const std::uint64_t> ids, std::size_t buffers) const {
+  if (!open_) {
+    return {Errc::invalid_argument, name_ + ": " + what + " of record " +
+                                        (ids.empty() ? std::string("(none)") : std::to_string(ids[0])) + " outside a transaction"};
+  }
+  if (ids.size() != buffers) {
+    return {Errc::invalid_argument, name_ + ": " + what + " of " + std::to_string(ids.size()) + " records with " +
+                                        std::to_string(buffers) + " buffers"};
+  }
+  return {};
+}
+
+Status Client::read(std::uint64_t id, void* out) {
+  void* const outs[1] = {out};
+  return read_many(std::span(&id, 1), outs);
+}
+
+Status Client::read_many(std::span<const std::uint64_t> ids, std::span<void* const> out) {
+  if (Status s = check_call("read", ids, out.size()); !s) return s;
+  std::uint64_t missing[kMaxRecordsPerTxn];
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (find(ids[i]) < entries_.size() || std::find(missing, missing + m, ids[i]) != missing + m) continue;
+    if (m == kMaxRecordsPerTxn) {
+      return {Errc::invalid_argument, name_ + ": more than " + std::to_string(kMaxRecordsPerTxn) + " records in one transaction"};
+    }
+    missing[m++] = ids[i];
+  }
+  if (m != 0) {
+    if (Status s = add_entries(missing, m, /*header_only=*/false); !s) return s;
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) std::memcpy(out[i], payload(find(ids[i])), table_.spec().payload_bytes);
   return {};
 }
 
 Status Client::insert(std::uint64_t id, const void* in) {
-  if (!open_) return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(id) + " outside a transaction"};
-  for (const Entry& entry : entries_) {
-    if (entry.id == id) {
-      return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(id) + " that the transaction has already"};
+  const void* const ins[1] = {in};
+  return insert_many(std::span(&id, 1), ins);
+}
+
+Status Client::insert_many(std::span<const std::uint64_t> ids, std::span<const void* const> in) {
+  if (Status s = check_call("insert", ids, in.size()); !s) return s;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (find(ids[i]) < entries_.size() || std::find(ids.begin(), ids.begin() + i, ids[i]) != ids.begin() + i) {
+      return {Errc::invalid_argument, name_ + ": insert of record " + std::to_string(ids[i]) + " that the transaction has already"};
     }
   }
-  std::size_t e = 0;
-  if (Status s = add_entry(id, /*header_only=*/true, e); !s) return s;
-  std::memcpy(payload(e), in, table_.spec().payload_bytes);
-  entries_[e].written = true;
+  const std::size_t first = entries_.size();
+  if (Status s = add_entries(ids.data(), ids.size(), /*header_only=*/true); !s) return s;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(payload(first + i), in[i], table_.spec().payload_bytes);
+    entries_[first + i].written = true;
+  }
   return {};
 }
 
@@ -198,91 +249,178 @@ class RsiClient final : public Client {
              table.spec().payload_bytes, options.timeout),
         watch_(node.fabric()),
         blocks_(table.servers()),
-        touched_(table.servers()) {
+        slots_(kMaxRecordsPerTxn * table.slot_words()) {
     for (std::size_t s = 0; s < table.servers(); ++s) {
       blocks_[s].attach(node, worker, Table::block_record(table.name(), s), table.spec().servers[s], options.timeout);
     }
   }
 
  private:
+  // One ordered read of the whole slot, header first, trailer last (table.hpp: the header
+  // unlocked and equal to the trailer means no payload word was read while it was written).
   Status fetch(const Location& where, std::uint64_t& header, void* out) override {
-    cluster::SharedWords& block = blocks_[where.server];
-    if (Status s = block.load(where.word, header); !s) return server_error(where.server, s);
-    if (locked(header)) return recover_if_dead_owner(where, header);  // the caller aborts
-    if (Status s = block.read(where.word + 1, out, table_.spec().payload_bytes); !s) return server_error(where.server, s);
-    std::uint64_t again = 0;
-    if (Status s = block.load(where.word, again); !s) return server_error(where.server, s);
-    return again == header ? Status() : Status(Errc::retry);  // installed meanwhile: maybe torn
+    if (Status s = blocks_[where.server].load_words(where.word, slots_.data(), table_.slot_words()); !s) {
+      return server_error(where.server, s);
+    }
+    return check_slot(where, slots_.data(), header, out);
   }
 
-  Status load_header(const Location& where, std::uint64_t& header) override {
-    if (Status s = blocks_[where.server].load(where.word, header); !s) return server_error(where.server, s);
+  // The reads of all new entries in flight together: one round trip.
+  Status fetch_entries(std::size_t first, bool header_only) override {
+    const std::size_t slot = table_.slot_words();
+    const std::size_t n = entries_.size() - first;
+    hold_all();
+    for (std::size_t k = 0; k < n; ++k) {
+      const Entry& entry = entries_[first + k];
+      requests_[k] = blocks_[entry.where.server].load_words_async(entry.where.word, &slots_[k * slot], header_only ? 1 : slot);
+    }
+    release_all();
+    if (Status s = wait_requests(n, [&](std::size_t k) { return entries_[first + k].where.server; }); !s) return s;
+    for (std::size_t k = 0; k < n; ++k) {
+      Entry& entry = entries_[first + k];
+      if (header_only) {
+        entry.header = slots_[k * slot];
+        if (locked(entry.header)) return recover_if_dead_owner(entry.where, entry.header);
+      } else if (Status s = check_slot(entry.where, &slots_[k * slot], entry.header, payload(first + k)); !s || locked(entry.header)) {
+        return s;
+      }
+    }
     return {};
   }
 
-  Status commit_writes(std::uint64_t cid) override {
-    // Validate and lock: one compare-and-swap per written record.
-    std::size_t locked_count = 0;
-    Status failure;
-    for (std::size_t e = 0; e < entries_.size() && failure.is_ok(); ++e) {
-      const Entry& entry = entries_[e];
-      if (!entry.written) continue;
-      std::uint64_t old = 0;
-      Status s = blocks_[entry.where.server].compare_swap(entry.where.word, entry.header, mine(entry), &old);
-      if (!s) {
-        failure = server_error(entry.where.server, s);
-      } else if (old != entry.header) {
-        failure = locked(old) ? recover_if_dead_owner(entry.where, old) : Status();
-        if (failure.is_ok()) failure = Status(Errc::retry);
-      } else {
-        locked_count = e + 1;
-      }
+  // A slot as read: its header, and unless locked its payload copied to `out`. Errc::retry when
+  // the trailer says a write was under way.
+  Status check_slot(const Location& where, const std::uint64_t* words, std::uint64_t& header, void* out) {
+    header = words[0];
+    if (locked(header)) return recover_if_dead_owner(where, header);  // the caller aborts
+    if (words[table_.slot_words() - 1] != commit_id(header)) return Status(Errc::retry);  // installed meanwhile: maybe torn
+    std::memcpy(out, words + 1, table_.spec().payload_bytes);
+    return {};
+  }
+
+  Status load_header(const Location& where, std::uint64_t& header) override {
+    if (Status s = blocks_[where.server].load_words(where.word, &header, 1); !s) return server_error(where.server, s);
+    return {};
+  }
+
+  Status load_headers(std::uint64_t* headers) override {
+    hold_all();
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      requests_[e] = blocks_[entries_[e].where.server].load_words_async(entries_[e].where.word, &headers[e], 1);
     }
-    if (!failure) {
-      for (std::size_t e = 0; e < locked_count; ++e) {
-        const Entry& entry = entries_[e];
-        if (!entry.written) continue;
-        Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine(entry), entry.header);
-        if (!s && failure.code() == Errc::retry) failure = server_error(entry.where.server, s);
+    release_all();
+    return wait_requests(entries_.size(), [this](std::size_t e) { return entries_[e].where.server; });
+  }
+
+  // Operations issued between hold_all() and release_all() go to each server as one message
+  // where the transport emulates them (SharedWords::hold). A failure to send shows in the waits.
+  void hold_all() {
+    for (cluster::SharedWords& block : blocks_) block.hold();
+  }
+  void release_all() {
+    for (cluster::SharedWords& block : blocks_) (void)block.release();
+  }
+
+  // Waits for requests_[0, n); the first failure, naming the server of request i (server_of(i)).
+  template <typename ServerOf>
+  Status wait_requests(std::size_t n, ServerOf server_of) {
+    Status failure;
+    for (std::size_t i = 0; i < n; ++i) {
+      Status s = requests_[i].wait();
+      if (!s && failure.is_ok()) failure = server_error(server_of(i), s);
+    }
+    return failure;
+  }
+
+  // Issues the install of a locked record into requests_[3k .. 3k+2]: the trailer (`*cid`, which
+  // must stay untouched until they are done), the payload `words`, then the header: a
+  // compare-and-swap from `lock` to the commit id, whose old value goes to olds_[k]. One
+  // connection applies them in that order (SharedWords::store_words_async), which is the
+  // writer's side of the slot's seqlock (table.hpp).
+  void issue_install(std::size_t k, const Location& where, const std::uint64_t* words, const std::uint64_t* cid,
+                     std::uint64_t lock) {
+    cluster::SharedWords& block = blocks_[where.server];
+    requests_[3 * k] = block.store_words_async(where.word + 1 + table_.payload_words(), cid, 1);
+    requests_[3 * k + 1] = block.store_words_async(where.word + 1, words, table_.payload_words());
+    requests_[3 * k + 2] = block.compare_swap_async(where.word, lock, *cid, &olds_[k]);
+  }
+
+  Status commit_writes(std::uint64_t cid) override {
+    // The written entries, in order.
+    std::size_t n = 0;
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      if (entries_[e].written) written_[n++] = e;
+    }
+    auto server_of = [this](std::size_t i) { return entries_[written_[i]].where.server; };
+    // Validate and lock: one compare-and-swap per written record, all in flight together.
+    hold_all();
+    for (std::size_t i = 0; i < n; ++i) {
+      const Entry& entry = entries_[written_[i]];
+      requests_[i] = blocks_[entry.where.server].compare_swap_async(entry.where.word, entry.header, mine(entry), &olds_[i]);
+    }
+    release_all();
+    Status failure;
+    bool conflict = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      Status s = requests_[i].wait();
+      held_[i] = s.is_ok() && olds_[i] == entries_[written_[i]].header;
+      if (!s && failure.is_ok()) failure = server_error(server_of(i), s);
+      conflict = conflict || (s.is_ok() && !held_[i]);
+    }
+    if (!failure || conflict) {
+      // Release what this call locked (together), then recover records found locked by a dead
+      // client (slow path).
+      std::uint64_t unlocked[kMaxRecordsPerTxn];
+      std::size_t k = 0;
+      hold_all();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!held_[i]) continue;
+        const Entry& entry = entries_[written_[i]];
+        unlocks_[k] = i;
+        requests_[k] = blocks_[entry.where.server].compare_swap_async(entry.where.word, mine(entry), entry.header, &unlocked[k]);
+        ++k;
       }
+      release_all();
+      Status released = wait_requests(k, [&](std::size_t j) { return server_of(unlocks_[j]); });
+      for (std::size_t i = 0; i < n && failure.is_ok(); ++i) {
+        if (!held_[i] && locked(olds_[i])) failure = recover_if_dead_owner(entries_[written_[i]].where, olds_[i]);
+      }
+      if (failure.is_ok()) failure = Status(Errc::retry);
+      if (!released && failure.code() == Errc::retry) failure = released;
       return failure;
     }
     stage(CommitStage::locked);
-    // The commit record: from its flush on the transaction is committed, whoever installs it.
+    // The commit record: once stored the transaction is committed, whoever installs it.
     log_.start(cid);
     for (std::size_t e = 0; e < entries_.size(); ++e) {
       if (entries_[e].written) log_.add(entries_[e].id, entries_[e].header, payload(e));
     }
     if (Status s = log_.publish(); !s) return log_error(s);
     stage(CommitStage::logged);
-    // Install: the payloads, a flush per server (the payload is complete at the server), then
-    // the header with the new commit id, which releases the lock.
-    std::fill(touched_.begin(), touched_.end(), false);
-    for (std::size_t e = 0; e < entries_.size(); ++e) {
-      const Entry& entry = entries_[e];
-      if (!entry.written) continue;
-      if (Status s = blocks_[entry.where.server].write(entry.where.word + 1, payload(e), table_.spec().payload_bytes); !s) {
-        return server_error(entry.where.server, s);
+    // Install every record (trailer, payload, then the header with the new commit id, which
+    // releases the lock), all in flight together. With the test seam set, the first record is
+    // installed before the others are issued, so that CommitStage::installing is a point where
+    // some but not all are.
+    cid_ = cid;
+    const std::size_t first = options_.at_commit_stage != nullptr ? std::min<std::size_t>(n, 1) : n;
+    for (std::size_t begin = 0; begin < n;) {
+      const std::size_t end = begin == 0 ? first : n;
+      hold_all();
+      for (std::size_t i = begin; i < end; ++i) {
+        const Entry& entry = entries_[written_[i]];
+        issue_install(i - begin, entry.where, payload_words(written_[i]), &cid_, mine(entry));
       }
-      touched_[entry.where.server] = true;
-    }
-    for (std::size_t server = 0; server < touched_.size(); ++server) {
-      if (!touched_[server]) continue;
-      if (Status s = blocks_[server].flush(); !s) return server_error(server, s);
-    }
-    bool first = true;
-    for (const Entry& entry : entries_) {
-      if (!entry.written) continue;
-      std::uint64_t old = 0;
-      if (Status s = blocks_[entry.where.server].compare_swap(entry.where.word, mine(entry), cid, &old); !s) {
-        return server_error(entry.where.server, s);
+      release_all();
+      if (Status s = wait_requests(3 * (end - begin), [&](std::size_t j) { return server_of(begin + j / 3); }); !s) return s;
+      for (std::size_t i = begin; i < end; ++i) {
+        const Entry& entry = entries_[written_[i]];
+        if (olds_[i - begin] != mine(entry)) {
+          return server_error(entry.where.server, Status(Errc::fatal, "the lock of record " + std::to_string(entry.id) +
+                                                                          " was lost while installing it"));
+        }
       }
-      if (first) stage(CommitStage::installing);
-      first = false;
-      if (old != mine(entry)) {
-        return server_error(entry.where.server, Status(Errc::fatal, "the lock of record " + std::to_string(entry.id) +
-                                                                        " was lost while installing it"));
-      }
+      if (begin == 0) stage(CommitStage::installing);
+      begin = end;
     }
     return {};
   }
@@ -372,14 +510,20 @@ class RsiClient final : public Client {
       if (old == header) ++counters_.rolled_back;
       return {};
     }
-    // Committed: take the lock over, install the logged payload, then the new commit id.
+    // Committed: take the lock over, install the logged payload (as a commit does), then the
+    // new commit id.
     const std::uint64_t taken = recovering_word(header, options_.client);
     if (Status s = block.compare_swap(where.word, header, taken, &old); !s) return server_error(where.server, s);
     if (old != header) return {};
-    Status s = block.write(where.word + 1, record.payload(e), table_.spec().payload_bytes);
-    if (s) s = block.flush();
-    if (s) s = block.compare_swap(where.word, taken, record.cid);
-    if (!s) return server_error(where.server, s);
+    const std::uint64_t cid = record.cid;
+    block.hold();
+    issue_install(0, where, record.payload(e), &cid, taken);
+    (void)block.release();  // a failure shows in the waits
+    if (Status s = wait_requests(3, [&](std::size_t) { return where.server; }); !s) return s;
+    if (olds_[0] != taken) {
+      return server_error(where.server, Status(Errc::protocol, "record " + std::to_string(id) +
+                                                                   " changed while this client recovered it"));
+    }
     ++counters_.rolled_forward;
     return {};
   }
@@ -390,7 +534,14 @@ class RsiClient final : public Client {
   fabric::FailureWatch watch_;
   std::vector<bool> dead_;  // clients found dead by the last recovery
   std::vector<cluster::SharedWords> blocks_;
-  std::vector<bool> touched_;
+  std::vector<std::uint64_t> slots_;  // slots read together (kMaxRecordsPerTxn of them)
+  // Operations of one step in flight together, and their results.
+  std::array<fabric::Request, 3 * kMaxRecordsPerTxn> requests_;
+  std::array<std::uint64_t, kMaxRecordsPerTxn> olds_{};
+  std::array<std::size_t, kMaxRecordsPerTxn> written_{};  // entries written by the transaction
+  std::array<std::size_t, kMaxRecordsPerTxn> unlocks_{};
+  std::array<bool, kMaxRecordsPerTxn> held_{};
+  std::uint64_t cid_ = 0;  // the trailer the installs store
 };
 
 // 2PC: every record operation is a request that the storage server's CPU answers.
@@ -403,7 +554,8 @@ class TwoPcClient final : public Client {
     const std::size_t servers = table.servers();
     const std::size_t slot = table.slot_words();
     requests_.assign(servers, std::vector<std::uint64_t>(wire::kRequestHead + kMaxRecordsPerTxn * std::max<std::size_t>(slot, 2)));
-    replies_.assign(servers, std::vector<std::uint64_t>(wire::kReplyHead + slot));
+    replies_.assign(servers, std::vector<std::uint64_t>(wire::kReplyHead + wire::max_reads(table.payload_words()) *
+                                                                               (1 + table.payload_words())));
     lengths_.assign(servers, 0);
     answered_.assign(servers, false);
     involved_.assign(servers, false);
@@ -505,6 +657,37 @@ class TwoPcClient final : public Client {
     return fetch(where, header, scratch_.data());
   }
 
+  // One read request per involved server (up to wire::max_reads records each), all in flight
+  // together; more records than that take more rounds.
+  Status fetch_entries(std::size_t first, bool header_only) override {
+    const std::size_t per_record = 1 + table_.payload_words();
+    const std::size_t cap = wire::max_reads(table_.payload_words());
+    for (std::size_t next = first; next < entries_.size();) {
+      ++tag_;
+      std::fill(involved_.begin(), involved_.end(), false);
+      std::fill(lengths_.begin(), lengths_.end(), 0);
+      std::size_t end = next;
+      for (; end < entries_.size(); ++end) {
+        const std::size_t server = entries_[end].where.server;
+        if (!involved_[server]) start(server, wire::kRead, 0);
+        if (requests_[server][3] == cap) break;  // that server's request is full: next round
+        involved_[server] = true;
+        add(server, entries_[end].where.word, nullptr, 0);
+      }
+      if (Status s = exchange(); !s) return s;
+      std::fill(lengths_.begin(), lengths_.end(), 0);  // reused below as each reply's read position
+      for (std::size_t e = next; e < end; ++e) {
+        Entry& entry = entries_[e];
+        const std::vector<std::uint64_t>& reply = replies_[entry.where.server];
+        const std::size_t at = wire::kReplyHead + lengths_[entry.where.server]++ * per_record;
+        entry.header = reply[at];
+        if (!header_only) std::memcpy(payload(e), &reply[at + 1], table_.spec().payload_bytes);
+      }
+      next = end;
+    }
+    return {};
+  }
+
   Status commit_writes(std::uint64_t cid) override {
     // Phase 1: prepare every involved server (its CPU validates and locks).
     ++tag_;
@@ -520,7 +703,7 @@ class TwoPcClient final : public Client {
     for (std::size_t s = 0; s < involved_.size(); ++s) yes = yes && (!involved_[s] || replies_[s][2] == wire::kOk);
     // Phase 2: commit everywhere, or abort where the server locked.
     ++tag_;
-    const std::size_t payload_words = table_.slot_words() - 1;
+    const std::size_t payload_words = table_.payload_words();
     for (std::size_t s = 0; s < involved_.size(); ++s) voted_yes_[s] = involved_[s] && replies_[s][2] == wire::kOk;
     std::fill(involved_.begin(), involved_.end(), false);
     for (std::size_t i = 0; i < entries_.size(); ++i) {

@@ -43,7 +43,8 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
     const std::size_t payload = table.spec().payload_bytes;
     for (std::size_t w = 0; w + slot <= table.block_words(server_); w += slot) {
       const std::uint64_t id = (w / slot) * table.servers() + server_;
-      block[w] = 0;  // commit id 0, unlocked
+      block[w] = 0;              // commit id 0, unlocked
+      block[w + slot - 1] = 0;   // trailer: the payload's commit id
       if (init) init(id, std::span(reinterpret_cast<std::byte*>(block + w + 1), payload));
     }
   });
@@ -52,7 +53,7 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
   two_pc_ = std::make_unique<TwoPc>();
   two_pc_->worker = std::make_unique<fabric::Worker>(node.fabric(), "rsi table '" + table.name() +
                                                                         "' 2pc server " + std::to_string(server_));
-  two_pc_->reply.resize(wire::kReplyHead + slot);
+  two_pc_->reply.resize(wire::kReplyHead + wire::max_reads(table.payload_words()) * (1 + table.payload_words()));
   two_pc_->worker->set_am_handler(wire::kRequestAm, [this](const fabric::AmMessage& message, fabric::AmReplier& replier) {
     requests_.fetch_add(1, std::memory_order_relaxed);  // a statistic
     std::uint64_t* block = block_.local();
@@ -77,7 +78,8 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
     reply[1] = server_;
     const std::uint64_t cid = word_at(2);
     const std::uint64_t count = word_at(3);
-    const std::size_t entry = op == wire::kRead ? 1 : op == wire::kCommit ? slot_words : 2;
+    const std::size_t payload_words = table_.payload_words();
+    const std::size_t entry = op == wire::kRead ? 1 : op == wire::kCommit ? 1 + payload_words : 2;
     if (count > (n - wire::kRequestHead) / entry || n != wire::kRequestHead + count * entry) return send(wire::kBadRequest);
     auto header_of = [&](std::size_t e) -> std::uint64_t* {
       const std::uint64_t w = word_at(wire::kRequestHead + e * entry);
@@ -89,11 +91,13 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
     }
     switch (op) {
       case wire::kRead: {
-        if (count != 1) return send(wire::kBadRequest);
-        std::uint64_t* header = header_of(0);
-        reply[3] = load(header);
-        std::memcpy(&reply[4], header + 1, (slot_words - 1) * sizeof(std::uint64_t));
-        reply_words = wire::kReplyHead + slot_words;
+        if (count == 0 || count > wire::max_reads(payload_words)) return send(wire::kBadRequest);
+        for (std::size_t e = 0; e < count; ++e) {
+          std::uint64_t* header = header_of(e);
+          reply[reply_words] = load(header);
+          std::memcpy(&reply[reply_words + 1], header + 1, payload_words * sizeof(std::uint64_t));
+          reply_words += 1 + payload_words;
+        }
         return send(wire::kOk);
       }
       case wire::kPrepare:
@@ -113,8 +117,10 @@ StorageServer::StorageServer(cluster::Node& node, const Table& table, const Reco
         }
         for (std::size_t e = 0; e < count; ++e) {
           std::uint64_t* header = header_of(e);
-          std::memcpy(header + 1, message.data.data() + (wire::kRequestHead + e * slot_words + 1) * sizeof(std::uint64_t),
-                      (slot_words - 1) * sizeof(std::uint64_t));
+          // The slot's layout (table.hpp): trailer first, then the payload, then the header.
+          store(header + slot_words - 1, commit_id(cid));
+          std::memcpy(header + 1, message.data.data() + (wire::kRequestHead + e * entry + 1) * sizeof(std::uint64_t),
+                      payload_words * sizeof(std::uint64_t));
           store(header, commit_id(cid));
         }
         return send(wire::kOk);

@@ -32,7 +32,7 @@ void validate(const cluster::Node& node, const TableSpec& spec) {
 
 }  // namespace
 
-Table::Table(TableSpec spec) : spec_(std::move(spec)), slot_words_(1 + (spec_.payload_bytes + 7) / 8) {}
+Table::Table(TableSpec spec) : spec_(std::move(spec)), slot_words_(2 + (spec_.payload_bytes + 7) / 8) {}
 
 Table Table::create(cluster::Node& node, TableSpec spec) {
   validate(node, spec);

@@ -135,13 +135,27 @@ Status Timestamps::finish(std::uint64_t timestamp) {
 }
 
 Status Timestamps::read_timestamp(std::uint64_t& timestamp) {
-  if (Status s = words_.read(0, scratch_.data(), clients_ * sizeof(std::uint64_t)); !s) return s;
+  // The retirement words and the first window are read together (one round trip). Both only
+  // grow, so whatever order they are read in, every timestamp found finished was finished by the
+  // time of the later read.
+  fabric::Request retired;
+  words_.hold();  // both reads in one message where the transport emulates them
+  if (clients_ <= fabric::kMaxWordOpWords) {
+    retired = words_.load_words_async(0, scratch_.data(), clients_);
+  } else if (Status s = words_.read(0, scratch_.data(), clients_ * sizeof(std::uint64_t)); !s) {
+    (void)words_.release();
+    return s;
+  }
   const std::size_t total = words_.size() - clients_;
   for (;;) {
     const std::size_t first = static_cast<std::size_t>(known_ / 64);
     const std::size_t count = std::min(kWindowWords, total - first);
     std::uint64_t* window = scratch_.data() + clients_;
-    if (Status s = words_.read(clients_ + first, window, count * sizeof(std::uint64_t)); !s) return s;
+    fabric::Request read = words_.load_words_async(clients_ + first, window, count);
+    (void)words_.release();  // a failure shows in the waits
+    Status s = read.wait();
+    if (Status r = retired.wait(); !r) return r;
+    if (!s) return s;
     window_first_ = first;
     window_count_ = count;
     const std::uint64_t reached = consecutive_finished(known_, scratch_.data(), clients_, window, first, count);

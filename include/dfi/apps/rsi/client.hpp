@@ -19,19 +19,25 @@
 // since it was read makes commit release what it locked and abort (first committer wins).
 // Either protocol:
 //
-//   Protocol::rsi     one-sided, the storage servers' CPUs do nothing: a read is a load of the
-//                     header word, a get of the payload and a second load (a version installed
-//                     meanwhile is detected, not returned torn); commit is one compare-and-swap
-//                     per written record (expected: the header read; new: lock_word(same commit
-//                     id, this client)), then the commit record (commit_log.hpp: one put + flush),
-//                     then one put per record's payload, a flush per server, and one
-//                     compare-and-swap per record that installs the commit id and releases the
-//                     lock. (The paper installs header and payload with one write; UCX gives no
-//                     byte order inside one put, so a reader could see the new header with half
-//                     the old payload: ../shared/UCX-NOTES.md.)
+//   Protocol::rsi     one-sided, the storage servers' CPUs do nothing: a read is one ordered
+//                     load of the record's whole slot, header, payload and trailer (table.hpp: a
+//                     version installed meanwhile is detected, not returned torn); commit is one
+//                     compare-and-swap per written record (expected: the header read; new:
+//                     lock_word(same commit id, this client)), then the commit record
+//                     (commit_log.hpp: one ordered store), then per record the trailer, the
+//                     payload and a compare-and-swap that installs the commit id and releases the
+//                     lock (one connection applies them in that order). (The paper installs
+//                     header and payload with one write; UCX gives no byte order inside one put,
+//                     so a reader could see the new header with half the old payload:
+//                     ../shared/UCX-NOTES.md.) Each step's operations — the reads of read_many,
+//                     the locks, the installs — are issued together and completed together, and
+//                     where the transport emulates them (tcp) the ones to one server travel as
+//                     one message (cluster::SharedWords::hold): a bank transfer is 6 sequential
+//                     round trips (snapshot, reads, locks, commit record, installs, finish).
 //   Protocol::two_pc  traditional SI with two-phase commit over two-sided messages: a read is a
-//                     request the server answers; commit sends one prepare per involved server
-//                     (its CPU validates and locks), then commit (install + unlock) or abort.
+//                     request the server answers (read_many: one request per server, together);
+//                     commit sends one prepare per involved server (its CPU validates and locks),
+//                     then commit (install + unlock) or abort: 5 round trips per bank transfer.
 //
 // Recovery (RSI, beyond the paper): every lock word names its owner, and a client writes a
 // commit record (commit_log.hpp: the new versions, one put + flush) after locking and before
@@ -61,6 +67,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,12 +131,20 @@ class Client {
   // Reads record `id` into `payload` (payload_bytes of the table). A record read before in this
   // transaction is returned from the transaction's copy (with its writes).
   Status read(std::uint64_t id, void* payload);
+  // Reads records `ids` into `payloads` (one buffer per id), as read() does each, fetching those
+  // the transaction does not have yet together: RSI issues their reads at once and completes them
+  // in one round trip; 2PC sends one request per storage server. The transaction aborts
+  // (Errc::retry) as read() would for any of them. Errors also: invalid_argument (sizes differ).
+  Status read_many(std::span<const std::uint64_t> ids, std::span<void* const> payloads);
   // Sets the transaction's new version of record `id` (read before in this transaction).
   Status write(std::uint64_t id, const void* payload);
   // Inserts record `id`, one the transaction did not read (a pre-allocated free slot): sets its
   // new version reading only its header (so commit validates that nobody wrote it meanwhile).
   // Errors as read(); invalid_argument for a record the transaction has already.
   Status insert(std::uint64_t id, const void* payload);
+  // Inserts records `ids` with `payloads`, as insert() does each, reading their headers together
+  // (as read_many). Errors as insert(), and for an id listed twice.
+  Status insert_many(std::span<const std::uint64_t> ids, std::span<const void* const> payloads);
   // Commits. ok: installed and visible to transactions that begin from now on. Also
   // invalid_argument when this client's timestamps are used up.
   Status commit();
@@ -162,6 +177,18 @@ class Client {
   virtual Status fetch(const Location& where, std::uint64_t& header, void* payload) = 0;
   // Reads the header word of the record at `where`.
   virtual Status load_header(const Location& where, std::uint64_t& header) = 0;
+  // Fills the header (and unless `header_only` the payload copy) of entries_[first ..] as
+  // fetch() / load_header() do; may stop at a locked one (the caller aborts). The default reads
+  // them one after the other; RSI and 2PC read them together.
+  virtual Status fetch_entries(std::size_t first, bool header_only);
+  // Reads the header word of every entry into `headers` (entries_.size() of them); RSI reads
+  // them all in one round trip.
+  virtual Status load_headers(std::uint64_t* headers) {
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      if (Status s = load_header(entries_[e].where, headers[e]); !s) return s;
+    }
+    return {};
+  }
   // Validates, locks, installs (commit id `cid`) and unlocks every written entry. Errc::retry:
   // a conflict; everything this call locked is unlocked again.
   virtual Status commit_writes(std::uint64_t cid) = 0;
@@ -171,7 +198,9 @@ class Client {
   Status retire_dead_client(std::size_t client);
 
   // The payload copy of entry `e`.
-  std::byte* payload(std::size_t e) noexcept { return payloads_.data() + e * payload_stride_; }
+  std::byte* payload(std::size_t e) noexcept { return reinterpret_cast<std::byte*>(payload_words(e)); }
+  // The same copy as whole words (Table::payload_words of them).
+  std::uint64_t* payload_words(std::size_t e) noexcept { return payloads_.data() + e * payload_stride_; }
   // Names server `server` in an error: "rsi client 3: storage server 1 (rank 2): <what>".
   Status server_error(std::size_t server, const Status& status) const;
 
@@ -185,12 +214,17 @@ class Client {
  private:
   Status end(Status status);
   Status refresh_snapshot(std::uint64_t newest);
-  // Adds record `id` to the transaction: its header (and unless `header_only` its payload).
-  Status add_entry(std::uint64_t id, bool header_only, std::size_t& e);
+  // Adds records ids[0, n) (not in the transaction yet) to it: their headers (and unless
+  // `header_only` their payloads), read together.
+  Status add_entries(const std::uint64_t* ids, std::size_t n, bool header_only);
+  // Errors of a read_many / insert_many call before it reads anything.
+  Status check_call(const char* what, std::span<const std::uint64_t> ids, std::size_t buffers) const;
+  // The entry of record `id`, or entries_.size().
+  std::size_t find(std::uint64_t id) const noexcept;
 
   Timestamps timestamps_;
-  std::vector<std::byte> payloads_;
-  std::size_t payload_stride_ = 0;
+  std::vector<std::uint64_t> payloads_;
+  std::size_t payload_stride_ = 0;  // words
   bool open_ = false;
   bool left_ = false;
   std::uint64_t timestamp_ = 0;  // the open transaction's commit id, once commit took one

@@ -1,7 +1,10 @@
 // apps::rsi::Table — where every record of a transactional table lives (001 §4.2).
 //
 // A table is `records` fixed-size records spread over the storage servers' record blocks. Each
-// record slot is one 64-bit header word followed by the payload (rounded up to whole words):
+// record slot is one 64-bit header word, the payload (rounded up to whole words) and a trailer
+// word holding the commit id of the payload in the slot:
+//
+//   header | payload ... | trailer
 //
 //   unlocked: commit id (bits 0..39) of the version in the slot, every other bit 0
 //   locked:   lock bit (63) | owner (bits 51..61) | commit id of the version in the slot
@@ -12,6 +15,16 @@
 // lock word lets another client recover a record whose owner died (commit_log.hpp). One version
 // per slot (n = 1 in the paper): a transaction whose snapshot is older than a record's version
 // aborts.
+//
+// The trailer makes one read of the whole slot a consistent one (a seqlock with two version
+// words): a writer that holds the lock sets the trailer to its new commit id before it writes
+// any payload word, and unlocks the header (new commit id) after the last one; a reader loads
+// header, payload and trailer in one ordered read (header first, trailer last:
+// fabric::Endpoint::load_words) and keeps it only if the header is unlocked and its commit id
+// equals the trailer. A payload word read while a writer changed it was read after the writer
+// set the trailer (or before it unlocked the header), so the trailer (or the header) read
+// differs. (Reading the header again after the payload would cost a round trip; a version word
+// at the front only would not bracket the payload.)
 //
 // The dictionary (record id -> server, word offset) is the table's spec, published once in the
 // registry: record id i lives on server i % servers, in slot i / servers of that server's block.
@@ -97,8 +110,11 @@ class Table {
   const std::string& name() const noexcept { return spec_.name; }
   // Number of storage servers.
   std::size_t servers() const noexcept { return spec_.servers.size(); }
-  // Words of one slot: the header and the payload.
+  // Words of one slot: the header, the payload and the trailer.
   std::size_t slot_words() const noexcept { return slot_words_; }
+  // Words of one payload (payload_bytes rounded up); the payload starts at slot word 1 and the
+  // trailer is slot word 1 + payload_words().
+  std::size_t payload_words() const noexcept { return slot_words_ - 2; }
   // Words of server `server`'s block (its share of the records).
   std::size_t block_words(std::size_t server) const noexcept;
   // The index of `rank` among the servers, or -1.
