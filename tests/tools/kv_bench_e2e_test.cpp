@@ -67,7 +67,8 @@ TEST(BenchKvFailover, QuickOverShm) { check_failover(testing::run_quick("kv-fail
 
 TEST(BenchKvFailover, QuickOverTcp) { check_failover(testing::run_quick("kv-failover", "tcp", kFailoverCutDown, 180s)); }
 
-// kv-jepsen: 4 short runs (no fault, the leader, a follower, no fault), every history linearizable.
+// kv-jepsen: 4 short runs (no fault, the leader, a follower, a client killed), every history
+// linearizable.
 TEST(BenchKvJepsen, QuickOverShm) {
   if (!go_binary()) GTEST_SKIP() << "no Go: no Porcupine checker (README set-up installs Go)";
   const json r = testing::run_quick("kv-jepsen", "shm", {"--set", "histories=4", "--set", "seconds=1.2"}, 180s);

@@ -97,7 +97,6 @@ struct ClientResult {
   double seconds = 0;
   std::uint64_t longest_wait_ns = 0;  // the longest time without a completion (a view change)
   LatencyHistogram latency;
-  std::vector<HistoryEntry> history;
   std::string error;
 };
 
@@ -132,10 +131,12 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       std::uint64_t seq = 0;
       std::uint64_t input = 0;
       std::int64_t call_ns = 0;
+      std::size_t entry = 0;  // in the journal
     };
     std::vector<Pending> pending(o.service.window);
     std::uint64_t put_count = 0;
-    const bool record = !o.history_dir.empty();
+    std::optional<HistoryJournal> journal;
+    if (!o.history_dir.empty()) journal.emplace(HistoryJournal::path(o.history_dir, node.rank(), thread));
 
     const auto start = Clock::now();
     const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
@@ -165,10 +166,13 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
         }
         std::uint64_t seq = 0;
         const std::int64_t call = now_ns();
+        // Journaled before it is sent: a client killed right after sending leaves the operation
+        // in its history, outcome unknown.
+        const std::size_t entry = journal ? journal->invoked(index, op, key, input, call) : 0;
         client.submit(op, key, op == Op::put ? &value : nullptr, seq).throw_if_error();
         for (Pending& p : pending) {
           if (p.seq != 0) continue;
-          p = {seq, input, call};
+          p = {seq, input, call, entry};
           break;
         }
         ++submitted;
@@ -199,7 +203,7 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       ++result.ops;
       (done.op == Op::get ? result.gets : done.op == Op::put ? result.puts : result.dels)++;
       result.latency.add(static_cast<std::uint64_t>(ret - p.call_ns));
-      if (record) result.history.push_back({index, done.op, done.key, p.input, output, p.call_ns, ret});
+      if (journal) journal->returned(p.entry, output, ret);
       progress.store(result.ops, std::memory_order_relaxed);
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -357,10 +361,6 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
       total.ops += r.ops, total.gets += r.gets, total.puts += r.puts, total.dels += r.dels;
       if (r.seconds > 0) rate += static_cast<double>(r.ops) / r.seconds;
       total.latency.merge(r.latency);
-      total.history.insert(total.history.end(), r.history.begin(), r.history.end());
-    }
-    if (!o.history_dir.empty()) {
-      write_history(o.history_dir + "/kv-" + std::to_string(node.rank()) + ".history", total.history);
     }
     std::ostringstream line;
     line << "c " << total.ops << ' ' << total.gets << ' ' << total.puts << ' ' << total.dels << ' ' << threads << ' '

@@ -24,6 +24,7 @@
 // linearizability by Porcupine (tests/porcupine/kvcheck). Counts linearizable histories and
 // violations per fault; a violating run's histories are kept for inspection.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -80,7 +81,7 @@ KvLoad make_load(int threads, std::uint64_t window, std::uint64_t keys, double s
   return load;
 }
 
-// A replica to kill in the middle of a run (kv-failover, kv-jepsen).
+// A rank (replica or client) to kill in the middle of a run (kv-failover, kv-jepsen).
 struct KvKill {
   int rank = 0;
   double after_seconds = 0;
@@ -141,7 +142,7 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(mine->at("after_s").get<double>()));
     if (!victim.running()) {
-      err << "bench kv rank: the replica to kill ended before it was killed:\n" << victim.output();
+      err << "bench kv rank: rank " << me << ", to be killed, ended before it was killed:\n" << victim.output();
       return 1;
     }
     return 0;  // ~ChildProcess: SIGKILL
@@ -479,10 +480,11 @@ class KvJepsenScenario : public Scenario {
     return "`histories` short Multi-Paxos runs (`replicas` replicas, 2 client ranks x 2 threads, `seconds` each) "
            "with a randomized load (window 1/4/8, 4/16/64 keys, 50/80/95 % reads, 0/20 % of the writes deletes, "
            "each client offering at most `rate` requests/s) "
-           "and a fault taking turns: none, the leader killed, a follower killed, and with 5 replicas the leader "
-           "and then a follower — each kill (SIGKILL) at a random time while the clients run, the registry "
-           "served by the launcher. Every run's client histories go to Porcupine (tests/porcupine/kvcheck, "
-           "partitioned by key); every run also checks that the surviving replicas agree.";
+           "and a fault taking turns: none, the leader killed, a follower killed, a client rank killed (its "
+           "journaled history, operations in flight with unknown outcome, is checked with the others), and with "
+           "5 replicas the leader and then a follower — each kill (SIGKILL) at a random time while the clients "
+           "run, the registry served by the launcher. Every run's client histories go to Porcupine "
+           "(tests/porcupine/kvcheck, partitioned by key); every run also checks that the surviving replicas agree.";
   }
   std::vector<Parameter> parameters() const override {
     return {
@@ -515,7 +517,7 @@ class KvJepsenScenario : public Scenario {
         (fs::path(bench_source_dir()).parent_path() / "tests" / "porcupine" / "kvcheck").string(),
         (fs::path(bench_build_dir()) / "porcupine" / "kvcheck").string(), "the Porcupine checker kvcheck", kGoHint);
     const fs::path work = fs::path(bench_build_dir()) / "kv-jepsen";
-    std::vector<std::string> faults = {"none", "leader", "follower"};
+    std::vector<std::string> faults = {"none", "leader", "follower", "client"};
     if (replicas >= 5) faults.push_back("leader+follower");
     Panel& checked = result.panel("histories", "Histories checked by Porcupine", {"fault", "", "category"},
                                   {"histories", "", "linear"}, Better::higher);
@@ -549,6 +551,7 @@ class KvJepsenScenario : public Scenario {
       std::vector<KvKill> kills;
       if (fault == "leader" || fault == "leader+follower") kills.push_back({0, when(rng)});
       if (fault == "follower") kills.push_back({1 + static_cast<int>(rng() % static_cast<unsigned>(replicas - 1)), when(rng)});
+      if (fault == "client") kills.push_back({replicas + static_cast<int>(rng() % kClientRanks), when(rng)});
       if (fault == "leader+follower") kills.push_back({replicas - 1, kills[0].after_seconds + 0.3 * (static_cast<double>(rng() % 100) / 100.0)});
       std::ostringstream round;
       round << "history " << i + 1 << "/" << histories << ": " << fault << ", window " << load.window << ", "
@@ -580,11 +583,16 @@ class KvJepsenScenario : public Scenario {
         throw Error(Errc::io, "bench kv-jepsen: kvcheck failed (exit " + std::to_string(check.exit_code) + ") on " +
                                   dir.string() + ": " + check.output);
       }
-      operations += r.at("requests").get<std::uint64_t>();
+      // What kvcheck checked ("kvcheck: N operations on K keys: ..."): with a client killed, more
+      // than the survivors completed (its journal and its operations in flight).
+      const std::size_t at = check.output.find("kvcheck: ");
+      const std::uint64_t checked_ops = at == std::string::npos ? 0 : std::strtoull(check.output.c_str() + at + 9, nullptr, 10);
+      operations += checked_ops;
       wait.add("paxos", fault, r.at("longest_wait_us").get<double>() / 1000.0);
       wait.add_command("paxos", command);
       context.say(round.str() + ": " + (check.exit_code == 0 ? "linearizable" : "VIOLATION") + " (" +
-                  r.at("requests").dump() + " operations, view " + r.at("view").dump() + ")");
+                  std::to_string(checked_ops) + " operations checked, " + r.at("requests").dump() +
+                  " completed by the surviving clients, view " + r.at("view").dump() + ")");
     }
     int total_violations = 0, total_failed = 0;
     for (const std::string& fault : faults) {

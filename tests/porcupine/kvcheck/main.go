@@ -3,12 +3,17 @@
 //
 //	kvcheck [-timeout 60s] FILE...
 //
+// A FILE ending in .journal is a client thread's journal (binary, as the clients write it);
+// any other FILE is the text form, one operation per line.
+//
 // Prints one line and exits 0 when the histories are linearizable, 1 when they are not (naming
 // a key whose history is not), 2 when the check timed out or the input is malformed.
 package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"math"
@@ -121,31 +126,81 @@ func parse(path string) ([]porcupine.Operation, error) {
 			}
 			nums[i] = v
 		}
-		in := input{key: uint64(nums[1]), value: uint64(nums[2])}
+		var kind opKind
 		switch fields[1] {
 		case "get":
-			in.op = opGet
+			kind = opGet
 		case "put":
-			in.op = opPut
+			kind = opPut
 		case "del":
-			in.op = opDel
+			kind = opDel
 		default:
 			return nil, fmt.Errorf("%s:%d: unknown op %q", path, line, fields[1])
 		}
-		out := output{value: uint64(nums[3])}
-		ret := nums[5]
-		if ret < 0 {
-			if in.op == opGet {
-				continue // a read with no answer constrains nothing
-			}
-			out.unknown = true
-			ret = math.MaxInt64 // a write may take effect any time after its call
+		if op, ok := operation(uint64(nums[0]), uint64(nums[1]), uint64(nums[2]), uint64(nums[3]), kind, nums[4], nums[5]); ok {
+			ops = append(ops, op)
 		}
-		ops = append(ops, porcupine.Operation{
-			ClientId: int(nums[0]), Input: in, Output: out, Call: nums[4], Return: ret,
-		})
 	}
 	return ops, scanner.Err()
+}
+
+// operation turns one recorded operation into Porcupine's form; ok is false for one that
+// constrains nothing (a read with no answer).
+func operation(client, key, value, out uint64, op opKind, call, ret int64) (porcupine.Operation, bool) {
+	o := output{value: out}
+	if ret < 0 {
+		if op == opGet {
+			return porcupine.Operation{}, false
+		}
+		o.unknown = true
+		ret = math.MaxInt64 // a write may take effect any time after its call
+	}
+	return porcupine.Operation{
+		ClientId: int(client), Input: input{op: op, key: key, value: value}, Output: o, Call: call, Return: ret,
+	}, true
+}
+
+const (
+	journalHeader = 64
+	journalRecord = 56
+)
+
+// parseJournal reads a client thread's journal (history.hpp): records up to the first unused one.
+func parseJournal(path string) ([]porcupine.Operation, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) < journalHeader || !bytes.Equal(data[:8], []byte("DFIKVJ01")) {
+		return nil, fmt.Errorf("%s: not a kv history journal (no DFIKVJ01 header)", path)
+	}
+	if size := binary.LittleEndian.Uint32(data[8:12]); size != journalRecord {
+		return nil, fmt.Errorf("%s: records of %d bytes, want %d", path, size, journalRecord)
+	}
+	var ops []porcupine.Operation
+	for at := journalHeader; at+journalRecord <= len(data); at += journalRecord {
+		r := data[at : at+journalRecord]
+		u64 := func(off int) uint64 { return binary.LittleEndian.Uint64(r[off : off+8]) }
+		state := binary.LittleEndian.Uint32(r[12:16])
+		if state == 0 {
+			break
+		}
+		if state > 2 {
+			return nil, fmt.Errorf("%s: record %d: state %d", path, (at-journalHeader)/journalRecord, state)
+		}
+		kind := binary.LittleEndian.Uint32(r[8:12])
+		if kind < 1 || kind > 3 {
+			return nil, fmt.Errorf("%s: record %d: unknown op %d", path, (at-journalHeader)/journalRecord, kind)
+		}
+		ret := int64(u64(48))
+		if state == 1 {
+			ret = -1
+		}
+		if op, ok := operation(u64(0), u64(16), u64(24), u64(32), opKind(kind-1), int64(u64(40)), ret); ok {
+			ops = append(ops, op)
+		}
+	}
+	return ops, nil
 }
 
 func main() {
@@ -157,7 +212,11 @@ func main() {
 	}
 	var history []porcupine.Operation
 	for _, path := range flag.Args() {
-		ops, err := parse(path)
+		parseFile := parse
+		if strings.HasSuffix(path, ".journal") {
+			parseFile = parseJournal
+		}
+		ops, err := parseFile(path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "kvcheck:", err)
 			os.Exit(2)

@@ -15,8 +15,8 @@
 // died — that the leaders answered exactly the requests the clients completed. When views
 // changed (Multi-Paxos: a replica died, service.hpp), it also prints the final view and the
 // longest time any client went without a completion (the failover time, as the clients saw it). With
-// `history_dir`, every client rank writes its clients' histories there (history.hpp), for the
-// Porcupine checker (tests/porcupine).
+// `history_dir`, every client thread journals its operations there as it goes (history.hpp: a
+// killed client's history survives it), for the Porcupine checker (tests/porcupine).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,7 @@ struct BenchOptions {
   double seconds = 3;             // run length of every client
   std::uint64_t requests = 0;     // per client, then stop (0: run `seconds`)
   double rate = 0;                // requests per second each client offers at most (0: as the window allows)
-  std::string history_dir;        // non-empty: write histories there
+  std::string history_dir;        // non-empty: journal the clients' histories there
   std::uint64_t seed = 1;
   bool progress = true;           // the first client rank prints a line per second
 };
