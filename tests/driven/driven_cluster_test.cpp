@@ -121,6 +121,34 @@ TEST_P(DrivenCluster, AMoverThatDiesAndStaysDeadGivesBothProcessingUnitsAClearTi
   EXPECT_FALSE(contains(run.err, "rank 0 (pid") || contains(run.err, "rank 1 (pid")) << run.all();
 }
 
+// A PU killed mid-flow: rank 1's producer and consumer of a flow die (SIGKILL); that flow's PUs
+// on rank 0 get an error naming rank 1 (a producer pushing on and a consumer waiting, whichever
+// side died), and the mover gives that flow up and serves another flow to its end.
+class DrivenPuKilled : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(DrivenPuKilled, TheOthersGetAnErrorNamingItAndTheMoverServesTheOtherFlows) {
+  const auto& [transport, pattern] = GetParam();
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto run = run_cluster(3, transport, {DRIVEN_NODE, "kill-pu", pattern}, options);
+  EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed
+  EXPECT_TRUE(contains(run.err, "rank 1 (pid")) << run.all();
+  EXPECT_FALSE(contains(run.err, "rank 0 (pid") || contains(run.err, "rank 2 (pid")) << run.all();
+  EXPECT_FALSE(contains(run.all(), "FAILED") || contains(run.all(), "expected")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] dead-flow producer: driven flow 'driven-dead-" + pattern)) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] dead-flow consumer: driven flow 'driven-dead-" + pattern)) << run.all();
+  EXPECT_TRUE(contains(run.out, "the other flow: 200000 of 200000 tuples exactly once, in order")) << run.all();
+  EXPECT_TRUE(contains(run.out, "mover: gave up: driven flow 'driven-dead-" + pattern)) << run.all();
+  EXPECT_TRUE(contains(run.out, "served the other flow to its end")) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Patterns, DrivenPuKilled,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Values("shuffle", "balance", "replicate")),
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + "_" + std::get<1>(param_info.param);
+                         });
+
 // Recovery (driven/mover.hpp): rank 2 runs `dfi mover` and kills it 4 times while tuples flow —
 // at a transfer delivered but not released (crash_at publish), at random times (SIGKILL from
 // outside), at a transfer whose link word is written but nothing published (crash_at link) —

@@ -23,6 +23,9 @@
 //   driven_node kill-mover                              the mover dies mid-flow and is not
 //       restarted: the producer (rank 0) and the consumer (rank 1) wait their stall timeout (2 s),
 //       then get a timeout naming the dead mover
+//   driven_node kill-pu PATTERN                         shuffle, balance or replicate: rank 1's
+//       producer and consumer die mid-flow; rank 0's PUs of that flow get errors naming rank 1, the
+//       mover gives the flow up and serves another flow (rank 0 to rank 0) to its end
 //   driven_node chaos PATTERN TUPLES KILLS DFI SEED     shuffle, balance or replicate as above
 //       (TUPLES per producer, rings of 4 x 256 B, consumers pausing 1 ms per batch) while rank 2 runs
 //       `DFI mover` and kills it KILLS times mid-flow (run_chaos_mover), each restart resuming
@@ -732,6 +735,7 @@ int run_kill_mover(cluster::Node& node) {
       first = out.push_to(0, &t, sizeof t);
     }
     expect_timeout("producer", first);
+    node.registry().publish("test/" + name + "/producer-done", "");
     (void)node.wait_for("test/" + name + "/consumer-done", 10s);  // rank 0 hosts the registry
   } else if (node.rank() == 1) {
     driven::Consumer in(node, name, 0);
@@ -743,6 +747,8 @@ int run_kill_mover(cluster::Node& node) {
     }
     expect_timeout("consumer", first);
     node.registry().publish("test/" + name + "/consumer-done", "");
+    // Not gone before the producer's timeout: it would see a dead consumer instead.
+    (void)node.wait_for("test/" + name + "/producer-done", 10s);
   } else {
     driven::Mover mover(node);
     mover.add_flow(name, 30s);
@@ -754,6 +760,105 @@ int run_kill_mover(cluster::Node& node) {
   }
   std::fflush(stdout);
   std::_Exit(failures == 0 ? 0 : 1);  // the mover's rank is gone: do not wait for it to finish
+}
+
+// A PU killed mid-flow (issue 10): flow "driven-dead-PATTERN" has a producer and a consumer on
+// rank 0 and on rank 1; flow "driven-alive" runs from rank 0 to rank 0 through the same mover.
+// Rank 1 kills itself (SIGKILL) after pushing 3000 tuples while its consumer takes batches. The
+// PUs of the dead flow on rank 0 — the producer pushing on, the consumer consuming — get
+// peer_failed naming rank 1; the mover gives that flow up naming rank 1 and keeps serving the
+// other, whose tuples all arrive once and in order.
+int run_kill_pu(cluster::Node& node, const std::string& pattern_name) {
+  const std::string dead = "driven-dead-" + pattern_name;
+  const std::string alive = "driven-alive";
+  const driven::Pattern pattern = pattern_name == "shuffle"   ? driven::Pattern::shuffle
+                                  : pattern_name == "balance" ? driven::Pattern::balance
+                                                              : driven::Pattern::replicate;
+  constexpr std::uint64_t kAliveTuples = 200000;
+  if (node.rank() == 0) {
+    flow::FlowSpec spec = two_producers(dead, pattern, {{0, 0}, {1, 0}}, 4, 1024);
+    if (pattern == driven::Pattern::shuffle) spec.key_column = "key";
+    spec.options.stall_timeout = 20s;  // the errors below must come from the death, not a timeout
+    flow::create_flow(node, spec);
+    flow::FlowSpec other = one_to_one(alive);
+    other.sources = {{0, 1}};
+    other.targets = {{0, 1}};
+    flow::create_flow(node, other);
+  }
+  auto expect_death = [&](const std::string& who, const Status& status) {
+    if (status.code() != Errc::peer_failed || status.message().find("(rank 1, ") == std::string::npos) {
+      fail(who + ": expected peer_failed naming rank 1, got '" + status.message() + "'");
+    } else {
+      std::printf("%s: %s\n", who.c_str(), status.message().c_str());
+    }
+  };
+  // One PU pair of the dead flow on this rank: the producer pushes (rank 1: 3000 tuples, then it
+  // dies; rank 0: until it fails), the consumer consumes until it fails.
+  auto dead_flow = [&](std::uint64_t producer) {
+    std::thread consumer([&] {
+      driven::Consumer in(node, dead, 0);
+      flow::TupleBatch batch;
+      Status first;
+      while (first.is_ok()) {
+        first = in.consume(batch);
+        if (first.is_ok() && batch.empty()) {
+          fail("dead-flow consumer: end of stream although a producer died");
+          return;
+        }
+      }
+      expect_death("dead-flow consumer", first);
+    });
+    driven::Producer out(node, dead, 0);
+    Status first;
+    for (std::uint64_t i = 0; first.is_ok(); ++i) {
+      if (node.rank() == 1 && i == 3000) {
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      const Tuple t{key_of(producer, i), producer, i};
+      first = out.push(&t, sizeof t);
+    }
+    expect_death("dead-flow producer", first);
+    consumer.join();
+  };
+  if (node.rank() == 1) {
+    dead_flow(1);
+  } else if (node.rank() == 0) {
+    std::thread other([&] {
+      Seen seen;
+      std::thread consumer([&] { seen = consume_all(node, alive, 1, 0, 1, 1, false); });
+      produce_all(node, alive, 1, 0, kAliveTuples, true);
+      consumer.join();
+      if (seen.count != kAliveTuples || seen.key_sum != expected_key_sum(1, kAliveTuples) || seen.out_of_order != 0) {
+        fail("the other flow: " + std::to_string(seen.count) + " of " + std::to_string(kAliveTuples) +
+             " tuples, " + std::to_string(seen.out_of_order) + " out of order");
+      } else {
+        std::printf("the other flow: %llu of %llu tuples exactly once, in order\n",
+                    static_cast<unsigned long long>(seen.count), static_cast<unsigned long long>(kAliveTuples));
+      }
+    });
+    dead_flow(0);
+    other.join();
+    (void)node.wait_for("test/" + dead + "/mover-done", 30s);  // rank 0 hosts the registry
+  } else {
+    driven::Mover mover(node);
+    mover.add_flow(dead, 30s);
+    mover.add_flow(alive, 30s);
+    const Status s = mover.run(60s);
+    // Named by the failure detector ("producer (rank 1, ...) failed") or, over tcp, by the
+    // connection that failed first ("connection to rank 1 ... failed").
+    if (s.code() != Errc::peer_failed || s.message().find("driven flow '" + dead + "'") == std::string::npos ||
+        s.message().find("rank 1") == std::string::npos) {
+      fail("mover: expected peer_failed naming flow '" + dead + "' and rank 1, got '" + s.message() + "'");
+    } else if (!mover.failure(alive).is_ok() || mover.counters(alive).bytes != kAliveTuples * sizeof(Tuple)) {
+      fail("mover: the other flow failed or moved " + std::to_string(mover.counters(alive).bytes) + " bytes");
+    } else {
+      std::printf("mover: gave up: %s; served the other flow to its end\n", s.message().c_str());
+    }
+    node.registry().publish("test/" + dead + "/mover-done", "");
+  }
+  std::fflush(stdout);
+  std::_Exit(failures == 0 ? 0 : 1);  // rank 1 is gone: do not wait for it to finish
 }
 
 // Rank 2 of chaos mode, outside the cluster itself: runs `dfi mover FLOW` (DFI) kills + 1 times;
@@ -871,11 +976,13 @@ int main(int argc, char** argv) {
       run_errors(node);
     } else if (mode == "kill-mover") {
       run_kill_mover(node);
+    } else if (mode == "kill-pu" && argc == 3) {
+      run_kill_pu(node, argv[2]);
     } else {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
                    "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | rate TUPLES | errors | "
-                   "kill-mover | chaos PATTERN TUPLES KILLS DFI SEED\n");
+                   "kill-mover | kill-pu PATTERN | chaos PATTERN TUPLES KILLS DFI SEED\n");
       return 2;
     }
     node.finish();
