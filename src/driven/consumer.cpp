@@ -26,7 +26,7 @@ Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chro
   backoff_ = BackoffSettings::from_config();
   stall_timeout_ = flow::detail::stall_timeout(spec_);
   tuple_bytes_ = spec_.schema.tuple_bytes();
-  peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producers=*/true);
+  peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producer=*/false, index_);
   detail::publish_buffers(node, detail::consumer_record(spec_.name, index), region_, label_);
 }
 

@@ -114,11 +114,17 @@ struct Mover::Flow {
   std::vector<bool> consumer_done;  // [consumer]
   MoverRecovery recovery;
 
+  // Set when a pass of the flow failed (Mover::give_up): the mover never touches it again.
+  Status failure;
+  bool failed = false;
+
   // True once the flow ended: every producer's end-of-stream taken and every consumer attached
   // closed (balance), every consumer closed (the others).
   bool ended_all() const {
     return consumers_open == 0 && (options.pattern != Pattern::balance || (open[0] == 0 && final_poll));
   }
+  // Nothing more to do for the flow: it ended, or it failed.
+  bool stopped() const { return failed || ended_all(); }
 
   // One pass of the flow's pattern; `moved` grows by the payload bytes written into consumers,
   // and stops growing once it reached `allowance` (the last segment may go beyond it).
@@ -152,7 +158,11 @@ struct Mover::Flow {
   Status recover_pending();
 };
 
-Mover::Mover(cluster::Node& node) : node_(node), worker_(node.fabric(), "mover"), crash_(std::make_unique<Crash>()) {}
+Mover::Mover(cluster::Node& node)
+    : node_(node),
+      worker_(node.fabric(), "mover"),
+      watch_(node.fabric()),
+      crash_(std::make_unique<Crash>()) {}
 
 void Mover::crash_at(CrashPoint point, std::uint64_t count) {
   if (count == 0) throw Error(Errc::invalid_argument, "mover: crash_at counts transfers from 1");
@@ -522,7 +532,53 @@ void Mover::limit_rate(double bytes_per_second) {
 }
 
 bool Mover::done() const noexcept {
-  return std::all_of(flows_.begin(), flows_.end(), [](const auto& f) { return f->ended_all(); });
+  return std::all_of(flows_.begin(), flows_.end(), [](const auto& f) { return f->stopped(); });
+}
+
+// A flow whose pass failed — a PU died (peer_failed), a remote operation timed out, its words
+// broke the protocol — is given up on its own: its PUs learn of a dead PU from the failure
+// detector (peers.hpp) and of anything else from the failure record; the other flows go on.
+void Mover::give_up(Flow& f, const Status& failure) {
+  f.failed = true;
+  // Named after the flow (a fabric error of a shared endpoint names only the rank).
+  f.failure = failure.message().starts_with(f.label) ? failure
+                                                      : Status(failure.code(), f.label + ": " + failure.message());
+  try {
+    node_.registry().publish(detail::failed_record(f.spec.name), f.failure.message(), /*replace=*/true);
+  } catch (const Error&) {
+    // The registry is gone too: the PUs' own failure detection and stall timeouts remain.
+  }
+}
+
+Status Mover::failure(std::string_view flow) const { return find(flow).failure; }
+
+// A PU that died before the mover let go of it (its rings not all ended, its ring not closed)
+// fails its flow. On shm the mover would not notice otherwise: a dead producer's mapped ring
+// just stops filling, a dead consumer's stops draining. Runs when the failure detector declared
+// someone dead (one atomic load per pass otherwise).
+Status Mover::check_pus() {
+  Status first;
+  for (auto& owned : flows_) {
+    Flow& f = *owned;
+    if (f.stopped()) continue;
+    std::string who, reason;
+    for (std::size_t p = 0; p < f.spec.sources.size() && who.empty(); ++p) {
+      bool ended = true;
+      for (const auto& row : f.ended) ended = ended && row[p];
+      const flow::SourceRef& s = f.spec.sources[p];
+      if (ended || (reason = watch_.reason(s.rank)).empty()) continue;
+      who = "producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")";
+    }
+    for (std::size_t c = 0; c < f.writers.size() && who.empty(); ++c) {
+      if (!f.writers[c] || f.writers[c]->closed() || (reason = watch_.reason(f.spec.targets[c].rank)).empty()) continue;
+      who = consumer_name(f.spec.targets[c]);
+    }
+    if (who.empty()) continue;
+    const Status failure(Errc::peer_failed, f.label + ": " + who + " failed: " + reason);
+    give_up(f, failure);
+    if (first) first = failure;
+  }
+  return first;
 }
 
 // QoS by deficit round robin over the flows, in payload bytes (000 §5.2): each pass (round)
@@ -548,13 +604,22 @@ void Mover::set_quanta() {
 Status Mover::step(std::uint64_t& moved) {
   moved = 0;
   const auto now = std::chrono::steady_clock::now();  // once per pass: the registry looks
+  Status first_failure;  // of this pass
+  auto fail = [&](Flow& f, const Status& s) {
+    give_up(f, s);
+    if (first_failure) first_failure = f.failure;
+  };
+  if (watch_.changed()) first_failure = check_pus();
   for (auto& owned : flows_) {
     Flow& f = *owned;
-    if (f.ended_all()) continue;
+    if (f.stopped()) continue;
     // Once every producer of a balance flow ended, one last look for consumers that joined since
     // the last one (each must get its end-of-stream) before the flow may end.
     const bool last_look = f.options.pattern == Pattern::balance && f.open[0] == 0 && !f.final_poll;
-    if (Status s = poll_registry(f, now, last_look); !s) return s;
+    if (Status s = poll_registry(f, now, last_look); !s) {
+      fail(f, s);
+      continue;
+    }
     f.final_poll = f.final_poll || last_look;
   }
   if (quanta_stale_) set_quanta();
@@ -563,7 +628,7 @@ Status Mover::step(std::uint64_t& moved) {
     bool held = false;  // a flow that used up its deficit (it may have more to move)
     for (auto& owned : flows_) {
       Flow& f = *owned;
-      if (f.ended_all()) continue;
+      if (f.stopped()) continue;
       if (rationed) {
         f.deficit += f.quantum;
         f.allowance = f.deficit > 0 ? static_cast<std::uint64_t>(f.deficit) : 0;
@@ -575,7 +640,10 @@ Status Mover::step(std::uint64_t& moved) {
         case Pattern::balance: s = f.step_balance(counters_, flow_moved); break;
         case Pattern::replicate: s = f.step_replicate(counters_, flow_moved); break;
       }
-      if (!s) return s;
+      if (!s) {
+        fail(f, s);
+        continue;
+      }
       moved += flow_moved;
       if (flow_moved == 0) ++f.tally.idle_steps;
       if (!rationed) continue;
@@ -592,17 +660,17 @@ Status Mover::step(std::uint64_t& moved) {
     if (again) fast_forward();
   }
   if (moved == 0) ++counters_.idle_steps;
-  return {};
+  return first_failure;
 }
 
 void Mover::fast_forward() {
   std::int64_t rounds = std::numeric_limits<std::int64_t>::max();
   for (const auto& f : flows_) {
-    if (!f->ended_all() && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
+    if (!f->stopped() && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
   }
   // The next pass adds one quantum more: the first held flow then has a positive deficit.
   for (auto& f : flows_) {
-    if (!f->ended_all() && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
+    if (!f->stopped() && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
   }
 }
 
@@ -848,7 +916,7 @@ Status Mover::run(std::chrono::milliseconds timeout) {
   std::chrono::steady_clock::time_point paced{};  // when what was moved fits limit_rate()
   while (!done()) {
     std::uint64_t moved = 0;
-    if (Status s = step(moved); !s) return s;
+    (void)step(moved);  // a flow that failed is given up (give_up); the others go on
     if (moved > 0) {
       backoff.reset();
       if (rate_ > 0) {  // once per pass: a clock read, and a sleep when ahead of the rate
@@ -862,7 +930,7 @@ Status Mover::run(std::chrono::milliseconds timeout) {
     if (deadline.expired()) {
       std::string open;
       for (const auto& f : flows_) {
-        if (!f->ended_all()) open += (open.empty() ? "'" : ", '") + f->spec.name + "'";
+        if (!f->stopped()) open += (open.empty() ? "'" : ", '") + f->spec.name + "'";
       }
       return {Errc::timeout, "mover (rank " + std::to_string(node_.rank()) + "): flows " + open +
                                  " still open after " + std::to_string(timeout.count()) + " ms"};
@@ -874,7 +942,19 @@ Status Mover::run(std::chrono::milliseconds timeout) {
       backoff.pause();
     }
   }
-  return {};
+  // Every flow ended or was given up: the first failure, with the other flows given up named.
+  Status first;
+  std::string others;
+  for (const auto& f : flows_) {
+    if (!f->failed) continue;
+    if (first) {
+      first = f->failure;
+    } else {
+      others += (others.empty() ? "'" : ", '") + f->spec.name + "'";
+    }
+  }
+  if (first.is_ok() || others.empty()) return first;
+  return {first.code(), first.message() + " (flows " + others + " failed too)"};
 }
 
 }  // namespace dfi::driven

@@ -32,6 +32,10 @@ inline std::string consumer_done_record(const std::string& flow, std::size_t con
   return consumer_record(flow, consumer) + "/done";
 }
 
+// Published by the flow's mover when it gives the flow up (Mover::step: a PU died, a remote
+// operation failed): why, for the PUs' timeout errors.
+inline std::string failed_record(const std::string& flow) { return "driven/" + flow + "/failed"; }
+
 // The flow's rate share set at run time (driven::set_share; decimal), read by its mover.
 inline std::string share_record(const std::string& flow) { return "driven/" + flow + "/share"; }
 

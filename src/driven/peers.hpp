@@ -3,9 +3,11 @@
 //
 // The PUs are oblivious of the mover's deaths (mover.hpp, Recovery): a mover killed and restarted
 // continues from the PUs' buffers, so a dead mover is a pause, not an error. While a producer or
-// consumer waits, it asks now and then whether a PU on the other side was declared dead
-// (fabric::FailureWatch: one atomic load while nobody died); only when it has waited its stall
-// timeout does it look at the mover, and its timeout error says what became of it.
+// consumer waits, it asks now and then whether another PU of the flow was declared dead
+// (fabric::FailureWatch: one atomic load while nobody died); a PU killed mid-flow stops the flow
+// with an error naming it at every PU (the mover gives the flow up and serves its other flows).
+// Only when a PU has waited its stall timeout does it look at the mover, and its timeout error
+// says what became of it (or that it gave the flow up, and why).
 #pragma once
 
 #include <chrono>
@@ -25,31 +27,36 @@ namespace dfi::driven::detail {
 
 class PeerCheck {
  public:
-  // Watches the flow's producers (`producers`) or consumers (!`producers`).
-  // `spec` must outlive the check.
-  PeerCheck(cluster::Node& node, const flow::FlowSpec& spec, bool producers)
-      : node_(node), spec_(spec), producers_(producers), watch_(node.fabric()) {}
+  // Watches every other PU of the flow (`spec`, which must outlive the check): producers and
+  // consumers alike, so a PU killed mid-flow stops its whole flow with an error naming it, on
+  // either side. `producer` says which side the watching PU is on and `index` its position there
+  // (it does not watch itself).
+  PeerCheck(cluster::Node& node, const flow::FlowSpec& spec, bool producer, std::size_t index)
+      : node_(node), spec_(spec), producer_(producer), index_(index), watch_(node.fabric()) {}
 
-  // peer_failed naming the first producer (`producers`) or consumer declared dead since the last
-  // look, after `label` and ": " (an empty label: the bare problem, for a ring that prefixes its
-  // own label). The mover is not watched: its death is a pause (see above). Called while
-  // waiting (every few dozen rounds), never per tuple.
+  // peer_failed naming the first PU of the flow declared dead since the last look, after `label`
+  // and ": " (an empty label: the bare problem, for a ring that prefixes its own label). A PU the
+  // mover let go of (its done record: it finished) may end its process: that is no failure. The
+  // mover is not watched: its death is a pause (see above). Called while waiting (every few dozen
+  // rounds), never per tuple; one atomic load while nobody died, registry lookups only after a
+  // death.
   Status check(const std::string& label) {
     if (!watch_.changed()) return {};
     auto dead = [&](const std::string& who, const std::string& reason) {
       return Status(Errc::peer_failed, (label.empty() ? "" : label + ": ") + who + " failed: " + reason);
     };
-    if (producers_) {
-      for (const flow::SourceRef& s : spec_.sources) {
-        if (std::string reason = watch_.reason(s.rank); !reason.empty()) {
-          return dead("producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")", reason);
-        }
+    for (std::size_t p = 0; p < spec_.sources.size(); ++p) {
+      const flow::SourceRef& s = spec_.sources[p];
+      if (producer_ && p == index_) continue;
+      if (std::string reason = watch_.reason(s.rank); !reason.empty() && !finished(producer_done_record(spec_.name, p))) {
+        return dead("producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")", reason);
       }
-    } else {
-      for (const flow::TargetRef& t : spec_.targets) {
-        if (std::string reason = watch_.reason(t.rank); !reason.empty()) {
-          return dead("consumer (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ")", reason);
-        }
+    }
+    for (std::size_t c = 0; c < spec_.targets.size(); ++c) {
+      const flow::TargetRef& t = spec_.targets[c];
+      if (!producer_ && c == index_) continue;
+      if (std::string reason = watch_.reason(t.rank); !reason.empty() && !finished(consumer_done_record(spec_.name, c))) {
+        return dead("consumer (rank " + std::to_string(t.rank) + ", id " + std::to_string(t.id) + ")", reason);
       }
     }
     return {};
@@ -66,6 +73,13 @@ class PeerCheck {
       return std::string("the mover is unknown (the registry is unreachable: ") + e.what() + ")";
     }
     if (!record) return "no mover has taken the flow (dfi mover " + spec_.name + ")";
+    try {
+      if (std::optional<std::string> failed = node_.registry().try_lookup(failed_record(spec_.name))) {
+        return "the mover gave the flow up: " + *failed;
+      }
+    } catch (const std::exception&) {
+      // the registry is gone: say what else is known
+    }
     int rank = -1;  // the record is "<rank> <pid>"
     try {
       rank = std::stoi(*record);
@@ -106,9 +120,19 @@ class PeerCheck {
   }
 
  private:
+  // Whether the mover published done `record`: the PU finished and may be gone (slow path).
+  bool finished(const std::string& record) {
+    try {
+      return node_.registry().try_lookup(record).has_value();
+    } catch (const std::exception&) {
+      return false;  // unknown: report the death
+    }
+  }
+
   cluster::Node& node_;
   const flow::FlowSpec& spec_;
-  bool producers_;
+  bool producer_;
+  std::size_t index_;
   fabric::FailureWatch watch_;
 };
 

@@ -29,7 +29,7 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
   pattern_ = options.pattern;
   const std::size_t rings = pattern_ == Pattern::shuffle ? spec_.targets.size() : 1;
   region_ = fabric::MemoryRegion(node.fabric(), rings * layout.bytes());
-  peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producers=*/false);
+  peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producer=*/true, index_);
   peer_status_ = [this] { return peers_->check(""); };  // the ring prefixes its label
   memory::SegmentWriterOptions writer_options;
   writer_options.stall_timeout = stall_timeout_;

@@ -121,6 +121,57 @@ TEST_P(DrivenCluster, AMoverThatDiesAndStaysDeadGivesBothProcessingUnitsAClearTi
   EXPECT_FALSE(contains(run.err, "rank 0 (pid") || contains(run.err, "rank 1 (pid")) << run.all();
 }
 
+// Several movers share a cluster's flows: two flows in opposite directions, each moved by a
+// mover of its own (ranks 2 and 3) at the same time; neither mover may take the other's flow.
+TEST_P(DrivenCluster, TwoMoversServeTheFlowsOfOneCluster) {
+  auto run = run_cluster(4, GetParam(), {DRIVEN_NODE, "two-movers", "50000"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "flow 'driven-a': 50000 tuples exactly once, in order")) << run.all();
+  EXPECT_TRUE(contains(run.out, "flow 'driven-b': 50000 tuples exactly once, in order")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 2] mover (rank 2): moved flow 'driven-a'")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 3] mover (rank 3): moved flow 'driven-b'")) << run.all();
+}
+
+// Property test: 8 flows of random shapes (pattern, 1-4 producers, 1-3 consumers, tuple counts
+// including 0, ring shapes, batch caps, polling intervals, consumer pauses) from a fresh seed,
+// each checked for its pattern's promise; the seed is printed to reproduce a failure.
+TEST_P(DrivenCluster, RandomFlowShapesKeepTheirPatternsPromise) {
+  const std::string seed = std::to_string(std::random_device{}());
+  RunOptions options;
+  options.timeout = std::chrono::seconds(120);
+  auto run = run_cluster(3, GetParam(), {DRIVEN_NODE, "property", seed, "8"}, options);
+  ASSERT_EQ(run.code, 0) << "seed " << seed << "\n" << run.all();
+  EXPECT_TRUE(contains(run.out, "property: 8 runs held")) << "seed " << seed << "\n" << run.all();
+}
+
+// A PU killed mid-flow: rank 1's producer and consumer of a flow die (SIGKILL); that flow's PUs
+// on rank 0 get an error naming rank 1 (a producer pushing on and a consumer waiting, whichever
+// side died), and the mover gives that flow up and serves another flow to its end.
+class DrivenPuKilled : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(DrivenPuKilled, TheOthersGetAnErrorNamingItAndTheMoverServesTheOtherFlows) {
+  const auto& [transport, pattern] = GetParam();
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto run = run_cluster(3, transport, {DRIVEN_NODE, "kill-pu", pattern}, options);
+  EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed
+  EXPECT_TRUE(contains(run.err, "rank 1 (pid")) << run.all();
+  EXPECT_FALSE(contains(run.err, "rank 0 (pid") || contains(run.err, "rank 2 (pid")) << run.all();
+  EXPECT_FALSE(contains(run.all(), "FAILED") || contains(run.all(), "expected")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] dead-flow producer: driven flow 'driven-dead-" + pattern)) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] dead-flow consumer: driven flow 'driven-dead-" + pattern)) << run.all();
+  EXPECT_TRUE(contains(run.out, "the other flow: 200000 of 200000 tuples exactly once, in order")) << run.all();
+  EXPECT_TRUE(contains(run.out, "mover: gave up: driven flow 'driven-dead-" + pattern)) << run.all();
+  EXPECT_TRUE(contains(run.out, "served the other flow to its end")) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Patterns, DrivenPuKilled,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Values("shuffle", "balance", "replicate")),
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + "_" + std::get<1>(param_info.param);
+                         });
+
 // Recovery (driven/mover.hpp): rank 2 runs `dfi mover` and kills it 4 times while tuples flow —
 // at a transfer delivered but not released (crash_at publish), at random times (SIGKILL from
 // outside), at a transfer whose link word is written but nothing published (crash_at link) —

@@ -23,6 +23,14 @@
 //   driven_node kill-mover                              the mover dies mid-flow and is not
 //       restarted: the producer (rank 0) and the consumer (rank 1) wait their stall timeout (2 s),
 //       then get a timeout naming the dead mover
+//   driven_node two-movers TUPLES                       on 4 ranks: two flows, each with a mover
+//       of its own (ranks 2 and 3) at the same time; a second mover of a flow is refused
+//   driven_node property SEED RUNS                      RUNS flows of random shapes (pattern, N:M,
+//       tuples, ring shape, batch cap, polling interval, consumer pauses) drawn from SEED, each
+//       checked for its pattern's promise
+//   driven_node kill-pu PATTERN                         shuffle, balance or replicate: rank 1's
+//       producer and consumer die mid-flow; rank 0's PUs of that flow get errors naming rank 1, the
+//       mover gives the flow up and serves another flow (rank 0 to rank 0) to its end
 //   driven_node chaos PATTERN TUPLES KILLS DFI SEED     shuffle, balance or replicate as above
 //       (TUPLES per producer, rings of 4 x 256 B, consumers pausing 1 ms per batch) while rank 2 runs
 //       `DFI mover` and kills it KILLS times mid-flow (run_chaos_mover), each restart resuming
@@ -732,6 +740,7 @@ int run_kill_mover(cluster::Node& node) {
       first = out.push_to(0, &t, sizeof t);
     }
     expect_timeout("producer", first);
+    node.registry().publish("test/" + name + "/producer-done", "");
     (void)node.wait_for("test/" + name + "/consumer-done", 10s);  // rank 0 hosts the registry
   } else if (node.rank() == 1) {
     driven::Consumer in(node, name, 0);
@@ -743,6 +752,8 @@ int run_kill_mover(cluster::Node& node) {
     }
     expect_timeout("consumer", first);
     node.registry().publish("test/" + name + "/consumer-done", "");
+    // Not gone before the producer's timeout: it would see a dead consumer instead.
+    (void)node.wait_for("test/" + name + "/producer-done", 10s);
   } else {
     driven::Mover mover(node);
     mover.add_flow(name, 30s);
@@ -754,6 +765,260 @@ int run_kill_mover(cluster::Node& node) {
   }
   std::fflush(stdout);
   std::_Exit(failures == 0 ? 0 : 1);  // the mover's rank is gone: do not wait for it to finish
+}
+
+// Several movers in one cluster (4 ranks): flow "driven-a" runs from rank 0 to rank 1 and is
+// moved by rank 2, flow "driven-b" from rank 1 to rank 0 moved by rank 3, at the same time; a
+// second mover asking for a flow that has one is refused, naming the first. Each flow's tuples
+// arrive exactly once and in order.
+int run_two_movers(cluster::Node& node, std::uint64_t tuples) {
+  const std::array<std::string, 2> names{"driven-a", "driven-b"};
+  if (node.rank() == 0) {
+    flow::FlowSpec a = one_to_one(names[0]);
+    flow::create_flow(node, a);
+    flow::FlowSpec b = one_to_one(names[1]);
+    b.sources = {{1, 0}};
+    b.targets = {{0, 0}};
+    flow::create_flow(node, b);
+  }
+  if (node.rank() >= 2) {
+    const std::string& mine = names[static_cast<std::size_t>(node.rank() - 2)];
+    const std::string& theirs = names[static_cast<std::size_t>(3 - node.rank())];
+    driven::Mover mover(node);
+    mover.add_flow(mine, 30s);
+    // Once the other mover holds its flow, this rank tries to take it as well.
+    node.registry().publish("test/two-movers/claimed/" + std::to_string(node.rank()), "");
+    (void)node.wait_for("test/two-movers/claimed/" + std::to_string(5 - node.rank()), 30s);
+    try {
+      driven::Mover second(node);
+      second.add_flow(theirs, 30s);
+      fail("mover (rank " + std::to_string(node.rank()) + ") took flow '" + theirs + "' from its mover");
+    } catch (const Error& e) {
+      if (e.code() != Errc::already_exists) fail(std::string("a second mover: ") + e.what());
+    }
+    if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+    std::printf("mover (rank %d): moved flow '%s', %llu segments\n", node.rank(), mine.c_str(),
+                static_cast<unsigned long long>(mover.counters(mine).segments));
+    return 0;
+  }
+  const std::string& out = names[static_cast<std::size_t>(node.rank())];
+  const std::string& in = names[static_cast<std::size_t>(1 - node.rank())];
+  Seen seen;
+  std::thread consumer([&] { seen = consume_all(node, in, 0, 0, 1, 1, false); });
+  produce_all(node, out, 0, 0, tuples, true);
+  consumer.join();
+  if (seen.count != tuples || seen.key_sum != expected_key_sum(1, tuples) || seen.out_of_order != 0) {
+    fail("flow '" + in + "': " + std::to_string(seen.count) + " of " + std::to_string(tuples) + " tuples, " +
+         std::to_string(seen.out_of_order) + " out of order");
+  } else {
+    std::printf("flow '%s': %llu tuples exactly once, in order\n", in.c_str(), static_cast<unsigned long long>(tuples));
+  }
+  return 0;
+}
+
+// Property test: `runs` flows, one after another, each with a shape drawn from `seed` + run
+// (every rank draws the same): a pattern, 1-4 producers and 1-3 consumers spread over ranks 0
+// and 1 (one thread each), 0-3000 tuples per producer, rings of 2-8 segments of 128 B - 4 KiB,
+// a batch cap of one segment to the default, a polling interval of 0-100 us, and consumers that
+// pause now and then. Each run checks the pattern's promise: shuffle — every tuple once, at the
+// consumer its key routes to, in producer order; balance — every tuple once, in producer order
+// at each consumer; replicate — every consumer every tuple once, all in one order.
+int run_property(cluster::Node& node, std::uint64_t seed, int runs) {
+  for (int run = 0; run < runs; ++run) {
+    std::mt19937_64 rng(seed * 1000003 + static_cast<std::uint64_t>(run));
+    auto pick = [&](std::initializer_list<std::uint64_t> options) {
+      return *(options.begin() + static_cast<std::ptrdiff_t>(rng() % options.size()));
+    };
+    const auto pattern = static_cast<driven::Pattern>(rng() % 3);  // shuffle, balance, replicate
+    const std::size_t producers = 1 + rng() % 4;
+    const std::size_t consumers = 1 + rng() % 3;
+    std::vector<std::uint64_t> tuples(producers);
+    for (auto& t : tuples) t = pick({0, 1, 37, 500, 3000});
+    const std::string name = "driven-prop-" + std::to_string(run);
+    flow::FlowSpec spec;
+    spec.name = name;
+    spec.type = driven::kDriven;
+    std::array<int, 2> next_thread{0, 0}, next_id{0, 0};
+    const int first_rank = static_cast<int>(rng() % 2);
+    for (std::size_t p = 0; p < producers; ++p) {
+      const int rank = (first_rank + static_cast<int>(p)) % 2;
+      spec.sources.push_back({rank, next_thread[static_cast<std::size_t>(rank)]++});
+    }
+    for (std::size_t c = 0; c < consumers; ++c) {
+      const int rank = (first_rank + 1 + static_cast<int>(c)) % 2;
+      spec.targets.push_back({rank, next_id[static_cast<std::size_t>(rank)]++});
+    }
+    spec.schema = tuple_schema();
+    if (pattern == driven::Pattern::shuffle) spec.key_column = "key";
+    spec.options.segments = static_cast<std::uint32_t>(pick({2, 3, 4, 8}));
+    spec.options.segment_bytes = static_cast<std::uint32_t>(pick({128, 256, 1024, 4096}));
+    driven::DrivenOptions options{.pattern = pattern};
+    options.batch_bytes = pick({spec.options.segment_bytes, 4096, 4u << 20});
+    options.poll_interval = std::chrono::microseconds(pick({0, 0, 10, 100}));
+    spec.type_options = options;
+    const std::chrono::microseconds pause(pick({0, 0, 50, 500}));
+    char shape[256];
+    std::snprintf(shape, sizeof shape, "run %d: %s, %zu:%zu, %u x %u B, batch %llu B, poll %lld us, pause %lld us", run,
+                  pattern == driven::Pattern::shuffle ? "shuffle" : pattern == driven::Pattern::balance ? "balance" : "replicate",
+                  producers, consumers, spec.options.segments, spec.options.segment_bytes,
+                  static_cast<unsigned long long>(options.batch_bytes), static_cast<long long>(options.poll_interval.count()),
+                  static_cast<long long>(pause.count()));
+    if (node.rank() == 0) flow::create_flow(node, spec);
+    if (node.rank() == 2) {
+      run_mover(node, name);
+    } else {
+      std::vector<std::thread> pus;
+      std::vector<Seen> seen(consumers);
+      for (std::size_t c = 0; c < consumers; ++c) {
+        if (spec.targets[c].rank != node.rank()) continue;
+        pus.emplace_back([&, c] {
+          seen[c] = consume_all(node, name, spec.targets[c].id, c, consumers, producers,
+                                pattern == driven::Pattern::shuffle, pause);
+        });
+      }
+      for (std::size_t p = 0; p < producers; ++p) {
+        if (spec.sources[p].rank != node.rank()) continue;
+        pus.emplace_back([&, p] { produce_all(node, name, spec.sources[p].thread, p, tuples[p], false); });
+      }
+      for (auto& t : pus) t.join();
+      for (std::size_t c = 0; c < consumers; ++c) {
+        if (spec.targets[c].rank == node.rank()) seen[c].publish(node, name, c);
+      }
+    }
+    if (node.rank() == 0) {
+      std::uint64_t total = 0, key_sum = 0;
+      for (std::size_t p = 0; p < producers; ++p) {
+        total += tuples[p];
+        for (std::uint64_t i = 0; i < tuples[p]; ++i) key_sum += key_of(p, i);
+      }
+      std::vector<Seen> all;
+      for (std::size_t c = 0; c < consumers; ++c) all.push_back(Seen::wait_for(node, name, c));
+      const int before = failures;
+      if (pattern == driven::Pattern::replicate) {
+        for (std::size_t c = 0; c < consumers; ++c) {
+          if (all[c].count != total || all[c].key_sum != key_sum || all[c].out_of_order != 0 ||
+              all[c].order != all[0].order) {
+            fail(std::string(shape) + ": consumer " + std::to_string(c) + " got " + std::to_string(all[c].count) +
+                 " of " + std::to_string(total) + " tuples (" + std::to_string(all[c].out_of_order) +
+                 " out of order, same order as consumer 0: " + (all[c].order == all[0].order ? "yes" : "no") + ")");
+          }
+        }
+      } else {
+        std::uint64_t count = 0, sum = 0, misrouted = 0, out_of_order = 0;
+        for (const Seen& s : all) {
+          count += s.count, sum += s.key_sum, misrouted += s.misrouted, out_of_order += s.out_of_order;
+        }
+        if (count != total || sum != key_sum || misrouted != 0 || out_of_order != 0) {
+          fail(std::string(shape) + ": " + std::to_string(count) + " of " + std::to_string(total) + " tuples, " +
+               std::to_string(misrouted) + " misrouted, " + std::to_string(out_of_order) + " out of order" +
+               (sum != key_sum ? ", wrong key sum" : ""));
+        }
+      }
+      if (failures == before) std::printf("property %s: %llu tuples held\n", shape, static_cast<unsigned long long>(total));
+    }
+    node.barrier("test/" + name + "/next");
+  }
+  if (node.rank() == 0 && failures == 0) std::printf("property: %d runs held\n", runs);
+  return 0;
+}
+
+// A PU killed mid-flow (issue 10): flow "driven-dead-PATTERN" has a producer and a consumer on
+// rank 0 and on rank 1; flow "driven-alive" runs from rank 0 to rank 0 through the same mover.
+// Rank 1 kills itself (SIGKILL) after pushing 3000 tuples while its consumer takes batches. The
+// PUs of the dead flow on rank 0 — the producer pushing on, the consumer consuming — get
+// peer_failed naming rank 1; the mover gives that flow up naming rank 1 and keeps serving the
+// other, whose tuples all arrive once and in order.
+int run_kill_pu(cluster::Node& node, const std::string& pattern_name) {
+  const std::string dead = "driven-dead-" + pattern_name;
+  const std::string alive = "driven-alive";
+  const driven::Pattern pattern = pattern_name == "shuffle"   ? driven::Pattern::shuffle
+                                  : pattern_name == "balance" ? driven::Pattern::balance
+                                                              : driven::Pattern::replicate;
+  constexpr std::uint64_t kAliveTuples = 200000;
+  if (node.rank() == 0) {
+    flow::FlowSpec spec = two_producers(dead, pattern, {{0, 0}, {1, 0}}, 4, 1024);
+    if (pattern == driven::Pattern::shuffle) spec.key_column = "key";
+    spec.options.stall_timeout = 20s;  // the errors below must come from the death, not a timeout
+    flow::create_flow(node, spec);
+    flow::FlowSpec other = one_to_one(alive);
+    other.sources = {{0, 1}};
+    other.targets = {{0, 1}};
+    flow::create_flow(node, other);
+  }
+  auto expect_death = [&](const std::string& who, const Status& status) {
+    if (status.code() != Errc::peer_failed || status.message().find("(rank 1, ") == std::string::npos) {
+      fail(who + ": expected peer_failed naming rank 1, got '" + status.message() + "'");
+    } else {
+      std::printf("%s: %s\n", who.c_str(), status.message().c_str());
+    }
+  };
+  // One PU pair of the dead flow on this rank: the producer pushes (rank 1: 3000 tuples, then it
+  // dies; rank 0: until it fails), the consumer consumes until it fails.
+  auto dead_flow = [&](std::uint64_t producer) {
+    std::thread consumer([&] {
+      driven::Consumer in(node, dead, 0);
+      flow::TupleBatch batch;
+      Status first;
+      while (first.is_ok()) {
+        first = in.consume(batch);
+        if (first.is_ok() && batch.empty()) {
+          fail("dead-flow consumer: end of stream although a producer died");
+          return;
+        }
+      }
+      expect_death("dead-flow consumer", first);
+    });
+    driven::Producer out(node, dead, 0);
+    Status first;
+    for (std::uint64_t i = 0; first.is_ok(); ++i) {
+      if (node.rank() == 1 && i == 3000) {
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      const Tuple t{key_of(producer, i), producer, i};
+      first = out.push(&t, sizeof t);
+    }
+    expect_death("dead-flow producer", first);
+    consumer.join();
+  };
+  if (node.rank() == 1) {
+    dead_flow(1);
+  } else if (node.rank() == 0) {
+    std::thread other([&] {
+      Seen seen;
+      std::thread consumer([&] { seen = consume_all(node, alive, 1, 0, 1, 1, false); });
+      produce_all(node, alive, 1, 0, kAliveTuples, true);
+      consumer.join();
+      if (seen.count != kAliveTuples || seen.key_sum != expected_key_sum(1, kAliveTuples) || seen.out_of_order != 0) {
+        fail("the other flow: " + std::to_string(seen.count) + " of " + std::to_string(kAliveTuples) +
+             " tuples, " + std::to_string(seen.out_of_order) + " out of order");
+      } else {
+        std::printf("the other flow: %llu of %llu tuples exactly once, in order\n",
+                    static_cast<unsigned long long>(seen.count), static_cast<unsigned long long>(kAliveTuples));
+      }
+    });
+    dead_flow(0);
+    other.join();
+    (void)node.wait_for("test/" + dead + "/mover-done", 30s);  // rank 0 hosts the registry
+  } else {
+    driven::Mover mover(node);
+    mover.add_flow(dead, 30s);
+    mover.add_flow(alive, 30s);
+    const Status s = mover.run(60s);
+    // Named by the failure detector ("producer (rank 1, ...) failed") or, over tcp, by the
+    // connection that failed first ("connection to rank 1 ... failed").
+    if (s.code() != Errc::peer_failed || s.message().find("driven flow '" + dead + "'") == std::string::npos ||
+        s.message().find("rank 1") == std::string::npos) {
+      fail("mover: expected peer_failed naming flow '" + dead + "' and rank 1, got '" + s.message() + "'");
+    } else if (!mover.failure(alive).is_ok() || mover.counters(alive).bytes != kAliveTuples * sizeof(Tuple)) {
+      fail("mover: the other flow failed or moved " + std::to_string(mover.counters(alive).bytes) + " bytes");
+    } else {
+      std::printf("mover: gave up: %s; served the other flow to its end\n", s.message().c_str());
+    }
+    node.registry().publish("test/" + dead + "/mover-done", "");
+  }
+  std::fflush(stdout);
+  std::_Exit(failures == 0 ? 0 : 1);  // rank 1 is gone: do not wait for it to finish
 }
 
 // Rank 2 of chaos mode, outside the cluster itself: runs `dfi mover FLOW` (DFI) kills + 1 times;
@@ -871,11 +1136,17 @@ int main(int argc, char** argv) {
       run_errors(node);
     } else if (mode == "kill-mover") {
       run_kill_mover(node);
+    } else if (mode == "two-movers" && argc == 3) {
+      run_two_movers(node, std::stoull(argv[2]));
+    } else if (mode == "property" && argc == 4) {
+      run_property(node, std::stoull(argv[2]), std::stoi(argv[3]));
+    } else if (mode == "kill-pu" && argc == 3) {
+      run_kill_pu(node, argv[2]);
     } else {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
                    "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | rate TUPLES | errors | "
-                   "kill-mover | chaos PATTERN TUPLES KILLS DFI SEED\n");
+                   "kill-mover | kill-pu PATTERN | property SEED RUNS | two-movers TUPLES (4 ranks) | chaos PATTERN TUPLES KILLS DFI SEED\n");
       return 2;
     }
     node.finish();

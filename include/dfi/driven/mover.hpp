@@ -71,6 +71,9 @@
 //     done record, and publishes the ones its predecessor died before writing.
 //   - the mover record ("<rank> <pid>") is taken over by a later process of the same rank, or by
 //     another rank once the holder is declared dead; a live holder keeps it (already_exists).
+// A PU killed mid-flow is not a pause but the end of its flow: the mover gives that flow up (step(),
+// driven/<flow>/failed) and serves its other flows on; the flow's other PUs get peer_failed naming
+// the dead PU (peers.hpp).
 // The PUs are oblivious: a dead mover is a pause (producers fill their rings, then wait; consumers
 // wait), and only a PU that waits its stall timeout gets an error, naming the mover and whether
 // it died and was not resumed (peers.hpp). What the restart costs: the new process joins the
@@ -91,6 +94,7 @@
 #include <vector>
 
 #include "dfi/common/error.hpp"
+#include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -98,6 +102,7 @@
 namespace dfi::cluster {
 class Node;
 }
+
 
 namespace dfi::driven {
 
@@ -143,16 +148,24 @@ class Mover {
   void add_flow(std::string_view name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // One pass over every flow: moves what is published and fits. `moved` gets the payload bytes
-  // written into consumer rings. Errors: peer_failed (naming the flow and the rank), timeout (a
-  // remote operation did not complete within op_timeout_ms).
+  // written into consumer rings. A flow whose pass fails is given up — the mover never touches
+  // it again and publishes the failure for its PUs (a PU killed mid-flow: its PUs also learn it
+  // from the failure detector, peers.hpp) — and the other flows go on being served, this pass
+  // and later ones. Returns the failure of a flow given up in this pass (the first): peer_failed
+  // naming the flow and the rank, timeout (a remote operation did not complete within
+  // op_timeout_ms), protocol; failure(name) keeps it.
   Status step(std::uint64_t& moved);
   // Calls step() until every flow has ended (all producers closed, everything moved into the
   // consumers and their end-of-stream published; in a balance flow, into the consumers that
-  // joined), waiting between empty steps as the flows' poll_interval says. Errors: as step();
-  // timeout when the flows have not ended by `timeout` (naming what is still open).
+  // joined) or was given up, waiting between empty steps as the flows' poll_interval says.
+  // Errors: the first flow given up's failure (naming the others given up), once every other
+  // flow ended; timeout when the flows have not ended by `timeout` (naming what is still open).
   Status run(std::chrono::milliseconds timeout);
-  // True when every flow added has ended.
+  // True when every flow added has ended or was given up.
   bool done() const noexcept;
+  // Why flow `name` was given up (step()), or ok while it was not. Throws dfi::Error(not_found)
+  // for a flow not added.
+  Status failure(std::string_view name) const;
   // Paces run() to at most `bytes_per_second` payload bytes moved (0, the default: no limit),
   // like a link of that bandwidth between the mover and the PUs (000 throttles transfers to a
   // rate; the switch port is the bottleneck its QoS divides). After a pass that moved bytes,
@@ -191,6 +204,11 @@ class Mover {
   // marks those that asked to leave (registry lookups, at most every kShareRefresh unless
   // `now_or_never`). Errors: as the registry's; protocol for a share record that is no share.
   Status poll_registry(Flow& f, std::chrono::steady_clock::time_point now, bool now_or_never);
+  // Marks `f` failed with `failure` and publishes its failure record (names.hpp).
+  void give_up(Flow& f, const Status& failure);
+  // After someone was declared dead: gives up every flow with a PU on a dead rank that the mover
+  // had not let go of yet; the first such failure.
+  Status check_pus();
   // QoS (deficit round robin, mover.cpp): every flow's quantum from the shares.
   void set_quanta();
   // Adds the rounds of credit after which the first flow waiting for credit may move again.
@@ -203,6 +221,7 @@ class Mover {
 
   cluster::Node& node_;
   fabric::Worker worker_;
+  fabric::FailureWatch watch_;  // PUs declared dead (check_pus)
   std::vector<std::unique_ptr<Flow>> flows_;
   MoverCounters counters_;
   std::unique_ptr<Crash> crash_;
