@@ -304,7 +304,10 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
 // continue (mover.hpp, Recovery): the flow's endpoints and attachments are dropped, opened again,
 // and the rings' words say where it stands — a half-done transfer is completed or moved again,
 // nothing lost or moved twice. At most kMaxRetries in a row without a pass that moves data in
-// between; then, or when a PU died, the flow is given up.
+// between; then, or when a PU died, the flow is given up. Like a restart, it relies on the old
+// endpoints' operations having landed or been dropped once they are closed (a flush-close waits
+// for them; a forced one, over tcp, leaves at most what the PU's progress thread applies within
+// microseconds, long before the flow's rings are read again).
 bool Mover::retry(std::size_t index, const Status& failure) {
   Flow& f = *flows_[index];
   if (failure.code() == Errc::protocol || f.retries_in_a_row >= kMaxRetries) return false;
