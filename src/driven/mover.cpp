@@ -54,20 +54,29 @@ std::string consumer_name(const flow::TargetRef& t) {
 // endpoint of the flow flushed), so that the consumer holds what was published — and because
 // UCX 1.13 aborts a tcp PU that still serves an emulated operation of a peer that died
 // (ucp_request.inl:346; tests/driven kills at random times over shm only).
+// fail_at(): instead of the kill, the transfer fails there (disarming the seam), as a failed
+// remote operation would, and the mover's retry (Mover::retry) takes over.
 struct Mover::Crash {
   bool armed = false;
+  bool kill = true;  // crash_at; false: fail_at
   CrashPoint point = CrashPoint::link;
   std::uint64_t left = 0;
 
   template <class Flow>
-  [[gnu::noinline, gnu::cold]] void reach(CrashPoint at, Flow& f) {
-    if (at != point || --left > 0) return;
+  [[gnu::noinline, gnu::cold]] Status reach(CrashPoint at, Flow& f) {
+    if (at != point || --left > 0) return {};
     for (auto& writer : f.writers) {
       if (writer) (void)writer->drain();
     }
     for (auto& [rank, endpoint] : f.endpoints) (void)endpoint->flush();
+    if (!kill) {
+      armed = false;
+      return {Errc::io, f.label + ": a transfer failed at the test seam (fail_at " +
+                            (at == CrashPoint::link ? std::string("link") : std::string("publish")) + ")"};
+    }
     std::fflush(nullptr);
     ::raise(SIGKILL);
+    return {};
   }
 };
 
@@ -117,6 +126,7 @@ struct Mover::Flow {
   // Set when a pass of the flow failed (Mover::give_up): the mover never touches it again.
   Status failure;
   bool failed = false;
+  int retries_in_a_row = 0;  // Mover::retry without a pass that moved data since
 
   // True once the flow ended: every producer's end-of-stream taken and every consumer attached
   // closed (balance), every consumer closed (the others).
@@ -167,6 +177,15 @@ Mover::Mover(cluster::Node& node)
 void Mover::crash_at(CrashPoint point, std::uint64_t count) {
   if (count == 0) throw Error(Errc::invalid_argument, "mover: crash_at counts transfers from 1");
   crash_->armed = true;
+  crash_->kill = true;
+  crash_->point = point;
+  crash_->left = count;
+}
+
+void Mover::fail_at(CrashPoint point, std::uint64_t count) {
+  if (count == 0) throw Error(Errc::invalid_argument, "mover: fail_at counts transfers from 1");
+  crash_->armed = true;
+  crash_->kill = false;
   crash_->point = point;
   crash_->left = count;
 }
@@ -177,7 +196,11 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   for (const auto& f : flows_) {
     if (f->spec.name == name) throw Error(Errc::invalid_argument, "mover: flow '" + std::string(name) + "' added twice");
   }
-  const Deadline deadline = flow::detail::open_deadline(timeout);
+  flows_.push_back(open_flow(name, flow::detail::open_deadline(timeout), /*again=*/false));
+  quanta_stale_ = true;
+}
+
+std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadline& deadline, bool again) {
   auto f = std::make_unique<Flow>();
   f->node = &node_;
   f->crash = crash_.get();
@@ -188,7 +211,7 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   f->share_record = detail::share_record(f->spec.name);
   const std::size_t producers = f->spec.sources.size();
   const std::size_t consumers = f->spec.targets.size();
-  claim(*f);
+  if (!again) claim(*f);  // a retry: this mover holds the flow already
 
   auto attach = [&](const std::string& record, int rank, const std::string& who) -> fabric::RemoteMemory& {
     try {
@@ -273,8 +296,43 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
   } catch (const Error& e) {
     throw Error(e.code(), f->label + ": " + e.what());
   }
-  flows_.push_back(std::move(f));
-  quanta_stale_ = true;
+  return f;
+}
+
+// A transfer that failed while every PU of the flow is alive (a remote operation that timed out
+// or whose connection broke, the fail_at seam) is retried the way a restarted mover would
+// continue (mover.hpp, Recovery): the flow's endpoints and attachments are dropped, opened again,
+// and the rings' words say where it stands — a half-done transfer is completed or moved again,
+// nothing lost or moved twice. At most kMaxRetries in a row without a pass that moves data in
+// between; then, or when a PU died, the flow is given up. Like a restart, it relies on the old
+// endpoints' operations having landed or been dropped once they are closed (a flush-close waits
+// for them; a forced one, over tcp, leaves at most what the PU's progress thread applies within
+// microseconds, long before the flow's rings are read again).
+bool Mover::retry(std::size_t index, const Status& failure) {
+  Flow& f = *flows_[index];
+  if (failure.code() == Errc::protocol || f.retries_in_a_row >= kMaxRetries) return false;
+  for (const flow::SourceRef& s : f.spec.sources) {
+    if (!watch_.reason(s.rank).empty()) return false;
+  }
+  for (const flow::TargetRef& t : f.spec.targets) {
+    if (!watch_.reason(t.rank).empty()) return false;
+  }
+  std::unique_ptr<Flow> again;
+  try {
+    again = open_flow(f.spec.name, Deadline(flow::detail::stall_timeout(f.spec)), /*again=*/true);
+  } catch (const Error&) {
+    return false;  // the failure stands (give_up names it)
+  }
+  again->tally = f.tally;
+  ++again->tally.retries;
+  ++counters_.retries;
+  again->retries_in_a_row = f.retries_in_a_row + 1;
+  again->share = f.share;
+  again->quantum = f.quantum;
+  again->deficit = f.deficit;
+  again->next_poll = f.next_poll;
+  flows_[index] = std::move(again);
+  return true;
 }
 
 void Mover::claim(const Flow& f) {
@@ -605,19 +663,22 @@ Status Mover::step(std::uint64_t& moved) {
   moved = 0;
   const auto now = std::chrono::steady_clock::now();  // once per pass: the registry looks
   Status first_failure;  // of this pass
-  auto fail = [&](Flow& f, const Status& s) {
+  // A failed pass: the flow is retried (it continues next pass) or given up.
+  auto fail = [&](std::size_t index, const Status& s) {
+    if (retry(index, s)) return;
+    Flow& f = *flows_[index];
     give_up(f, s);
     if (first_failure) first_failure = f.failure;
   };
   if (watch_.changed()) first_failure = check_pus();
-  for (auto& owned : flows_) {
-    Flow& f = *owned;
+  for (std::size_t index = 0; index < flows_.size(); ++index) {
+    Flow& f = *flows_[index];
     if (f.stopped()) continue;
     // Once every producer of a balance flow ended, one last look for consumers that joined since
     // the last one (each must get its end-of-stream) before the flow may end.
     const bool last_look = f.options.pattern == Pattern::balance && f.open[0] == 0 && !f.final_poll;
     if (Status s = poll_registry(f, now, last_look); !s) {
-      fail(f, s);
+      fail(index, s);
       continue;
     }
     f.final_poll = f.final_poll || last_look;
@@ -626,8 +687,8 @@ Status Mover::step(std::uint64_t& moved) {
   const bool rationed = flows_.size() > 1;
   for (bool again = true; again;) {
     bool held = false;  // a flow that used up its deficit (it may have more to move)
-    for (auto& owned : flows_) {
-      Flow& f = *owned;
+    for (std::size_t index = 0; index < flows_.size(); ++index) {
+      Flow& f = *flows_[index];
       if (f.stopped()) continue;
       if (rationed) {
         f.deficit += f.quantum;
@@ -641,9 +702,10 @@ Status Mover::step(std::uint64_t& moved) {
         case Pattern::replicate: s = f.step_replicate(counters_, flow_moved); break;
       }
       if (!s) {
-        fail(f, s);
+        fail(index, s);  // `f` may be gone (retried): not used below
         continue;
       }
+      if (flow_moved > 0) f.retries_in_a_row = 0;
       moved += flow_moved;
       if (flow_moved == 0) ++f.tally.idle_steps;
       if (!rationed) continue;
@@ -694,9 +756,13 @@ Status Mover::Flow::transfer(std::size_t c, std::size_t p, Reader& reader, Write
   // only then does the producer get it back: a mover killed anywhere in between leaves words
   // that tell a restarted one whether the consumer holds it (mover.hpp, Recovery).
   if (Status s = note_link(c, p, reader, writer); !s) return s;
-  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *this);
+  if (crash->armed) [[unlikely]] {
+    if (Status s = crash->reach(CrashPoint::link, *this); !s) return s;
+  }
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
-  if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *this);
+  if (crash->armed) [[unlikely]] {
+    if (Status s = crash->reach(CrashPoint::publish, *this); !s) return s;
+  }
   if (Status s = reader.release(); !s) return s;
   moved += segment.bytes;
   for (MoverCounters* counter : {&total, &tally}) {
@@ -888,10 +954,14 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     for (fabric::Endpoint* endpoint : put_endpoints) {
       if (Status s = endpoint->flush(); !s) return {s.code(), label + ": " + s.message()};
     }
-    if (crash->armed) [[unlikely]] crash->reach(CrashPoint::link, *this);
+    if (crash->armed) [[unlikely]] {
+      if (Status s = crash->reach(CrashPoint::link, *this); !s) return s;
+    }
     for (auto& writer : writers) {  // phase 2: shown at every consumer
       if (Status s = writer->publish(segment->bytes); !s) return s;
-      if (crash->armed) [[unlikely]] crash->reach(CrashPoint::publish, *this);  // shown at some consumers
+      if (crash->armed) [[unlikely]] {  // shown at some consumers
+        if (Status s = crash->reach(CrashPoint::publish, *this); !s) return s;
+      }
     }
     if (Status s = readers[0][p]->release(); !s) return s;
     const std::uint64_t copies = writers.size();

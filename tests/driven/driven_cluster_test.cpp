@@ -196,6 +196,30 @@ TEST_P(DrivenRestart, AMoverKilledMidFlowAndRestartedLosesAndDuplicatesNothing) 
   EXPECT_TRUE(contains(run.out, verdict)) << run.all();
 }
 
+// A transfer that fails is retried (Mover::step): six transfers fail mid-flow — alternately
+// after the link word and after the publication (replicate: at some consumers) — and the mover
+// opens the flow again and continues from the rings' words each time. Every tuple exactly once,
+// in producer order; one order at every replica.
+class DrivenRetry : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(DrivenRetry, FailedTransfersAreRetriedWithoutLossOrDuplication) {
+  const auto& [transport, pattern] = GetParam();
+  auto run = run_cluster(3, transport, {DRIVEN_NODE, "retry", pattern, "6000", "6"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "mover: 6 transfers failed and were retried")) << run.all();
+  const std::string verdict = pattern == "shuffle"   ? "all exactly once, routed by key, in producer order"
+                              : pattern == "balance" ? "all exactly once, in producer order per consumer"
+                                                     : "exactly once, all in one order";
+  EXPECT_TRUE(contains(run.out, verdict)) << run.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Patterns, DrivenRetry,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Values("shuffle", "balance", "replicate")),
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + "_" + std::get<1>(param_info.param);
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Patterns, DrivenRestart,
                          ::testing::Combine(::testing::Values("shm", "tcp"),
                                             ::testing::Values("shuffle", "balance", "replicate")),

@@ -31,6 +31,9 @@
 //   driven_node kill-pu PATTERN                         shuffle, balance or replicate: rank 1's
 //       producer and consumer die mid-flow; rank 0's PUs of that flow get errors naming rank 1, the
 //       mover gives the flow up and serves another flow (rank 0 to rank 0) to its end
+//   driven_node retry PATTERN TUPLES FAILS              shuffle, balance or replicate as above
+//       (rings of 4 x 256 B) while the mover's transfers fail FAILS times (Mover::fail_at), each
+//       retried: the same checks
 //   driven_node chaos PATTERN TUPLES KILLS DFI SEED     shuffle, balance or replicate as above
 //       (TUPLES per producer, rings of 4 x 256 B, consumers pausing 1 ms per batch) while rank 2 runs
 //       `DFI mover` and kills it KILLS times mid-flow (run_chaos_mover), each restart resuming
@@ -155,11 +158,39 @@ std::uint64_t expected_key_sum(std::uint64_t producers, std::uint64_t tuples) {
   return sum;
 }
 
+// retry mode: the mover's transfers fail this many times (Mover::fail_at, alternately at the link
+// word and at the publication), each retried by the mover.
+std::uint64_t g_fails = 0;
+
 // Rank 2: the mover of flow `name` until it ended.
 void run_mover(cluster::Node& node, const std::string& name) {
   driven::Mover mover(node);
   mover.add_flow(name, 30s);
-  if (Status s = mover.run(120s); !s) fail("mover: " + s.message());
+  if (g_fails > 0) {
+    std::uint64_t armed = 0;
+    auto arm = [&] {
+      mover.fail_at(armed % 2 == 0 ? driven::CrashPoint::link : driven::CrashPoint::publish, 5 + 7 * armed);
+      ++armed;
+    };
+    arm();
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    while (!mover.done() && std::chrono::steady_clock::now() < deadline) {
+      std::uint64_t moved = 0;
+      if (Status s = mover.step(moved); !s) {
+        fail("mover: " + s.message());
+        break;
+      }
+      if (mover.counters().retries == armed && armed < g_fails) arm();
+      if (moved == 0) std::this_thread::sleep_for(20us);
+    }
+    if (mover.counters().retries != g_fails) {
+      fail("mover: " + std::to_string(mover.counters().retries) + " retries, " + std::to_string(g_fails) + " failures injected");
+    } else {
+      std::printf("mover: %llu transfers failed and were retried\n", static_cast<unsigned long long>(g_fails));
+    }
+  } else if (Status s = mover.run(120s); !s) {
+    fail("mover: " + s.message());
+  }
   std::printf("mover: %llu segments, %llu bytes moved\n", static_cast<unsigned long long>(mover.counters().segments),
               static_cast<unsigned long long>(mover.counters().bytes));
 }
@@ -1116,6 +1147,26 @@ int main(int argc, char** argv) {
       node.finish();
       return failures == 0 ? 0 : 1;
     }
+    if (mode == "retry" && argc == 5) {
+      // retry PATTERN TUPLES FAILS: the pattern's test (rings of 4 x 256 B) while the mover's
+      // transfers fail FAILS times and are retried
+      const std::string pattern = argv[2];
+      const std::uint64_t tuples = std::stoull(argv[3]);
+      g_fails = std::stoull(argv[4]);
+      cluster::Node node;
+      if (pattern == "shuffle") {
+        run_shuffle(node, 4, 256, tuples);
+      } else if (pattern == "balance") {
+        run_balance(node, 4, 256, tuples);
+      } else if (pattern == "replicate") {
+        run_replicate(node, 4, 256, tuples);
+      } else {
+        std::fprintf(stderr, "retry: unknown pattern '%s'\n", pattern.c_str());
+        return 2;
+      }
+      node.finish();
+      return failures == 0 ? 0 : 1;
+    }
     cluster::Node node;
     if (mode == "shuffle" && (argc == 5 || (argc == 6 && std::string(argv[5]) == "external-mover"))) {
       run_shuffle(node, static_cast<std::uint32_t>(std::stoul(argv[2])), static_cast<std::uint32_t>(std::stoul(argv[3])),
@@ -1146,7 +1197,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
                    "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | rate TUPLES | errors | "
-                   "kill-mover | kill-pu PATTERN | property SEED RUNS | two-movers TUPLES (4 ranks) | chaos PATTERN TUPLES KILLS DFI SEED\n");
+                   "kill-mover | kill-pu PATTERN | property SEED RUNS | two-movers TUPLES (4 ranks) | retry PATTERN TUPLES FAILS | chaos PATTERN TUPLES KILLS DFI SEED\n");
       return 2;
     }
     node.finish();

@@ -93,6 +93,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
@@ -112,6 +113,7 @@ struct MoverCounters {
   std::uint64_t segments = 0;
   std::uint64_t bytes = 0;
   std::uint64_t idle_steps = 0;  // steps that found nothing to move
+  std::uint64_t retries = 0;     // failed passes retried (Mover::step)
 };
 
 // What add_flow found in a flow's buffers (Recovery, above): all zero for a flow that starts.
@@ -148,7 +150,11 @@ class Mover {
   void add_flow(std::string_view name, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // One pass over every flow: moves what is published and fits. `moved` gets the payload bytes
-  // written into consumer rings. A flow whose pass fails is given up — the mover never touches
+  // written into consumer rings. A flow whose pass fails while all its PUs are alive (a remote
+  // operation timed out, a connection broke) is retried: its endpoints and attachments are
+  // opened again and the rings' words say where it stands, as for a restarted mover (Recovery,
+  // above): nothing lost or moved twice; counters().retries counts them. After kMaxRetries
+  // retries in a row without data moved in between, or when a PU died, the flow is given up — the mover never touches
   // it again and publishes the failure for its PUs (a PU killed mid-flow: its PUs also learn it
   // from the failure detector, peers.hpp) — and the other flows go on being served, this pass
   // and later ones. Returns the failure of a flow given up in this pass (the first): peer_failed
@@ -178,6 +184,14 @@ class Mover {
   // transfer of any flow reaches `point`, leaving the half-done transfer Recovery must finish.
   // One branch per transfer while unarmed. Throws dfi::Error(invalid_argument) for count 0.
   void crash_at(CrashPoint point, std::uint64_t count);
+  // Test seam for retries: the `count`-th transfer reaching `point` fails there (Errc::io), as
+  // a failed remote operation would, leaving the same half-done transfer; step() retries the
+  // flow. Disarms itself when it fires (arm it again for another failure). Throws
+  // dfi::Error(invalid_argument) for count 0.
+  void fail_at(CrashPoint point, std::uint64_t count);
+
+  // How many times in a row a flow's pass may fail and be retried before it is given up.
+  static constexpr int kMaxRetries = 3;
 
   // What the mover moved over all its flows.
   const MoverCounters& counters() const noexcept { return counters_; }
@@ -204,6 +218,11 @@ class Mover {
   // marks those that asked to leave (registry lookups, at most every kShareRefresh unless
   // `now_or_never`). Errors: as the registry's; protocol for a share record that is no share.
   Status poll_registry(Flow& f, std::chrono::steady_clock::time_point now, bool now_or_never);
+  // Opens flow `name` (add_flow's work; `again`: a retry of a flow this mover holds already).
+  std::unique_ptr<Flow> open_flow(std::string_view name, const Deadline& deadline, bool again);
+  // Replaces flows_[index] after `failure` by the same flow opened again (step()); false when it
+  // must be given up instead.
+  bool retry(std::size_t index, const Status& failure);
   // Marks `f` failed with `failure` and publishes its failure record (names.hpp).
   void give_up(Flow& f, const Status& failure);
   // After someone was declared dead: gives up every flow with a PU on a dead rank that the mover
