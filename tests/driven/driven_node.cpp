@@ -1119,6 +1119,24 @@ int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, 
   return failures == 0 ? 0 : 1;
 }
 
+// chaos and retry modes: the pattern's test with rings of 4 x 256 B (the modes' globals set).
+int run_small_rings(const std::string& mode, const std::string& pattern, std::uint64_t tuples) {
+  if (pattern != "shuffle" && pattern != "balance" && pattern != "replicate") {
+    std::fprintf(stderr, "%s: unknown pattern '%s'\n", mode.c_str(), pattern.c_str());
+    return 2;
+  }
+  cluster::Node node;
+  if (pattern == "shuffle") {
+    run_shuffle(node, 4, 256, tuples, g_external_mover);
+  } else if (pattern == "balance") {
+    run_balance(node, 4, 256, tuples);
+  } else {
+    run_replicate(node, 4, 256, tuples);
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1133,19 +1151,7 @@ int main(int argc, char** argv) {
       }
       g_external_mover = true;
       g_pause = 1000us;
-      cluster::Node node;
-      if (pattern == "shuffle") {
-        run_shuffle(node, 4, 256, tuples, true);
-      } else if (pattern == "balance") {
-        run_balance(node, 4, 256, tuples);
-      } else if (pattern == "replicate") {
-        run_replicate(node, 4, 256, tuples);
-      } else {
-        std::fprintf(stderr, "chaos: unknown pattern '%s'\n", pattern.c_str());
-        return 2;
-      }
-      node.finish();
-      return failures == 0 ? 0 : 1;
+      return run_small_rings(mode, pattern, tuples);
     }
     if (mode == "retry" && argc == 5) {
       // retry PATTERN TUPLES FAILS: the pattern's test (rings of 4 x 256 B) while the mover's
@@ -1153,19 +1159,7 @@ int main(int argc, char** argv) {
       const std::string pattern = argv[2];
       const std::uint64_t tuples = std::stoull(argv[3]);
       g_fails = std::stoull(argv[4]);
-      cluster::Node node;
-      if (pattern == "shuffle") {
-        run_shuffle(node, 4, 256, tuples);
-      } else if (pattern == "balance") {
-        run_balance(node, 4, 256, tuples);
-      } else if (pattern == "replicate") {
-        run_replicate(node, 4, 256, tuples);
-      } else {
-        std::fprintf(stderr, "retry: unknown pattern '%s'\n", pattern.c_str());
-        return 2;
-      }
-      node.finish();
-      return failures == 0 ? 0 : 1;
+      return run_small_rings(mode, pattern, tuples);
     }
     cluster::Node node;
     if (mode == "shuffle" && (argc == 5 || (argc == 6 && std::string(argv[5]) == "external-mover"))) {
