@@ -19,8 +19,9 @@
 //        into this process: shm), Endpoint::put_async (native RMA without a mapping), or
 //        Endpoint::store_words_async (where UCX would emulate the put, tcp: one active message
 //        the target's worker applies; UCX 1.13 aborts a target that applies an emulated put of a
-//        peer that just died, src/README.md §4). Two buffers per partition: one is filled while
-//        the other's write completes. Then flushes every endpoint; count down `written`.
+//        peer that just died, src/README.md §4; setting data_path=rma takes the put there too).
+//        kStageBuffers buffers per partition: one is filled while the others' writes complete.
+//        Then flushes every endpoint; count down `written`.
 //   P0:  (once every P_t wrote) a completion exchange (one record per rank): when it returns,
 //        every rank's writes into this rank's regions are complete; count down `complete`.
 //   J_t: joins its partition of both regions in place (join_partition: the grace join's local
@@ -35,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "dfi/common/config.hpp"
 #include "dfi/common/thread_group.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
@@ -180,13 +182,17 @@ struct Destination {
   const fabric::RemoteMemory* remote = nullptr;
 };
 
-// One partition's staging: two buffers of whole tuples (one filling while the other's write
-// completes) and where the next one goes.
+// Staging buffers per partition: one fills while the writes of the others complete (a write
+// over tcp completes after a round trip to the target's worker).
+constexpr int kStageBuffers = 4;
+
+// One partition's staging: kStageBuffers buffers of whole tuples, used in turn, and where the
+// next one goes.
 struct Stage {
   std::uint64_t next = 0;  // tuple index in the destination region of the next buffer written
   std::size_t fill = 0;    // tuples in the filling buffer
-  int filling = 0;         // 0 or 1
-  fabric::Request pending[2];
+  int filling = 0;         // 0 .. kStageBuffers-1
+  fabric::Request pending[kStageBuffers];
 };
 
 // P_t's scatter of one relation: staging buffers per partition, written to their slices.
@@ -200,7 +206,7 @@ class Scatter {
         stage_words_((stage_tuples_ * width_ + 7) / 8),
         destinations_(std::move(destinations)),
         stages_(rank.partitions),
-        buffers_(rank.partitions * 2 * stage_words_) {
+        buffers_(rank.partitions * kStageBuffers * stage_words_) {
     const std::size_t row = static_cast<std::size_t>(thread) * rank.partitions;
     for (std::size_t p = 0; p < rank.partitions; ++p) stages_[p].next = rank.offsets[side][row + p];
   }
@@ -228,10 +234,10 @@ class Scatter {
 
  private:
   std::byte* buffer(std::size_t p, int which) {
-    return reinterpret_cast<std::byte*>(buffers_.data() + (p * 2 + static_cast<std::size_t>(which)) * stage_words_);
+    return reinterpret_cast<std::byte*>(buffers_.data() + (p * kStageBuffers + static_cast<std::size_t>(which)) * stage_words_);
   }
 
-  // Writes partition p's filling buffer to its slice, then waits until the other buffer is free.
+  // Writes partition p's filling buffer to its slice, then waits until the next buffer is free.
   [[gnu::noinline]] void write(std::size_t p) {
     Stage& stage = stages_[p];
     const Destination& to = destinations_[p / static_cast<std::size_t>(rank_.join.spec.threads)];
@@ -250,7 +256,7 @@ class Scatter {
     }
     stage.next += stage.fill;
     stage.fill = 0;
-    stage.filling ^= 1;
+    stage.filling = stage.filling + 1 == kStageBuffers ? 0 : stage.filling + 1;
     check(stage.pending[stage.filling].wait(), p);
   }
 
@@ -269,7 +275,7 @@ class Scatter {
   const std::size_t stage_words_;
   const std::vector<Destination> destinations_;  // per rank
   std::vector<Stage> stages_;                    // per partition
-  std::vector<std::uint64_t> buffers_;           // per partition two buffers of stage_words_ words
+  std::vector<std::uint64_t> buffers_;           // per partition kStageBuffers of stage_words_ words
 };
 
 void rrj_partition(RrjRank& rank, int thread) {
@@ -305,6 +311,9 @@ void rrj_partition(RrjRank& rank, int thread) {
     return;
   }
 
+  // Setting data_path=rma: emulated puts where the transport has no native RMA (the path flows
+  // avoid, for comparison; see the top of this file).
+  const bool emulated_puts = config::get_string("data_path") == "rma";
   std::vector<fabric::RemoteMemory> remotes(static_cast<std::size_t>(kSides * rank.ranks));
   for (int side = 0; side < kSides; ++side) {
     std::vector<Destination> destinations(static_cast<std::size_t>(rank.ranks));
@@ -326,7 +335,7 @@ void rrj_partition(RrjRank& rank, int thread) {
       to.remote = &remote;
       if (remote.mapped() != nullptr) {
         to.memory = static_cast<std::byte*>(remote.mapped());
-      } else if (!endpoint.rma_native() && rank.width(side) % 8 == 0) {
+      } else if (!endpoint.rma_native() && !emulated_puts && rank.width(side) % 8 == 0) {
         to.path = Destination::Path::am;
       } else {
         to.path = Destination::Path::put;
