@@ -293,6 +293,15 @@ void rrj_partition(RrjRank& rank, int thread) {
   for (int r = 0; r < rank.ranks; ++r) {
     if (r != me) endpoints[static_cast<std::size_t>(r)] = join.node.connect(worker, r);
   }
+  // A flush completes each endpoint's connection handshake now, in the open: a rank that dies
+  // later leaves no handshake message pending at the others (over tcp UCX 1.13 aborts a process
+  // that discards one, openucx/ucx#8175; tests/ops/join_cluster_test.cpp).
+  for (int r = 0; r < rank.ranks; ++r) {
+    if (r == me) continue;
+    if (Status s = endpoints[static_cast<std::size_t>(r)].flush(); !s) {
+      fail(join, s.code(), "connecting to rank " + std::to_string(r), s.message());
+    }
+  }
   if (!join.opened()) return;
 
   const Fragment* fragments[kSides] = {&join.build[static_cast<std::size_t>(thread)],
