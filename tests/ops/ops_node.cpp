@@ -175,22 +175,14 @@ void expect_peer_failed(const cluster::Node& node, const char* what, F&& call) {
   std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
 }
 
-void run_grace_kill(cluster::Node& node) {
-  const ops::JoinSpec spec = make_spec("grace-kill", ops::JoinAlgorithm::grace, 1);
+// grace-kill, rrj-kill: rank 2 dies 300 ms into partitioning a large input.
+void run_partitioning_kill(cluster::Node& node, ops::JoinAlgorithm algorithm) {
+  const std::string name = std::string(ops::join_algorithm_name(algorithm)) + "-kill";
+  const ops::JoinSpec spec = make_spec(name, algorithm, 1);
   if (node.rank() == 0) ops::create_join(node, spec);
   // Rank 2 has far more to push than the others, so it is still pushing when it dies.
   Data d = make_data(node, 1, node.rank() == 2 ? 20'000'000 : 200'000, 100'000);
-  node.barrier("grace-kill/start");
-  kill_rank_2_after(node, std::chrono::milliseconds(300));
-  expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
-}
-
-void run_rrj_kill(cluster::Node& node) {
-  const ops::JoinSpec spec = make_spec("rrj-kill", ops::JoinAlgorithm::rrj, 1);
-  if (node.rank() == 0) ops::create_join(node, spec);
-  // Rank 2 has far more to partition than the others, so it is still at it when it dies.
-  Data d = make_data(node, 1, node.rank() == 2 ? 20'000'000 : 200'000, 100'000);
-  node.barrier("rrj-kill/start");
+  node.barrier(name + "/start");
   kill_rank_2_after(node, std::chrono::milliseconds(300));
   expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
 }
@@ -359,9 +351,9 @@ int main(int argc, char** argv) {
     } else if (mode == "kill") {
       run_kill(node);
     } else if (mode == "grace-kill") {
-      run_grace_kill(node);
+      run_partitioning_kill(node, ops::JoinAlgorithm::grace);
     } else if (mode == "rrj-kill") {
-      run_rrj_kill(node);
+      run_partitioning_kill(node, ops::JoinAlgorithm::rrj);
     } else if (mode == "errors") {
       run_errors(node);
     } else if (mode == "agg-kill" && argc == 3) {
