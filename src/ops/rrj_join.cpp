@@ -29,7 +29,6 @@
 // A rank that dies makes the exchanges (or a write towards it) fail with peer_failed naming it;
 // a failed thread abandons the Countdowns (ThreadGroup::on_failure), so no thread waits forever.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -358,7 +357,8 @@ void rrj_partition(RrjRank& rank, int thread) {
       fail(join, s.code(), "completing the writes into the regions of rank " + std::to_string(r), s.message());
     }
   }
-  std::atomic_thread_fence(std::memory_order_release);  // stores into mapped regions, before the exchange
+  // Stores into mapped regions are visible to their rank once it learns of them through the
+  // registry below (a round trip over sockets); the writes of the other paths are complete.
   JoinResult part;
   part.shipped_probe_tuples = fragments[1]->count;
   join.add(part);
@@ -366,7 +366,6 @@ void rrj_partition(RrjRank& rank, int thread) {
   if (thread == 0) {
     if (!rank.written.wait()) return;
     exchange(join, rank.ranks, "written", "1");
-    std::atomic_thread_fence(std::memory_order_acquire);
     rank.complete.count_down();
   }
 }
