@@ -40,7 +40,8 @@ constexpr std::array kEntries{
           "32 KiB of payload, as many ring bytes as 32 x 8 KiB, a quarter of the system calls"},
     Entry{"data_path", "DFI_DATA_PATH", "auto",
           "How flows move segments where UCX emulates RMA (tcp): auto (one active message per segment, "
-          "placed by the consumer) or rma (emulated one-sided puts, applied by the progress thread)"},
+          "placed by the consumer) or rma (emulated one-sided puts, applied by the progress thread); "
+          "the rrj join likewise: auto (staging buffers as word-store active messages) or rma (puts)"},
     Entry{"wait_spin_rounds", "DFI_WAIT_SPIN_ROUNDS", "1024",
           "Every wait (ring space, data, counters): polls that spin before the waiter yields its core"},
     Entry{"wait_yield_rounds", "DFI_WAIT_YIELD_ROUNDS", "4096",

@@ -17,7 +17,6 @@
 // partitioning threads' build pushes, which wait for nothing. A failed thread abandons the
 // Countdowns (ThreadGroup::on_failure), so its rank's other threads do not wait forever.
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -29,7 +28,6 @@
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/kernels/bloom.hpp"
-#include "dfi/kernels/hash_partition.hpp"
 #include "join_parts.hpp"
 
 namespace dfi::ops::detail {
@@ -203,33 +201,8 @@ void grace_join(GraceRank& rank, int thread) {
   materialise(join, in.probe, in.probe_name, probe_rows);
 
   // Local phase: both sides cut into the same sub-partitions, joined one at a time.
-  const kernels::JoinTable::Layout& build_layout = join.build_layout;
-  const kernels::JoinTable::Layout& probe_layout = join.probe_layout;
-  const std::size_t build_count = build_rows.size() / build_layout.tuple_bytes;
-  const std::size_t probe_count = probe_rows.size() / probe_layout.tuple_bytes;
-  const std::size_t wanted = join.spec.grace_partitions > 0
-                                 ? static_cast<std::size_t>(join.spec.grace_partitions)
-                                 : (build_count + kGracePartitionTuples - 1) / kGracePartitionTuples;
-  const std::size_t partitions = std::bit_ceil(std::max<std::size_t>(1, wanted));
-  std::vector<std::byte> build_parts(build_rows.size()), probe_parts(probe_rows.size());
-  const std::vector<std::size_t> build_at =
-      kernels::hash_partition(build_rows.data(), build_count, build_layout, partitions, build_parts.data());
-  const std::vector<std::size_t> probe_at =
-      kernels::hash_partition(probe_rows.data(), probe_count, probe_layout, partitions, probe_parts.data());
-  build_rows = {};
-  probe_rows = {};
-  std::vector<Match> pairs;
-  for (std::size_t p = 0; p < partitions; ++p) {
-    const std::size_t probes = probe_at[p + 1] - probe_at[p];
-    if (probes == 0) continue;
-    kernels::JoinTable table(build_layout);
-    table.add(build_parts.data() + build_at[p] * build_layout.tuple_bytes, build_at[p + 1] - build_at[p]);
-    table.build();
-    const std::byte* probe_tuples = probe_parts.data() + probe_at[p] * probe_layout.tuple_bytes;
-    probe_batch(join, table, probe_tuples, probes, thread, pairs, part);
-  }
-  part.build_tuples = build_count;
-  part.probe_tuples = probe_count;
+  join_partition(join, build_rows.data(), build_rows.size() / join.build_layout.tuple_bytes, probe_rows.data(),
+                 probe_rows.size() / join.probe_layout.tuple_bytes, thread, part);
   join.add(part);
 }
 

@@ -3,6 +3,7 @@
 #include "dfi/ops/join.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "dfi/kernels/hash_partition.hpp"
 #include "dfi/kernels/join_table.hpp"
 #include "join_parts.hpp"
 
@@ -57,6 +59,33 @@ void detail::probe_batch(const RankJoin& join, const kernels::JoinTable& table, 
   out.matches += matches;
   out.checksum += checksum;
   if (sink && !pairs.empty()) join.options.sink(thread, pairs);
+}
+
+void detail::join_partition(const RankJoin& join, const std::byte* build, std::size_t build_count,
+                            const std::byte* probe, std::size_t probe_count, int thread, JoinResult& out) {
+  const kernels::JoinTable::Layout& build_layout = join.build_layout;
+  const kernels::JoinTable::Layout& probe_layout = join.probe_layout;
+  const std::size_t wanted = join.spec.grace_partitions > 0
+                                 ? static_cast<std::size_t>(join.spec.grace_partitions)
+                                 : (build_count + kGracePartitionTuples - 1) / kGracePartitionTuples;
+  const std::size_t partitions = std::bit_ceil(std::max<std::size_t>(1, wanted));
+  std::vector<std::byte> build_parts(build_count * build_layout.tuple_bytes);
+  std::vector<std::byte> probe_parts(probe_count * probe_layout.tuple_bytes);
+  const std::vector<std::size_t> build_at =
+      kernels::hash_partition(build, build_count, build_layout, partitions, build_parts.data());
+  const std::vector<std::size_t> probe_at =
+      kernels::hash_partition(probe, probe_count, probe_layout, partitions, probe_parts.data());
+  std::vector<Match> pairs;
+  for (std::size_t p = 0; p < partitions; ++p) {
+    const std::size_t probes = probe_at[p + 1] - probe_at[p];
+    if (probes == 0) continue;
+    kernels::JoinTable table(build_layout);
+    table.add(build_parts.data() + build_at[p] * build_layout.tuple_bytes, build_at[p + 1] - build_at[p]);
+    table.build();
+    const std::byte* probe_tuples = probe_parts.data() + probe_at[p] * probe_layout.tuple_bytes;
+    probe_batch(join, table, probe_tuples, probes, thread, pairs, out);
+  }
+  out.build_tuples += build_count;  // (probe_batch counted the probe tuples)
 }
 
 namespace {
@@ -202,6 +231,7 @@ std::string_view join_algorithm_name(JoinAlgorithm algorithm) {
     case JoinAlgorithm::radix: return "radix";
     case JoinAlgorithm::fragment_replicate: return "fragment-replicate";
     case JoinAlgorithm::grace: return "grace";
+    case JoinAlgorithm::rrj: return "rrj";
   }
   return "?";
 }
@@ -210,8 +240,9 @@ JoinAlgorithm parse_join_algorithm(std::string_view text) {
   if (text == "radix") return JoinAlgorithm::radix;
   if (text == "fragment-replicate" || text == "fr") return JoinAlgorithm::fragment_replicate;
   if (text == "grace") return JoinAlgorithm::grace;
+  if (text == "rrj") return JoinAlgorithm::rrj;
   throw Error(Errc::invalid_argument, "join algorithm '" + std::string(text) +
-                                          "': expected radix, fragment-replicate or grace");
+                                          "': expected radix, fragment-replicate, grace or rrj");
 }
 
 JoinResult& JoinResult::operator+=(const JoinResult& other) {
@@ -273,6 +304,10 @@ void create_join(cluster::Node& node, const JoinSpec& spec) {
       per_thread.push_back({r, t});
     }
   }
+  if (spec.algorithm == JoinAlgorithm::rrj) {
+    detail::create_rrj(node, spec);
+    return;
+  }
   flow::FlowSpec build;
   build.name = build_flow(spec);
   build.sources = sources;
@@ -304,6 +339,7 @@ struct Join::State {
         algorithm = std::make_unique<FragmentReplicateThreads>(join);
         break;
       case JoinAlgorithm::grace: algorithm = detail::grace_threads(join); break;
+      case JoinAlgorithm::rrj: algorithm = detail::rrj_threads(join); break;
     }
     threads.on_failure([this] { abandon(); });
   }

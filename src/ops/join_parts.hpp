@@ -1,6 +1,7 @@
 // What the join algorithms of ops/ share (join.cpp: ops::Join, radix and fragment-and-replicate;
-// grace_join.cpp: the grace hash join): the flow names, one rank's shared state, the interface of
-// an algorithm's threads and the probe of a batch of probe tuples into the result.
+// grace_join.cpp: the grace hash join; rrj_join.cpp: the RDMA radix join): the flow names, one
+// rank's shared state, the interface of an algorithm's threads, the probe of a batch of probe
+// tuples into the result and the local join of a materialised partition.
 #pragma once
 
 #include <chrono>
@@ -130,10 +131,22 @@ class JoinThreads {
 void probe_batch(const RankJoin& join, const kernels::JoinTable& table, const std::byte* tuples,
                  std::size_t count, int thread, std::vector<Match>& pairs, JoinResult& out);
 
+// Joins a join thread's whole partition, materialised: `build_count` build tuples at `build` with
+// `probe_count` probe tuples at `probe`. Both sides are cut into the same sub-partitions by
+// kernels::hash_partition (JoinSpec::grace_partitions, or enough for about kGracePartitionTuples
+// build tuples each), and per sub-partition a kernels::JoinTable is built and probed
+// (probe_batch). Adds build_tuples, probe_tuples, matches and checksum to `out`. The local phase
+// of grace and rrj.
+void join_partition(const RankJoin& join, const std::byte* build, std::size_t build_count, const std::byte* probe,
+                    std::size_t probe_count, int thread, JoinResult& out);
+
 std::unique_ptr<JoinThreads> radix_threads(RankJoin& join);
 std::unique_ptr<JoinThreads> fragment_replicate_threads(RankJoin& join);
 // The grace hash join's threads (grace_join.cpp) and its part of create_join (its flows).
 std::unique_ptr<JoinThreads> grace_threads(RankJoin& join);
 void create_grace_flows(cluster::Node& node, const JoinSpec& spec);
+// The RDMA radix join's threads (rrj_join.cpp) and its part of create_join (its record).
+std::unique_ptr<JoinThreads> rrj_threads(RankJoin& join);
+void create_rrj(cluster::Node& node, const JoinSpec& spec);
 
 }  // namespace dfi::ops::detail

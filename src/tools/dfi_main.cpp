@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   auto* join = app.add_subcommand(
       "join", "A distributed join on generated data, checked against a single-node join (under dfi cluster run)");
   dfi::tools::JoinCommandOptions join_options;
-  join->add_option("--algorithm", join_options.algorithm, "radix, fragment-replicate (fr) or grace");
+  join->add_option("--algorithm", join_options.algorithm, "radix, fragment-replicate (fr), grace or rrj");
   join->add_flag("--bloom", join_options.bloom, "Grace: drop probe tuples whose key misses a Bloom filter of the build keys before shipping them");
   join->add_option("--partitions", join_options.partitions, "Grace: sub-partitions per join thread (0: cache-sized)");
   join->add_option("--build-tuples", join_options.build_tuples, "Tuples of the build (inner) relation, all ranks together");

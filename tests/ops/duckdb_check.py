@@ -4,7 +4,7 @@
 Usage: duckdb_check.py DFI_BINARY
 
 For each transport (shm, tcp) it runs on a 4-rank `dfi cluster run`:
-  - `dfi join --dump DIR` with the radix, grace and grace + Bloom algorithms (duplicate keys,
+  - `dfi join --dump DIR` with the radix, grace, grace + Bloom and rrj algorithms (duplicate keys,
     probe keys without partners), and has DuckDB join DIR/build.csv with DIR/probe.csv: the
     multiset of (build payload, probe payload) pairs must equal the pairs DFI's join threads
     found (DIR/pairs-*.csv), the match count DFI's result; with the Bloom filter, every probe tuple
@@ -124,7 +124,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dfi-duckdb-") as tmp:
         root = pathlib.Path(tmp)
         for transport in ("shm", "tcp"):
-            for algorithm, bloom in (("radix", False), ("grace", False), ("grace", True)):
+            for algorithm, bloom in (("radix", False), ("grace", False), ("grace", True), ("rrj", False)):
                 check_join(dfi, transport, algorithm, bloom,
                            root / f"{transport}-{algorithm}{'-bloom' if bloom else ''}")
             for algorithm in ("rdma", "hierarchical"):

@@ -56,6 +56,10 @@ TEST_P(JoinCluster, EmptyInputs) {
   join({"--build-tuples", "0", "--probe-tuples", "1000"}, "0");
   join({"--build-tuples", "1000", "--probe-tuples", "0", "--name", "empty-probe"}, "0");
   join({"--algorithm", "fr", "--build-tuples", "0", "--probe-tuples", "1000"}, "0");
+  // rrj: empty receive regions on every rank (each still one tuple's room).
+  join({"--algorithm", "rrj", "--build-tuples", "0", "--probe-tuples", "1000", "--name", "r1"}, "0");
+  join({"--algorithm", "rrj", "--build-tuples", "1000", "--probe-tuples", "0", "--name", "r2", "--threads", "2"}, "0");
+  join({"--algorithm", "rrj", "--build-tuples", "0", "--probe-tuples", "0", "--name", "r3"}, "0");
 }
 
 TEST_P(JoinCluster, FragmentAndReplicate) {
@@ -110,10 +114,37 @@ TEST_P(JoinCluster, GraceBloomDropsMostProbeTuplesAtLowSelectivity) {
   EXPECT_LT(shipped, 4000u + 4000u + 400000u / 100) << run.all();
 }
 
+// The RDMA radix join (histogram, exactly sized receive regions, one-sided writes, local join):
+// the radix join's cases, with 1, 2 and 3 threads per rank.
+TEST_P(JoinCluster, RrjForeignKeyJoin) {
+  join({"--algorithm", "rrj", "--build-tuples", "200000", "--probe-tuples", "400000"}, "400000");
+  join({"--algorithm", "rrj", "--build-tuples", "200000", "--probe-tuples", "400000", "--threads", "3", "--name", "r3"},
+       "400000");
+}
+
+TEST_P(JoinCluster, RrjWithTwoThreadsDuplicatesMissesWideTuplesAndFixedPartitions) {
+  join({"--algorithm", "rrj", "--build-tuples", "90000", "--probe-tuples", "300000", "--threads", "2",
+        "--duplicates", "3", "--selectivity", "0.25", "--tuple-bytes", "40", "--partitions", "7"},
+       "");
+}
+
+// Skew: one key on both sides puts every tuple into one partition of one rank (2000 x 3000
+// pairs); a few heavy keys (500 build tuples each) fill a few partitions.
+TEST_P(JoinCluster, RrjWithAllKeysEqualAndSkew) {
+  join({"--algorithm", "rrj", "--build-tuples", "2000", "--probe-tuples", "3000", "--duplicates", "2000"}, "6000000");
+  join({"--algorithm", "rrj", "--build-tuples", "4000", "--probe-tuples", "200000", "--duplicates", "500",
+        "--threads", "2", "--name", "skew"},
+       "");
+}
+
+TEST_P(JoinCluster, RrjWithAKeyOnOneSideOnly) {
+  join({"--algorithm", "rrj", "--build-tuples", "100000", "--probe-tuples", "100000", "--selectivity", "0.001"}, "");
+}
+
 // `ops_node MODE` (sink: run_join; prepared: ops::Join opened, a barrier, run) for every
 // algorithm and grace with bloom: the sink sees every pair.
 void expect_every_pair(const std::string& transport, const std::string& mode) {
-  for (const char* algorithm : {"radix", "fr", "grace"}) {
+  for (const char* algorithm : {"radix", "fr", "grace", "rrj"}) {
     auto run = run_cluster(4, transport, {OPS_NODE, mode, algorithm, "2"});
     ASSERT_EQ(run.code, 0) << run.all();
     EXPECT_TRUE(contains(run.out, "240000 pairs, each probe tuple with its one partner")) << run.all();
@@ -178,9 +209,15 @@ TEST_P(JoinCluster, GraceAKilledRankGivesEveryOtherRankAClearError) {
   expect_clear_errors_after_a_kill(GetParam(), {"grace-kill"});
 }
 
+// Rank 2 dies while it partitions a large input into the ranks' regions: the other ranks'
+// exchanges (or writes towards it) fail with peer_failed naming it.
+TEST_P(JoinCluster, RrjAKilledRankGivesEveryOtherRankAClearError) {
+  expect_clear_errors_after_a_kill(GetParam(), {"rrj-kill"});
+}
+
 // Rank 2 opens the join and dies before it runs it: the other ranks' runs end with peer_failed.
 TEST_P(JoinCluster, ARankKilledBetweenOpenAndRunGivesEveryOtherRankAClearError) {
-  for (const char* algorithm : {"radix", "fr", "grace"}) {
+  for (const char* algorithm : {"radix", "fr", "grace", "rrj"}) {
     SCOPED_TRACE(algorithm);
     expect_clear_errors_after_a_kill(GetParam(), {"prepared-kill", algorithm});
   }

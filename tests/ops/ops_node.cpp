@@ -15,6 +15,8 @@
 //   ops_node grace-kill               rank 2 dies (SIGKILL) 300 ms into pushing a large build side of
 //       a grace join; every other rank's run_join throws peer_failed naming rank 2 (their join
 //       threads fail, and release their partitioning threads from the phase wait)
+//   ops_node rrj-kill                 rank 2 dies (SIGKILL) 300 ms into partitioning a large input of
+//       an rrj join; every other rank's run_join throws peer_failed naming rank 2
 //   ops_node errors                   bad specs and arguments give clear errors
 //   ops_node agg-kill ALGORITHM        rank 2 dies (SIGKILL) 200 ms into a large aggregation; every
 //       other rank's run_aggregation or gather_aggregation_results throws peer_failed naming it
@@ -173,12 +175,14 @@ void expect_peer_failed(const cluster::Node& node, const char* what, F&& call) {
   std::_Exit(failures == 0 ? 3 : 1);  // the cluster lost a rank: no finish()
 }
 
-void run_grace_kill(cluster::Node& node) {
-  const ops::JoinSpec spec = make_spec("grace-kill", ops::JoinAlgorithm::grace, 1);
+// grace-kill, rrj-kill: rank 2 dies 300 ms into partitioning a large input.
+void run_partitioning_kill(cluster::Node& node, ops::JoinAlgorithm algorithm) {
+  const std::string name = std::string(ops::join_algorithm_name(algorithm)) + "-kill";
+  const ops::JoinSpec spec = make_spec(name, algorithm, 1);
   if (node.rank() == 0) ops::create_join(node, spec);
   // Rank 2 has far more to push than the others, so it is still pushing when it dies.
   Data d = make_data(node, 1, node.rank() == 2 ? 20'000'000 : 200'000, 100'000);
-  node.barrier("grace-kill/start");
+  node.barrier(name + "/start");
   kill_rank_2_after(node, std::chrono::milliseconds(300));
   expect_peer_failed(node, "join", [&] { ops::run_join(node, spec, d.build_fragments, d.probe_fragments); });
 }
@@ -252,7 +256,7 @@ void run_errors(cluster::Node& node) {
   expect_error("not created", Errc::not_found, "never-created.build' does not exist", [&] {
     ops::run_join(node, spec, d.build_fragments, d.probe_fragments, quick);
   });
-  expect_error("algorithm", Errc::invalid_argument, "expected radix, fragment-replicate or grace",
+  expect_error("algorithm", Errc::invalid_argument, "expected radix, fragment-replicate, grace or rrj",
                [] { ops::parse_join_algorithm("nested-loop"); });
   if (node.rank() == 0 && failures == 0) std::printf("join errors: all clear\n");
 }
@@ -347,7 +351,9 @@ int main(int argc, char** argv) {
     } else if (mode == "kill") {
       run_kill(node);
     } else if (mode == "grace-kill") {
-      run_grace_kill(node);
+      run_partitioning_kill(node, ops::JoinAlgorithm::grace);
+    } else if (mode == "rrj-kill") {
+      run_partitioning_kill(node, ops::JoinAlgorithm::rrj);
     } else if (mode == "errors") {
       run_errors(node);
     } else if (mode == "agg-kill" && argc == 3) {
@@ -357,7 +363,7 @@ int main(int argc, char** argv) {
     } else if (mode == "agg-prepared-kill" && argc == 3) {
       run_agg_prepared_kill(node, ops::parse_aggregate_algorithm(argv[2]));
     } else {
-      std::fprintf(stderr, "usage: ops_node sink|prepared ALGORITHM THREADS [bloom] | prepared-kill ALGORITHM | kill | grace-kill | errors | agg-kill|agg-prepared|agg-prepared-kill ALGORITHM\n");
+      std::fprintf(stderr, "usage: ops_node sink|prepared ALGORITHM THREADS [bloom] | prepared-kill ALGORITHM | kill | grace-kill | rrj-kill | errors | agg-kill|agg-prepared|agg-prepared-kill ALGORITHM\n");
       return 2;
     }
     node.finish();

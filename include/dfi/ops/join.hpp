@@ -46,6 +46,18 @@
 //    Differences from radix: radix builds while the build side arrives and probes while the
 //    probe side arrives (one table per join thread, the probe side held back only by the flows'
 //    credits); grace materialises both sides before joining, and joins cache-sized partitions.
+//  - rrj (001 §5.2, the RDMA radix join): no flows. Partitioning threads first count, per
+//    relation, how many of their tuples go to each join thread of every rank (a histogram pass;
+//    same key hash as radix); the ranks exchange the counts (registry records, as grace's build
+//    counts), each rank allocates one receive region per relation of exactly the size it will
+//    receive and publishes its memory key, and every partitioning thread writes its tuples
+//    straight into its own slice of each remote region through small per-partition staging
+//    buffers (kRrjStagingBytes), each written with one fabric call when full: a put (native RMA),
+//    a store into the mapped region (shm), or one active message the target places (tcp, where
+//    UCX would emulate the put). After a completion exchange every join thread joins its
+//    partition in place, in cache-sized sub-partitions, with the grace join's local phase.
+//    The whole input crosses the network once, with no rings and no flow control; it costs the
+//    histogram pass and a barrier between partitioning and joining, which radix avoids.
 //
 // Results: the number of joined pairs and a checksum, the sum (mod 2^64) over the pairs of
 // kernels::pair_checksum(fold_tuple(build), fold_tuple(probe)), which kernels::reference_join
@@ -75,9 +87,11 @@ class Node;
 
 namespace dfi::ops {
 
-enum class JoinAlgorithm { radix, fragment_replicate, grace };
+// radix, fragment_replicate, grace: joins on flows; rrj: the RDMA radix join, radix partitioning
+// straight into exactly sized receive regions of the ranks with one-sided writes (see above).
+enum class JoinAlgorithm { radix, fragment_replicate, grace, rrj };
 std::string_view join_algorithm_name(JoinAlgorithm algorithm);
-// "radix", "fragment-replicate" (also "fr") or "grace"; throws dfi::Error(invalid_argument).
+// "radix", "fragment-replicate" (also "fr"), "grace" or "rrj"; throws dfi::Error(invalid_argument).
 JoinAlgorithm parse_join_algorithm(std::string_view text);
 
 // One input of a join: the schema of its tuples and the name of its key column.
@@ -88,7 +102,7 @@ struct Relation {
 
 // What every rank must agree on; a plain value.
 struct JoinSpec {
-  std::string name;  // the join's flows are "<name>.build" and "<name>.probe"
+  std::string name;  // the join's flows are "<name>.build" and "<name>.probe" (rrj: no flows)
   JoinAlgorithm algorithm = JoinAlgorithm::radix;
   Relation build;  // the inner relation (hash table side)
   Relation probe;  // the outer relation
@@ -96,8 +110,8 @@ struct JoinSpec {
   int threads = 1;  // partitioning threads and join threads per rank
   // Ring shape and timeouts of the join's flows (mode must stay bandwidth).
   flow::FlowOptions flow_options;
-  // Grace only: sub-partitions per join thread (0: enough for about kGracePartitionTuples build
-  // tuples each, a power of two), and the Bloom-filter semi-join reduction with its size.
+  // Grace and rrj: sub-partitions per join thread (0: enough for about kGracePartitionTuples build
+  // tuples each, a power of two). Grace only: the Bloom-filter semi-join reduction with its size.
   int grace_partitions = 0;
   bool bloom = false;
   double bloom_bits_per_key = 16;  // build keys x this = the filter's bits (0.09 % false positives)
@@ -115,9 +129,14 @@ struct JoinSpec {
 inline constexpr std::size_t kGracePartitionTuples = 16 * 1024;
 // The most sub-partitions per join thread JoinSpec::grace_partitions may ask for.
 inline constexpr int kMaxGracePartitions = 1 << 20;
+// rrj: the most bytes of one staging buffer (a partitioning thread has one per join thread of
+// every rank, and writes it to its remote slice when full): whole tuples, at least one; 8 KiB
+// less a few words, so that one buffer is one active message where the transport emulates RMA.
+inline constexpr std::size_t kRrjStagingBytes = 8152;
 
-// Creates the join's flows. Call once per join from one rank (like flow::create_flow).
-// Throws what validate() and flow::create_flow throw.
+// Creates the join's flows (rrj: publishes the join's record instead). Call once per join from
+// one rank (like flow::create_flow). Throws what validate() and flow::create_flow throw
+// (already_exists for a name in use).
 void create_join(cluster::Node& node, const JoinSpec& spec);
 
 // One joined pair, as a sink sees it: pointers to the build tuple (inside the join table) and
@@ -139,7 +158,8 @@ struct JoinResult {
   std::uint64_t build_tuples = 0;  // build tuples in the tables (radix: the ones routed here)
   std::uint64_t probe_tuples = 0;  // probe tuples probed here
   // Probe tuples pushed into the probe flow by this rank (radix, grace; grace with bloom: those
-  // that passed the filter); 0 for fragment-and-replicate, whose probe side never moves.
+  // that passed the filter; rrj: written into the ranks' regions); 0 for fragment-and-replicate,
+  // whose probe side never moves.
   std::uint64_t shipped_probe_tuples = 0;
   std::uint64_t matches = 0;       // joined pairs
   std::uint64_t checksum = 0;      // sum of pair checksums, mod 2^64
@@ -154,8 +174,9 @@ struct JoinResult {
 
 // This rank's part of one join, opened ahead of its run. The constructor starts the rank's
 // partitioning and join threads; each opens its flows (a partitioning thread its sources, with a
-// fabric worker of its own, connected to every target of the join; a join thread its targets)
-// and then waits for run(), which hands them the fragments. Owned by one thread: construct, run
+// fabric worker of its own, connected to every target of the join; a join thread its targets;
+// rrj: a partitioning thread connects its worker to every rank) and then waits for run(), which
+// hands them the fragments. Owned by one thread: construct, run
 // and destroy it on the same thread (or hand it over with a happens-before).
 class Join {
  public:

@@ -20,9 +20,11 @@
 // (panel "open").
 //
 // ghj: the grace hash join (001 §5) with and without the Bloom-filter semi-join reduction at
-// selectivities 1 .. 0.001 (the fraction of probe tuples with a partner), the same data for both,
-// alternating; runtime and the probe tuples each ships.
+// selectivities 1 .. 0.001 (the fraction of probe tuples with a partner), and the RDMA radix join
+// (RRJ vs GHJ), the same data for all three, in rotating order; runtime and the probe tuples each
+// ships.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -352,7 +354,7 @@ class GhjScenario : public Scenario {
  public:
   std::string name() const override { return "ghj"; }
   std::string title() const override {
-    return "Grace hash join with and without Bloom-filter semi-join reduction, 4 ranks";
+    return "Grace hash join with and without Bloom-filter semi-join reduction, and the RDMA radix join, 4 ranks";
   }
   std::string description() const override {
     return "A join of a build relation of `build_tuples` and a probe relation of `probe_tuples` 16 B "
@@ -362,8 +364,12 @@ class GhjScenario : public Scenario {
            "only after the build side is in, both materialised and joined in cache-sized "
            "sub-partitions. With bloom, every rank's build keys go into a register-blocked Bloom "
            "filter (16 bits per key), the filters are ORed over a replicate flow, and probe tuples "
-           "whose key misses the filter are dropped before they are shipped. Same data, alternating; "
-           "matches and checksums must agree.";
+           "whose key misses the filter are dropped before they are shipped. RRJ (ops::Join, rrj "
+           "algorithm): a histogram pass, the counts exchanged, exactly sized receive regions, every "
+           "partitioning thread writes its tuples straight into its slices of the ranks' regions "
+           "through 8 KiB staging buffers (shm: stores into the mapped region; tcp: one word-store "
+           "active message per buffer), then each join thread joins its partition in place. Same data, "
+           "rotating order; matches and checksums must agree.";
   }
   std::vector<Parameter> parameters() const override {
     return {
@@ -378,6 +384,10 @@ class GhjScenario : public Scenario {
   std::vector<BaselineInfo> baselines() const override {
     return {{"no_bloom", "DFI's grace hash join without the Bloom filter (every probe tuple shipped), same data"}};
   }
+  // The third series: the RDMA radix join, compared with no_bloom.
+  static const char* rrj_description() {
+    return "DFI's RDMA radix join (histogram, exactly sized receive regions, one-sided writes), same data";
+  }
 
   void run(RunContext& context, Result& result) override {
     const std::uint64_t build = context.param("build_tuples");
@@ -387,6 +397,7 @@ class GhjScenario : public Scenario {
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("no_bloom", baselines()[0].description);
+    result.add_note(std::string("Series rrj: ") + rrj_description() + ".");
     result.add_note("The Bloom filter costs a pass over the build side, a filter of 2 B per build key "
                     "replicated to every rank and one lookup per probe tuple; it pays where it saves "
                     "shipping and materialising probe tuples, that is at low selectivity.");
@@ -395,7 +406,9 @@ class GhjScenario : public Scenario {
                                   {"selectivity", "", "log10"}, {"runtime", "s"}, Better::lower);
     runtime.series("bloom", Role::dfi, "GHJ with Bloom filter");
     runtime.series("no_bloom", Role::baseline, "GHJ without Bloom filter");
+    runtime.series("rrj", Role::dfi, "RRJ (RDMA radix join)");
     runtime.compare("bloom", "no_bloom");
+    runtime.compare("rrj", "no_bloom");
     Panel& shipped = result.panel("shipped", "Probe tuples shipped, fraction of the probe side",
                                   {"selectivity", "", "log10"}, {"shipped / probe tuples", ""}, Better::lower);
     shipped.series("bloom", Role::dfi, "GHJ with Bloom filter");
@@ -404,20 +417,22 @@ class GhjScenario : public Scenario {
     Panel& open = open_panel(result, "selectivity", "log10");
     open.series("bloom", Role::dfi, "GHJ with Bloom filter: two shuffle flows and a replicate flow opened");
     open.series("no_bloom", Role::dfi, "GHJ without Bloom filter: two shuffle flows opened");
+    open.series("rrj", Role::dfi, "RRJ: a worker and endpoints to every rank per partitioning thread");
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (double selectivity : selectivities) {
         if (!(selectivity > 0 && selectivity <= 1)) {
           throw Error(Errc::invalid_argument, "bench ghj: selectivities must be in (0, 1]");
         }
         std::string expected;  // matches and checksum of the first run at this selectivity
-        auto one = [&](bool bloom) {
-          const std::string series = bloom ? "bloom" : "no_bloom";
+        // algorithm "grace" (bloom or not) or "rrj"
+        auto one = [&](const std::string& algorithm, bool bloom) {
+          const std::string series = algorithm == "rrj" ? "rrj" : bloom ? "bloom" : "no_bloom";
           const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
                                     ", selectivity " + json(selectivity).dump() + ", " + series;
           context.say(round);
           std::string command;
           const json r = run_dfi_join(context, name(),
-                                      {{"name", "ghj"}, {"algorithm", "grace"}, {"bloom", bloom},
+                                      {{"name", "ghj"}, {"algorithm", algorithm}, {"bloom", bloom},
                                        {"build_tuples", build}, {"probe_tuples", probe}, {"threads", threads},
                                        {"tuple_bytes", 16}, {"selectivity", selectivity}},
                                       timeout, command);
@@ -436,10 +451,15 @@ class GhjScenario : public Scenario {
           open.add_command(series, command);
           runtime.add(series, selectivity, seconds);
           runtime.add_command(series, command);
-          shipped.add(series, selectivity, fraction);
-          shipped.add_command(series, command);
+          if (series != "rrj") {  // rrj ships every probe tuple, as no_bloom does
+            shipped.add(series, selectivity, fraction);
+            shipped.add_command(series, command);
+          }
         };
-        run_alternating(rep, [&] { one(true); }, [&] { one(false); });
+        // Rotating order: each series runs first, second and third in turn over the repetitions.
+        const std::vector<std::function<void()>> runs{[&] { one("grace", true); }, [&] { one("grace", false); },
+                                                      [&] { one("rrj", false); }};
+        for (std::size_t k = 0; k < runs.size(); ++k) runs[(k + static_cast<std::size_t>(rep) - 1) % runs.size()]();
       }
     }
   }
