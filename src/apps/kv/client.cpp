@@ -42,7 +42,6 @@ struct Client::State {
     Op op = Op::get;
     bool used = false;
     bool completed = false;   // the replies that complete it arrived
-    bool handed_out = false;  // poll() returned it
     bool leader = false;      // the leader's reply arrived (its result is in `reply`)
     std::size_t answers = 0;  // replies to the current copy so far
     std::uint32_t epoch = 0;  // NOPaxos: the current copy (Request::pad)
@@ -294,19 +293,22 @@ struct Client::State {
     return {};
   }
 
-  // After an answer to `e`: completes it (to `ready`) once the leader and enough replicas
-  // answered, frees its place once it was handed out and every replica answered.
+  // After an answer to `e`: completes it once the leader and enough replicas answered (its
+  // completion joins `ready`), frees its place once every replica answered (Multi-Paxos and
+  // unreplicated: at once). A completion waits in `ready` without holding a place, so a submit
+  // that waits for its place always waits for an answer still to come.
   void booked(Entry& e) {
     if (!e.completed && e.leader && e.answers >= answers_needed) {
       e.completed = true;
-      ready.push_back(static_cast<std::size_t>(&e - entries.data()));
+      Completion done;
+      done.seq = e.seq;
+      done.op = e.op;
+      done.key = e.key;
+      done.found = e.op == Op::put || e.reply.status == static_cast<std::uint32_t>(ReplyStatus::ok);
+      done.value = e.reply.value;
+      ready.push_back(done);
     }
-    release_if_done(e);
-  }
-
-  // Frees the entry's place once it was handed out and every replica answered.
-  void release_if_done(Entry& e) {
-    if (e.handed_out && e.answers == answers_all) {
+    if (e.completed && e.answers == answers_all) {
       e.used = false;
       --held;
     }
@@ -328,7 +330,7 @@ struct Client::State {
   std::optional<flow::ReplicateSource> multicast;   // NOPaxos
   std::optional<flow::ShuffleTarget> replies;
   std::vector<Entry> entries;  // the window
-  detail::Fifo<std::size_t> ready;  // completed entries not handed out yet, oldest first
+  detail::Fifo<Completion> ready;  // completions not handed out yet, oldest first
   std::size_t outstanding = 0;  // submitted, not handed out
   std::size_t held = 0;         // places of the window in use
   std::uint64_t next_seq = 1;
@@ -421,16 +423,9 @@ Status Client::poll(Completion& done) {
   while (s.ready.empty()) {
     if (Status t = s.take_reply(); !t) return t;
   }
-  State::Entry& e = s.entries[s.ready.front()];
+  done = s.ready.front();
   s.ready.pop_front();
-  done.seq = e.seq;
-  done.op = e.op;
-  done.key = e.key;
-  done.found = e.op == Op::put || e.reply.status == static_cast<std::uint32_t>(ReplyStatus::ok);
-  done.value = e.reply.value;
-  e.handed_out = true;
   --s.outstanding;
-  s.release_if_done(e);
   return {};
 }
 
