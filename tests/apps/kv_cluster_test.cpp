@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -193,8 +194,10 @@ TEST_P(KvCluster, NOPaxosGapAgreementMakesADelayedSegmentANoOp) {
   auto run = run_cluster(5, GetParam(), argv, options);
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.err, "kv bench: test fault: the last client delays sequence number")) << run.all();
-  EXPECT_TRUE(contains(run.out, "kv: gap agreement: 1 sequence number(s) became NO-OPs; the clients sent ")) << run.all();
-  EXPECT_FALSE(contains(run.out, "the clients sent 0 request(s) again")) << run.all();
+  // At least the delayed segment's number (over TCP on a loaded machine, a segment may also come
+  // later than the gap timeout on its own: another NO-OP, decided and resent the same way).
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: [1-9][0-9]* sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again)")))
+      << run.all();
   EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 2400 requests")) << run.all();
   EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 2400 operations on 8 keys: linearizable"));
@@ -212,7 +215,8 @@ TEST_P(KvCluster, NOPaxosGapAgreementSurvivesAClientDyingHoldingASequenceNumber)
   auto run = run_cluster(5, GetParam(), {"/bin/sh", "-c", seam_victim(4, kv)}, options);
   EXPECT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.err, "kv bench: test fault: the last client dies holding sequence number")) << run.all();
-  EXPECT_TRUE(contains(run.out, "kv: gap agreement: 1 sequence number(s) became NO-OPs")) << run.all();
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: [1-9][0-9]* sequence number\(s\) became NO-OPs)")))
+      << run.all();
   EXPECT_TRUE(contains(run.out, "the service ended in view 0; rank(s) 4 died")) << run.all();
   EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
   EXPECT_FALSE(contains(run.all(), "error")) << run.all();

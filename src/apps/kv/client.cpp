@@ -257,7 +257,7 @@ struct Client::State {
     }
   }
 
-  // NOPaxos: sends every request that got no majority within retry_timeout of its last copy
+  // NOPaxos: sends every request whose last copy the leader did not answer within retry_timeout
   // again, as a new copy (epoch), in runs of consecutive numbers (a follower acknowledges a
   // segment as a range). Looks at most four times per retry_timeout.
   Status resend_overdue() {
@@ -266,7 +266,9 @@ struct Client::State {
     last_scan = now;
     overdue.clear();
     for (const Entry& e : entries) {
-      if (e.used && !e.completed && e.seq < flushed_seq && now - e.sent >= o.retry_timeout) overdue.push_back(e.seq);
+      // The leader answers only a copy it holds, which is never made a NO-OP: the followers
+      // will answer that copy too.
+      if (e.used && !e.leader && e.seq < flushed_seq && now - e.sent >= o.retry_timeout) overdue.push_back(e.seq);
     }
     if (overdue.empty()) return {};
     std::sort(overdue.begin(), overdue.end());

@@ -193,8 +193,8 @@ struct ServiceOptions {
   std::size_t round_requests = 512;      // most requests the leader takes into one round
   std::chrono::milliseconds timeout{30000};  // set-up waits; a peer silent this long is an error
   // NOPaxos: how long a sequence number may be missing at a replica before it is a gap (the
-  // ordered flow's gap_timeout), and how long a client waits for the answers to a request before
-  // it sends it again (its slot may have become a NO-OP).
+  // ordered flow's gap_timeout), and how long a client waits for the leader's answer to a request
+  // before it sends it again (its slot may have become a NO-OP).
   std::chrono::milliseconds gap_timeout{500};
   std::chrono::milliseconds retry_timeout{1500};
   // Test seam (NOPaxos clients): the requests flow's ReplicateSourceOptions::on_sequence.
