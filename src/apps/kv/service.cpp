@@ -269,6 +269,17 @@ flow::SourceOptions source_options(const flow::Schema& schema, const ServiceOpti
   return options;
 }
 
+// The leader's end of the accept flow, and a follower's.
+flow::ReplicateSourceOptions accept_source_options(const ServiceOptions& o) {
+  flow::ReplicateSourceOptions options;
+  options.expected_schema = accept_schema();
+  options.open_timeout = o.timeout;
+  return options;
+}
+flow::ReplicateTargetOptions accept_target_options(const ServiceOptions& o, fabric::Worker& worker) {
+  return {.expected_schema = accept_schema(), .open_timeout = o.timeout, .worker = &worker};
+}
+
 // How long a replica or client waits for the failure detector to confirm that a flow call which
 // failed with peer_failed was a view member's death.
 constexpr std::chrono::milliseconds kVerdictWait{3000};
@@ -315,10 +326,7 @@ class Leader {
     replies_.drop_for_dead_targets();
     if (paxos_) {
       accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
-      flow::ReplicateSourceOptions options;
-      options.expected_schema = accept_schema();
-      options.open_timeout = o.timeout;
-      accept_.emplace(node, worker_, names_.accept, 0, options);
+      accept_.emplace(node, worker_, names_.accept, 0, accept_source_options(o));
       follower_round_.assign(view.followers.size(), 0);
       scratch_ = follower_round_;
     }
@@ -601,8 +609,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
   const auto me = std::find(view.followers.begin(), view.followers.end(), node.rank());
   const auto follower = static_cast<std::uint64_t>(me - view.followers.begin());
   fabric::Worker worker(node.fabric(), "kv-follower");
-  flow::ReplicateTarget accept(node, names.accept, 0,
-                               {.expected_schema = accept_schema(), .open_timeout = o.timeout, .worker = &worker});
+  flow::ReplicateTarget accept(node, names.accept, 0, accept_target_options(o, worker));
   flow::ShuffleSource accepted(node, worker, names.accepted, 0, source_options(accepted_schema(), o));
   // Left before its end (a broken view, an error): no end of stream (see ~Leader).
   struct Abandon {
@@ -811,18 +818,13 @@ class NopaxosReplica {
     replies_.drop_for_dead_targets();
     if (leader_) {
       accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
-      flow::ReplicateSourceOptions options;
-      options.expected_schema = accept_schema();
-      options.open_timeout = o.timeout;
-      accept_.emplace(node, worker_, names_.accept, 0, options);
+      accept_.emplace(node, worker_, names_.accept, 0, accept_source_options(o));
       follower_synced_.assign(view_.followers.size(), 0);
       follower_committed_.assign(view_.followers.size(), 0);
     } else {
       const auto me = std::find(view_.followers.begin(), view_.followers.end(), node.rank());
       follower_ = static_cast<std::uint64_t>(me - view_.followers.begin());
-      decisions_.emplace(node, names_.accept, 0,
-                         flow::ReplicateTargetOptions{
-                             .expected_schema = accept_schema(), .open_timeout = o.timeout, .worker = &worker_});
+      decisions_.emplace(node, names_.accept, 0, accept_target_options(o, worker_));
       answers_.emplace(node, worker_, names_.accepted, 0, source_options(accepted_schema(), o));
     }
   }
