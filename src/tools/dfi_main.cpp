@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   txn->add_option("--timeout", txn_timeout_s, "Seconds to wait for set-up and for a 2PC answer");
   txn->add_flag("!--no-progress", txn_options.progress, "No progress line per second");
 
-  auto* kv = app.add_subcommand("kv", "The replicated key-value store (Multi-Paxos on flows)");
+  auto* kv = app.add_subcommand("kv", "The replicated key-value store (Multi-Paxos or NOPaxos on flows)");
   kv->require_subcommand(1);
   auto* kv_bench = kv->add_subcommand(
       "bench", "YCSB-style load on the replicated store, as every rank of a cluster (under dfi cluster run)");
@@ -184,6 +184,17 @@ int main(int argc, char** argv) {
   kv_bench->add_option("--name", kv_options.service.name, "Service name (its flows are <name>.requests, ...)");
   kv_bench->add_option("--timeout", kv_timeout_s, "Seconds to wait for set-up and for a silent peer");
   kv_bench->add_flag("!--no-progress", kv_options.progress, "No progress line per second");
+  double kv_gap_timeout_ms = 500, kv_retry_timeout_ms = 1500, kv_fault_delay_ms = 2000;
+  std::string kv_fault = "none";
+  kv_bench->add_option("--gap-timeout-ms", kv_gap_timeout_ms, "NOPaxos: how long a sequence number may be missing before it is a gap")
+      ->check(CLI::PositiveNumber);
+  kv_bench->add_option("--retry-timeout-ms", kv_retry_timeout_ms, "NOPaxos: how long a client waits for a majority before it sends a request again")
+      ->check(CLI::PositiveNumber);
+  kv_bench->add_option("--fault", kv_fault, "Test seam (NOPaxos): the last client dies (kill) or waits (delay) holding a sequence number")
+      ->check(CLI::IsMember({"none", "kill", "delay"}));
+  kv_bench->add_option("--fault-segment", kv_options.fault_segment, "Test seam: at the last client's N-th sequence number")
+      ->check(CLI::PositiveNumber);
+  kv_bench->add_option("--fault-delay-ms", kv_fault_delay_ms, "Test seam: how long --fault delay waits")->check(CLI::PositiveNumber);
 
   auto* commtier = app.add_subcommand(
       "commtier", "002's throughput or consuming test between an SU and a CU rank, as every rank of a cluster (under dfi cluster run)");
@@ -275,6 +286,14 @@ int main(int argc, char** argv) {
         kv_options.service.replicas = 1;
       }
       kv_options.service.timeout = std::chrono::milliseconds(static_cast<long long>(kv_timeout_s * 1000));
+      kv_options.service.gap_timeout = std::chrono::milliseconds(static_cast<long long>(kv_gap_timeout_ms));
+      kv_options.service.retry_timeout = std::chrono::milliseconds(static_cast<long long>(kv_retry_timeout_ms));
+      kv_options.fault_delay = std::chrono::milliseconds(static_cast<long long>(kv_fault_delay_ms));
+      using Fault = dfi::apps::kv::BenchOptions::Fault;
+      kv_options.fault = kv_fault == "kill" ? Fault::kill : kv_fault == "delay" ? Fault::delay : Fault::none;
+      if (kv_options.fault != Fault::none && kv_options.service.protocol != dfi::apps::kv::Protocol::nopaxos) {
+        throw dfi::Error(dfi::Errc::invalid_argument, "dfi kv bench: --fault is a seam of the NOPaxos requests flow (--protocol nopaxos)");
+      }
       return dfi::tools::run_kv_bench(kv_options, std::cout, std::cerr);
     }
     if (*commtier) {

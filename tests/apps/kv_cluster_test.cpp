@@ -5,10 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -152,22 +154,25 @@ TEST_P(KvCluster, MultiPaxosSurvivesAKilledLeader) {
   EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
 }
 
-// A client rank killed 1 s into a 2.5 s run (Multi-Paxos and unreplicated): the service goes on,
-// the other client rank's run completes and the replicas agree; every history, the killed
-// client's journal with its operations in flight among them, is linearizable.
+// A client rank killed 1.5 s into a 2.5 s run (Multi-Paxos, NOPaxos and unreplicated; late enough
+// that it has opened its flows on a loaded machine — a client that dies before it opened them
+// fails the replicas' open of the replies flow): the service goes on, the other client rank's run
+// completes and the replicas agree; every history, the killed client's journal with its operations
+// in flight among them, is linearizable. NOPaxos: a sequence number the client held when it died
+// is a gap, which gap agreement decides.
 TEST_P(KvCluster, AKilledClientDoesNotStopTheService) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
-  for (const char* protocol : {"paxos", "unreplicated"}) {
+  for (const char* protocol : {"paxos", "nopaxos", "unreplicated"}) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    const std::string replicas = std::string(protocol) == "paxos" ? "3" : "1";
+    const std::string replicas = std::string(protocol) == "unreplicated" ? "1" : "3";
     const int ranks = std::stoi(replicas) + 2;
     const std::string kv = std::string(DFI_BINARY) + " kv bench --protocol " + protocol + " --replicas " + replicas +
                            " --threads 2 --window 4 --keys 8 --reads 0.6 --seconds 2.5 --rate 2000 --history " +
                            dir_ + " --no-progress";  // at most 20000 operations: checkable in seconds
     RunOptions options;
     options.timeout = std::chrono::seconds(60);
-    auto run = run_cluster(ranks, GetParam(), {"/bin/sh", "-c", kill_rank(ranks - 1, "1", kv, ranks)}, options);
+    auto run = run_cluster(ranks, GetParam(), {"/bin/sh", "-c", kill_rank(ranks - 1, "1.5", kv, ranks)}, options);
     EXPECT_EQ(run.code, 0) << protocol << "\n" << run.all();
     EXPECT_TRUE(contains(run.out, "kv: replicas agree: ")) << protocol << "\n" << run.all();
     EXPECT_TRUE(contains(run.out, "the service ended in view 0; rank(s) " + std::to_string(ranks - 1) + " died"))
@@ -188,6 +193,59 @@ TEST_P(KvCluster, AKilledClientDoesNotStopTheService) {
     EXPECT_GT(survivors, 0u) << run.all();
     EXPECT_GT(number_after(checked, "kvcheck: "), survivors) << protocol << "\n" << run.all() << checked;
   }
+}
+
+// The rank of the run's last client, as a shell command: its kv bench dies at the test seam (its
+// exit status is not the test's), the others exec it.
+std::string seam_victim(int victim, const std::string& kv) {
+  return "if [ \"$DFI_RANK\" = " + std::to_string(victim) + " ]; then " + kv + "; exit 0; else exec " + kv + "; fi";
+}
+
+// NOPaxos gap agreement, forced: the last client delays its 30th segment after taking its sequence
+// number, past the gap timeout. Every replica reports the gap, the leader commits a NO-OP for it
+// (the late segment is dropped), the client sends those requests again and the replicas apply
+// them once. The run completes, the replicas agree, every history is linearizable.
+TEST_P(KvCluster, NOPaxosGapAgreementMakesADelayedSegmentANoOp) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
+  *(std::find(argv.begin(), argv.end(), "--requests") + 1) = "600";
+  argv.insert(argv.end(), {"--fault", "delay", "--fault-segment", "30", "--fault-delay-ms", "1200",
+                           "--gap-timeout-ms", "300", "--retry-timeout-ms", "600"});
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto run = run_cluster(5, GetParam(), argv, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.err, "kv bench: test fault: the last client delays sequence number")) << run.all();
+  // At least the delayed segment's number (over TCP on a loaded machine, a segment may also come
+  // later than the gap timeout on its own: another NO-OP, decided and resent the same way).
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: [1-9][0-9]* sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again)")))
+      << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 2400 requests")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "kvcheck: 2400 operations on 8 keys: linearizable"));
+}
+
+// NOPaxos gap agreement, forced: the last client dies holding a sequence number (before its
+// segment reached any replica). The gap becomes a NO-OP, the service goes on without the client
+// and the replicas agree; every history, the dead client's journal included, is linearizable.
+TEST_P(KvCluster, NOPaxosGapAgreementSurvivesAClientDyingHoldingASequenceNumber) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  const std::string kv = std::string(DFI_BINARY) +
+                         " kv bench --protocol nopaxos --replicas 3 --threads 1 --window 4 --keys 8 --reads 0.6"
+                         " --seconds 2 --rate 2000 --gap-timeout-ms 300 --fault kill --fault-segment 30 --history " +
+                         dir_ + " --no-progress";
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto run = run_cluster(5, GetParam(), {"/bin/sh", "-c", seam_victim(4, kv)}, options);
+  EXPECT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.err, "kv bench: test fault: the last client dies holding sequence number")) << run.all();
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: [1-9][0-9]* sequence number\(s\) became NO-OPs)")))
+      << run.all();
+  EXPECT_TRUE(contains(run.out, "the service ended in view 0; rank(s) 4 died")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
+  EXPECT_FALSE(contains(run.all(), "error")) << run.all();
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/kv-4-0.journal"));
+  EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
 }
 
 // Multi-Paxos, both followers of three killed: no majority is left, and every rank still running

@@ -1,5 +1,7 @@
 #include "dfi/apps/kv/bench.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -7,6 +9,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
 #include <optional>
 #include <random>
@@ -94,6 +97,7 @@ class LatencyHistogram {
 
 struct ClientResult {
   std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0;
+  std::uint64_t resent = 0, stale = 0;  // NOPaxos: requests sent again, stale leader replies
   double seconds = 0;
   std::uint64_t longest_wait_ns = 0;  // the longest time without a completion (a view change)
   LatencyHistogram latency;
@@ -120,7 +124,29 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
                 ClientResult& result) {
   try {
     fabric::Worker worker(node.fabric(), "kv-client-" + std::to_string(thread));
-    Client client(node, worker, o.service, thread);
+    ServiceOptions service = o.service;
+    const std::vector<flow::SourceRef> clients = client_threads(service, node.size());
+    if (o.fault != BenchOptions::Fault::none && clients.back().rank == node.rank() && clients.back().thread == thread) {
+      service.on_sequence = [&o, &worker, taken = std::uint64_t{0}](std::uint64_t sequence) mutable {
+        if (++taken != o.fault_segment) return;
+        std::fprintf(stderr, "kv bench: test fault: the last client %s sequence number %llu\n",
+                     o.fault == BenchOptions::Fault::kill ? "dies holding" : "delays",
+                     static_cast<unsigned long long>(sequence));
+        if (o.fault == BenchOptions::Fault::delay) {
+          std::this_thread::sleep_for(o.fault_delay);
+          return;
+        }
+        // Let this worker's operations complete first (UCX 1.13 over TCP aborts a process that
+        // serves an emulated operation of a peer that just died), then die.
+        for (auto until = Clock::now() + std::chrono::milliseconds(50); Clock::now() < until;) {
+          worker.progress();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ::raise(SIGKILL);
+        std::abort();
+      };
+    }
+    Client client(node, worker, service, thread);
     const std::uint64_t index = client.index();
     std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + index + 1);
     std::uniform_int_distribution<std::uint64_t> uniform_key(0, o.keys - 1);
@@ -208,6 +234,8 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     client.close().throw_if_error();
+    result.resent = client.resent();
+    result.stale = client.stale_replies();
   } catch (const std::exception& e) {
     result.error = e.what();
   }
@@ -227,9 +255,10 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
   std::uint64_t ops = 0, gets = 0, puts = 0, dels = 0, clients = 0, longest_wait = 0;
   double rate = 0;
   LatencyHistogram latency;
+  std::uint64_t resent = 0, stale = 0;
   struct Replica {
     int rank;
-    std::uint64_t writes, reads, rounds, slots, keys, digest, answered, view;
+    std::uint64_t writes, reads, rounds, slots, keys, digest, answered, view, noops;
   };
   std::vector<Replica> replicas;
   std::vector<int> dead;
@@ -244,13 +273,13 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
     if (kind == "r") {
       Replica r{};
       r.rank = static_cast<int>(rank);
-      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest >> r.answered >> r.view;
+      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest >> r.answered >> r.view >> r.noops;
       replicas.push_back(r);
     } else {
-      std::uint64_t n = 0, g = 0, p = 0, d = 0, c = 0, w = 0;
+      std::uint64_t n = 0, g = 0, p = 0, d = 0, c = 0, w = 0, re = 0, st = 0;
       double r = 0;
-      in >> n >> g >> p >> d >> c >> r >> w;
-      ops += n, gets += g, puts += p, dels += d, clients += c, rate += r;
+      in >> n >> g >> p >> d >> c >> r >> w >> re >> st;
+      ops += n, gets += g, puts += p, dels += d, clients += c, rate += r, resent += re, stale += st;
       longest_wait = std::max(longest_wait, w);
       latency.decode_add(in);
     }
@@ -274,22 +303,32 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
     for (int r : dead) out << ' ' << r;
     out << " died; the longest wait of a client for a completion: " << fmt_us(longest_wait) << "\n";
   }
-  // Every request a client completed was answered by a leader; with a dead rank, some of those
-  // answers are in its lost report.
+  if (first.noops != 0 || resent != 0) {
+    out << "kv: gap agreement: " << first.noops << " sequence number(s) became NO-OPs; the clients sent " << resent
+        << " request(s) again\n";
+  }
+  // Every request a client completed was answered by a leader, and so was every copy of a request
+  // sent again that the leader executed before the copy the client took (NOPaxos); with a dead
+  // rank, some of those answers are in its lost report.
   std::uint64_t answered = 0;
   for (const Replica& r : replicas) answered += r.answered;
-  if (dead.empty() && answered != ops) {
-    err << "kv bench: the leaders answered " << answered << " requests, the clients completed " << ops << "\n";
+  if (dead.empty() && answered != ops + stale) {
+    err << "kv bench: the leaders answered " << answered << " requests, the clients completed " << ops << " and ignored "
+        << stale << " answer(s) to older copies\n";
     status = 1;
   }
   for (const Replica& r : replicas) {
-    if (r.slots != first.slots || r.keys != first.keys || r.digest != first.digest || r.view != first.view) {
+    if (r.slots != first.slots || r.keys != first.keys || r.digest != first.digest || r.view != first.view ||
+        r.noops != first.noops) {
       err << "kv bench: replica rank " << r.rank << " applied " << r.slots << " slots (" << r.keys << " keys, digest "
-          << r.digest << ", view " << r.view << "), replica rank " << first.rank << " " << first.slots << " ("
-          << first.keys << " keys, digest " << first.digest << ", view " << first.view << ")\n";
+          << r.digest << ", view " << r.view << ", " << r.noops << " NO-OPs), replica rank " << first.rank << " "
+          << first.slots << " (" << first.keys << " keys, digest " << first.digest << ", view " << first.view << ", "
+          << first.noops << " NO-OPs)\n";
       status = 1;
     }
   }
+  summary.noops = first.noops;
+  summary.resent = resent;
   summary.requests = ops;
   summary.clients = clients;
   summary.requests_per_second = rate;
@@ -321,7 +360,7 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
       const ReplicaStats r = run_replica(node, o.service);
       std::ostringstream line;
       line << "r " << r.writes << ' ' << r.reads << ' ' << r.rounds << ' ' << r.slots << ' ' << r.keys << ' ' << r.digest
-           << ' ' << r.answered << ' ' << r.view;
+           << ' ' << r.answered << ' ' << r.view << ' ' << r.noops;
       report = line.str();
     } catch (const Error& e) {
       failure = e.what();
@@ -359,12 +398,14 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
       if (!r.error.empty() && failure.empty()) failure = r.error;
       total.longest_wait_ns = std::max(total.longest_wait_ns, r.longest_wait_ns);
       total.ops += r.ops, total.gets += r.gets, total.puts += r.puts, total.dels += r.dels;
+      total.resent += r.resent, total.stale += r.stale;
       if (r.seconds > 0) rate += static_cast<double>(r.ops) / r.seconds;
       total.latency.merge(r.latency);
     }
     std::ostringstream line;
     line << "c " << total.ops << ' ' << total.gets << ' ' << total.puts << ' ' << total.dels << ' ' << threads << ' '
-         << rate << ' ' << total.longest_wait_ns << total.latency.encode();
+         << rate << ' ' << total.longest_wait_ns << ' ' << total.resent << ' ' << total.stale
+         << total.latency.encode();
     report = line.str();
   }
   if (!failure.empty()) {

@@ -1,7 +1,10 @@
 #include "dfi/apps/kv/client.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/deadline.hpp"
@@ -23,20 +26,26 @@ constexpr std::chrono::milliseconds kVerdictWait{3000};
 }
 
 struct Client::State {
-  // A request of the window. Multi-Paxos and unreplicated: one reply completes and frees it.
-  // NOPaxos: it completes with the leader's reply and replicas/2 followers'; its place in the
-  // window is held until every replica answered, so that no replica's rings can hold more than
+  // A request of the window, at place seq % window: request s + window is sent only once s's
+  // place is free, so a replica's client table can keep one place per request (service.cpp).
+  // Multi-Paxos and unreplicated: one reply completes and frees it. NOPaxos: it completes with
+  // the leader's reply and replicas/2 followers' to the same copy (epoch); its place in the window
+  // is held until every replica answered that copy, so that no replica's rings can hold more than
   // `window` of this client's requests or replies (a slow follower slows the client instead of
-  // filling a ring that the client, blocked on it, would never drain).
+  // filling a ring that the client, blocked on it, would never drain). A request without its
+  // majority retry_timeout after it was sent is sent again as a new copy (its slot may have
+  // become a NO-OP in gap agreement, which no replica tells the client); answers to older copies
+  // are stale and ignored.
   struct Entry {
     std::uint64_t seq = 0;
     std::uint64_t key = 0;
     Op op = Op::get;
     bool used = false;
     bool completed = false;   // the replies that complete it arrived
-    bool handed_out = false;  // poll() returned it
     bool leader = false;      // the leader's reply arrived (its result is in `reply`)
-    std::size_t answers = 0;  // replies so far
+    std::size_t answers = 0;  // replies to the current copy so far
+    std::uint32_t epoch = 0;  // NOPaxos: the current copy (Request::pad)
+    std::chrono::steady_clock::time_point sent{};  // NOPaxos: when the current copy was flushed
     Reply reply{};
     Request request{};        // sent again in a new view until answered
   };
@@ -54,6 +63,7 @@ struct Client::State {
         view(detail::first_view(options)),
         entries(options.window),
         ready(options.window) {
+    overdue.reserve(options.window);
     try {
       open_flows();
     } catch (const Error& e) {
@@ -79,6 +89,7 @@ struct Client::State {
       flow::ReplicateSourceOptions s;
       s.expected_schema = request_schema();
       s.open_timeout = o.timeout;
+      s.on_sequence = o.on_sequence;
       multicast.emplace(node, worker, names.requests, thread, s);
     } else {
       flow::SourceOptions s;
@@ -162,8 +173,13 @@ struct Client::State {
   Status consume_replies() {
     const Deadline deadline(o.timeout);
     for (;;) {
-      Status c = replies->consume(batch, nopaxos ? o.timeout : kReplySlice);
+      Status c = replies->consume(batch, kReplySlice);
+      if (nopaxos) {
+        // Once per batch (or quiet slice): the copies that got no majority in time go again.
+        if (Status r = resend_overdue(); !r) return r;
+      }
       if (c) return c;
+      if (c.code() == Errc::timeout && nopaxos && !deadline.expired()) continue;
       if (c.code() == Errc::timeout && !nopaxos) {
         // Quiet: the replicas may have moved to a new view without us (a follower died).
         if (detail::view_broken(node, view)) {
@@ -195,52 +211,106 @@ struct Client::State {
     }
     const Reply& reply = batch.as<Reply>()[next_reply++];
     if (reply.status == static_cast<std::uint32_t>(ReplyStatus::ack)) return take_ack(reply);
-    for (Entry& e : entries) {
-      if (!e.used || e.seq != reply.seq) continue;
-      ++e.answers;
-      if (batch.source == 0) {  // the leader (rank 0) is source 0 of the replies flow
-        e.leader = true;
-        e.reply = reply;
+    Entry& e = entries[reply.seq % entries.size()];
+    if (!e.used || e.seq != reply.seq || e.epoch != reply.epoch) [[unlikely]] {
+      if (nopaxos && e.used && e.seq == reply.seq) {  // to an older copy: the newer one is answered too
+        ++stale;
+        return {};
       }
-      booked(e);
-      return {};
+      return error(Errc::protocol, "reply to request " + std::to_string(reply.seq) + " (copy " +
+                                       std::to_string(reply.epoch) + "), which is not outstanding, on flow '" +
+                                       names.replies + "'");
     }
-    return error(Errc::protocol, "reply to request " + std::to_string(reply.seq) + ", which is not outstanding, on flow '" +
-                                     names.replies + "'");
+    ++e.answers;
+    if (batch.source == 0) {  // the leader (rank 0) is source 0 of the replies flow
+      e.leader = true;
+      e.reply = reply;
+    }
+    booked(e);
+    return {};
   }
 
   // A NOPaxos follower's acknowledgement of requests seq-pad+1 .. seq (one segment of ours).
+  // Acknowledgements of an older copy are stale: the follower answers the newer one too.
   Status take_ack(const Reply& ack) {
-    const std::uint64_t first = ack.seq + 1 - ack.pad;
-    std::size_t found = 0;
-    for (Entry& e : entries) {
-      if (!e.used || e.seq < first || e.seq > ack.seq) continue;
-      ++found;
-      ++e.answers;
-      booked(e);
-    }
-    if (found != ack.pad || batch.source == 0) {
+    const std::uint64_t first = ack.seq + 1 - ack.count;
+    if (ack.count == 0 || ack.count > entries.size() || batch.source == 0 || !nopaxos) [[unlikely]] {
       return error(Errc::protocol, "acknowledgement of requests " + std::to_string(first) + " .. " +
                                        std::to_string(ack.seq) + " from replica " + std::to_string(batch.source) +
-                                       " of which " + std::to_string(found) + " are outstanding, on flow '" +
-                                       names.replies + "'");
+                                       " on flow '" + names.replies + "'");
+    }
+    for (std::uint64_t seq = first; seq <= ack.seq; ++seq) {
+      Entry& e = entries[seq % entries.size()];
+      if (!e.used || e.seq != seq || e.epoch != ack.epoch) continue;
+      ++e.answers;
+      booked(e);
     }
     return {};
   }
 
-  // After an answer to `e`: completes it (to `ready`) once the leader and enough replicas
-  // answered, frees its place once it was handed out and every replica answered.
+  // NOPaxos: stamps the requests flushed now (seqs flushed_seq .. next_seq-1) with the time.
+  void stamp_flushed() {
+    const auto now = std::chrono::steady_clock::now();
+    for (; flushed_seq < next_seq; ++flushed_seq) {
+      Entry& e = entries[flushed_seq % entries.size()];
+      if (e.used && e.seq == flushed_seq) e.sent = now;
+    }
+  }
+
+  // NOPaxos: sends every request whose last copy the leader did not answer within retry_timeout
+  // again, as a new copy (epoch), in runs of consecutive numbers (a follower acknowledges a
+  // segment as a range). Looks at most four times per retry_timeout.
+  Status resend_overdue() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_scan < o.retry_timeout / 4) return {};
+    last_scan = now;
+    overdue.clear();
+    for (const Entry& e : entries) {
+      // The leader answers only a copy it holds, which is never made a NO-OP: the followers
+      // will answer that copy too.
+      if (e.used && !e.leader && e.seq < flushed_seq && now - e.sent >= o.retry_timeout) overdue.push_back(e.seq);
+    }
+    if (overdue.empty()) return {};
+    std::sort(overdue.begin(), overdue.end());
+    // What submit() buffered goes out first, as the copies it is.
+    if (unflushed) {
+      unflushed = false;
+      if (Status f = flush_requests(); !f) return f;
+      stamp_flushed();
+    }
+    ++epoch;
+    for (std::size_t i = 0; i < overdue.size(); ++i) {
+      Entry& e = entries[overdue[i] % entries.size()];
+      e.epoch = epoch;
+      e.request.pad = epoch;
+      e.answers = 0;
+      e.leader = false;
+      e.sent = now;
+      if (Status p = push(e.request); !p) return p;
+      ++resent;
+      if (i + 1 == overdue.size() || overdue[i + 1] != overdue[i] + 1) {
+        if (Status f = flush_requests(); !f) return f;
+      }
+    }
+    return {};
+  }
+
+  // After an answer to `e`: completes it once the leader and enough replicas answered (its
+  // completion joins `ready`), frees its place once every replica answered (Multi-Paxos and
+  // unreplicated: at once). A completion waits in `ready` without holding a place, so a submit
+  // that waits for its place always waits for an answer still to come.
   void booked(Entry& e) {
     if (!e.completed && e.leader && e.answers >= answers_needed) {
       e.completed = true;
-      ready.push_back(static_cast<std::size_t>(&e - entries.data()));
+      Completion done;
+      done.seq = e.seq;
+      done.op = e.op;
+      done.key = e.key;
+      done.found = e.op == Op::put || e.reply.status == static_cast<std::uint32_t>(ReplyStatus::ok);
+      done.value = e.reply.value;
+      ready.push_back(done);
     }
-    release_if_done(e);
-  }
-
-  // Frees the entry's place once it was handed out and every replica answered.
-  void release_if_done(Entry& e) {
-    if (e.handed_out && e.answers == answers_all) {
+    if (e.completed && e.answers == answers_all) {
       e.used = false;
       --held;
     }
@@ -262,10 +332,16 @@ struct Client::State {
   std::optional<flow::ReplicateSource> multicast;   // NOPaxos
   std::optional<flow::ShuffleTarget> replies;
   std::vector<Entry> entries;  // the window
-  detail::Fifo<std::size_t> ready;  // completed entries not handed out yet, oldest first
+  detail::Fifo<Completion> ready;  // completions not handed out yet, oldest first
   std::size_t outstanding = 0;  // submitted, not handed out
   std::size_t held = 0;         // places of the window in use
   std::uint64_t next_seq = 1;
+  std::uint64_t flushed_seq = 1;  // NOPaxos: the first request not flushed yet
+  std::uint32_t epoch = 0;        // NOPaxos: copies sent again so far
+  std::uint64_t resent = 0;       // NOPaxos: requests sent again
+  std::uint64_t stale = 0;        // NOPaxos: leader replies to older copies, ignored
+  std::chrono::steady_clock::time_point last_scan{};
+  std::vector<std::uint64_t> overdue;  // resend_overdue's list (capacity: the window)
   bool unflushed = false;
   bool closed = false;
   flow::TupleBatch batch;   // replies consumed, booked one at a time
@@ -296,6 +372,8 @@ Client::~Client() {
 }
 
 std::size_t Client::outstanding() const noexcept { return state_->outstanding; }
+std::uint64_t Client::resent() const noexcept { return state_->resent; }
+std::uint64_t Client::stale_replies() const noexcept { return state_->stale; }
 std::size_t Client::index() const noexcept { return state_->index; }
 
 Status Client::submit(Op op, std::uint64_t key, const Value* value, std::uint64_t& seq) {
@@ -306,23 +384,22 @@ Status Client::submit(Op op, std::uint64_t key, const Value* value, std::uint64_
     if (s.outstanding == s.entries.size()) why = "window of " + std::to_string(s.entries.size()) + " requests full";
     return s.error(Errc::invalid_argument, why);
   }
-  // NOPaxos: a handed-out request holds its place until the last replica answered.
-  while (s.held == s.entries.size()) {
+  // Request s takes place s % window once request s - window has left it (NOPaxos: a
+  // handed-out request holds its place until the last replica answered).
+  State::Entry& e = s.entries[s.next_seq % s.entries.size()];
+  while (e.used) {
     if (Status f = flush(); !f) return f;
     if (Status t = s.take_reply(); !t) return t;
   }
-  Request r{.client = s.index, .seq = s.next_seq++, .key = key, .op = static_cast<std::uint32_t>(op)};
+  Request r{.client = s.index, .seq = s.next_seq++, .key = key, .op = static_cast<std::uint32_t>(op), .pad = s.epoch};
   if (op == Op::put && value != nullptr) r.value = *value;
-  for (State::Entry& e : s.entries) {
-    if (e.used) continue;
-    e = {};
-    e.seq = r.seq;
-    e.key = key;
-    e.op = op;
-    e.used = true;
-    e.request = r;
-    break;
-  }
+  e = {};
+  e.seq = r.seq;
+  e.key = key;
+  e.op = op;
+  e.used = true;
+  e.epoch = s.epoch;
+  e.request = r;
   ++s.outstanding;
   ++s.held;
   s.unflushed = true;
@@ -337,6 +414,7 @@ Status Client::flush() {
   if (!s.unflushed) return {};
   s.unflushed = false;
   if (Status f = s.flush_requests(); !f) return s.recover(f);
+  if (s.nopaxos) s.stamp_flushed();
   return {};
 }
 
@@ -347,16 +425,9 @@ Status Client::poll(Completion& done) {
   while (s.ready.empty()) {
     if (Status t = s.take_reply(); !t) return t;
   }
-  State::Entry& e = s.entries[s.ready.front()];
+  done = s.ready.front();
   s.ready.pop_front();
-  done.seq = e.seq;
-  done.op = e.op;
-  done.key = e.key;
-  done.found = e.op == Op::put || e.reply.status == static_cast<std::uint32_t>(ReplyStatus::ok);
-  done.value = e.reply.value;
-  e.handed_out = true;
   --s.outstanding;
-  s.release_if_done(e);
   return {};
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <span>
@@ -58,6 +59,8 @@ flow::Schema reply_schema() {
   return flow::Schema({{"client", Type::uint64},
                        {"seq", Type::uint64},
                        {"status", Type::uint32},
+                       {"count", Type::uint32},
+                       {"epoch", Type::uint32},
                        {"pad", Type::uint32},
                        {"value", Type::chars, kValueBytes}});
 }
@@ -108,6 +111,10 @@ void check_options(const ServiceOptions& o, int cluster_size) {
   if (o.window < 1 || o.window > 4096) throw bad("window must be 1 .. 4096 (got " + std::to_string(o.window) + ")");
   if (o.max_rounds_in_flight < 1) throw bad("rounds in flight must be at least 1");
   if (o.round_requests < 1) throw bad("round requests must be at least 1");
+  if (o.gap_timeout.count() < 1 || o.retry_timeout.count() < 1) {
+    throw bad("the gap and retry timeouts must be at least 1 ms (got " + std::to_string(o.gap_timeout.count()) +
+              " and " + std::to_string(o.retry_timeout.count()) + ")");
+  }
 }
 
 void create_service(cluster::Node& node, const ServiceOptions& o) {
@@ -162,51 +169,58 @@ bool is_write(std::uint32_t op) {
   return op == static_cast<std::uint32_t>(Op::put) || op == static_cast<std::uint32_t>(Op::del);
 }
 
-// Which writes of every client were applied, and the result of each of its last `window`
-// writes: a write that a client sends again after a view change (its reply was lost with the
-// old view) is applied once and answered with the result of its first application. A client's
-// writes are applied in the order of their numbers (one ring carries them in a view, and it
-// sends them again in that order), so one number per client tells which were applied.
+// Which writes of every client were applied, and the result of each: one place per client and
+// request number modulo `window`, holding the number of the last write applied there and whether
+// it found its key. A write sent again — after a view change (its reply was lost with the old
+// view), or (NOPaxos) after its slot became a NO-OP — is applied once and answered with the
+// result of its first application, even when later writes of its client were applied before it.
+// A place is safe to reuse: a client numbers its requests consecutively and sends number
+// s + window only after every copy of s was answered (client.cpp), and copies of one client's
+// requests reach a replica in the order they were sent (one ring per view and client; a log
+// proposed again keeps its order), so no copy of s arrives after s + window was applied.
 class ClientTable {
  public:
   ClientTable(std::size_t clients, std::size_t window)
-      : window_(window), last_(clients, 0), missing_(clients * window, 0) {}
+      : window_(window), seq_(clients * window, 0), missing_(clients * window, 0) {}
 
-  bool applied(const Request& r) const { return r.seq <= last_[r.client]; }
+  bool applied(const Request& r) const { return seq_[place(r.client, r.seq)] == r.seq; }
   // The reply status of the applied write `r`.
   std::uint32_t status(const Request& r) const {
-    return static_cast<std::uint32_t>(missing_[slot(r.client, r.seq)] != 0 ? ReplyStatus::not_found : ReplyStatus::ok);
+    return static_cast<std::uint32_t>(missing_[place(r.client, r.seq)] != 0 ? ReplyStatus::not_found : ReplyStatus::ok);
   }
   void record(const Request& r, bool not_found) {
-    last_[r.client] = r.seq;
-    missing_[slot(r.client, r.seq)] = not_found ? 1 : 0;
+    seq_[place(r.client, r.seq)] = r.seq;
+    missing_[place(r.client, r.seq)] = not_found ? 1 : 0;
   }
 
-  std::size_t clients() const noexcept { return last_.size(); }
+  std::size_t clients() const noexcept { return seq_.size() / window_; }
   std::size_t window() const noexcept { return window_; }
-  std::uint64_t last(std::size_t client) const { return last_[client]; }
-  // Results of client `c` in chunks of kValueBytes * 8 bits (the state transfer of a new view).
-  static constexpr std::size_t kBitsPerChunk = kValueBytes * 8;
-  std::size_t chunks() const noexcept { return (window_ + kBitsPerChunk - 1) / kBitsPerChunk; }
-  Value chunk(std::size_t c, std::size_t chunk) const {
-    Value bits{};
-    for (std::size_t i = 0; i < kBitsPerChunk && chunk * kBitsPerChunk + i < window_; ++i) {
-      if (missing_[c * window_ + chunk * kBitsPerChunk + i] != 0) bits[i / 8] = static_cast<char>(bits[i / 8] | (1 << (i % 8)));
+  // The state transfer of a new view moves the places of client `c` in chunks of 8: their
+  // numbers in `seqs` (8 x 8 bytes), their results in the low 8 bits of `bits`.
+  static constexpr std::size_t kPlacesPerChunk = kValueBytes / sizeof(std::uint64_t);
+  std::size_t chunks() const noexcept { return (window_ + kPlacesPerChunk - 1) / kPlacesPerChunk; }
+  void chunk(std::size_t c, std::size_t chunk, Value& seqs, std::uint64_t& bits) const {
+    seqs = {};
+    bits = 0;
+    for (std::size_t i = 0; i < kPlacesPerChunk && chunk * kPlacesPerChunk + i < window_; ++i) {
+      const std::size_t at = c * window_ + chunk * kPlacesPerChunk + i;
+      std::memcpy(seqs.data() + i * sizeof(std::uint64_t), &seq_[at], sizeof(std::uint64_t));
+      if (missing_[at] != 0) bits |= std::uint64_t{1} << i;
     }
-    return bits;
   }
-  void load(std::size_t c, std::uint64_t last, std::size_t chunk, const Value& bits) {
-    last_[c] = last;
-    for (std::size_t i = 0; i < kBitsPerChunk && chunk * kBitsPerChunk + i < window_; ++i) {
-      missing_[c * window_ + chunk * kBitsPerChunk + i] = (bits[i / 8] >> (i % 8)) & 1;
+  void load(std::size_t c, std::size_t chunk, const Value& seqs, std::uint64_t bits) {
+    for (std::size_t i = 0; i < kPlacesPerChunk && chunk * kPlacesPerChunk + i < window_; ++i) {
+      const std::size_t at = c * window_ + chunk * kPlacesPerChunk + i;
+      std::memcpy(&seq_[at], seqs.data() + i * sizeof(std::uint64_t), sizeof(std::uint64_t));
+      missing_[at] = static_cast<std::uint8_t>((bits >> i) & 1);
     }
   }
 
  private:
-  std::size_t slot(std::uint64_t client, std::uint64_t seq) const { return client * window_ + seq % window_; }
+  std::size_t place(std::uint64_t client, std::uint64_t seq) const { return client * window_ + seq % window_; }
 
   std::size_t window_;
-  std::vector<std::uint64_t> last_;
+  std::vector<std::uint64_t> seq_;
   std::vector<std::uint8_t> missing_;
 };
 
@@ -242,7 +256,7 @@ struct ReplicaState {
 enum StateOp : std::uint32_t {
   kStateBegin = 10,   // key: the leader's applied slot
   kStatePair = 11,    // key, value: one pair of its store
-  kStateClient = 12,  // client, seq (its last applied write), key (chunk), value (result bits)
+  kStateClient = 12,  // client, key (chunk), value (8 places' numbers), seq (their results: ClientTable::chunk)
   kStateEnd = 13,     // key: the applied slot again
 };
 
@@ -253,6 +267,17 @@ flow::SourceOptions source_options(const flow::Schema& schema, const ServiceOpti
   options.expected_schema = schema;
   options.open_timeout = o.timeout;
   return options;
+}
+
+// The leader's end of the accept flow, and a follower's.
+flow::ReplicateSourceOptions accept_source_options(const ServiceOptions& o) {
+  flow::ReplicateSourceOptions options;
+  options.expected_schema = accept_schema();
+  options.open_timeout = o.timeout;
+  return options;
+}
+flow::ReplicateTargetOptions accept_target_options(const ServiceOptions& o, fabric::Worker& worker) {
+  return {.expected_schema = accept_schema(), .open_timeout = o.timeout, .worker = &worker};
 }
 
 // How long a replica or client waits for the failure detector to confirm that a flow call which
@@ -301,10 +326,7 @@ class Leader {
     replies_.drop_for_dead_targets();
     if (paxos_) {
       accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
-      flow::ReplicateSourceOptions options;
-      options.expected_schema = accept_schema();
-      options.open_timeout = o.timeout;
-      accept_.emplace(node, worker_, names_.accept, 0, options);
+      accept_.emplace(node, worker_, names_.accept, 0, accept_source_options(o));
       follower_round_.assign(view.followers.size(), 0);
       scratch_ = follower_round_;
     }
@@ -387,9 +409,8 @@ class Leader {
         a.request = {};
         a.request.op = kStateClient;
         a.request.client = c;
-        a.request.seq = state_.table.last(c);
         a.request.key = chunk;
-        a.request.value = state_.table.chunk(c, chunk);
+        state_.table.chunk(c, chunk, a.request.value, a.request.seq);
         push_accept(a);
       }
     }
@@ -588,8 +609,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
   const auto me = std::find(view.followers.begin(), view.followers.end(), node.rank());
   const auto follower = static_cast<std::uint64_t>(me - view.followers.begin());
   fabric::Worker worker(node.fabric(), "kv-follower");
-  flow::ReplicateTarget accept(node, names.accept, 0,
-                               {.expected_schema = accept_schema(), .open_timeout = o.timeout, .worker = &worker});
+  flow::ReplicateTarget accept(node, names.accept, 0, accept_target_options(o, worker));
   flow::ShuffleSource accepted(node, worker, names.accepted, 0, source_options(accepted_schema(), o));
   // Left before its end (a broken view, an error): no end of stream (see ~Leader).
   struct Abandon {
@@ -647,7 +667,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
             if (!staged_table || r.client >= staged_table->clients() || r.key >= staged_table->chunks()) {
               malformed("client state of client " + std::to_string(r.client));
             }
-            staged_table->load(r.client, r.seq, r.key, r.value);
+            staged_table->load(r.client, r.key, r.value, r.seq);
             break;
           case kStateEnd:
             if (!staged_store || r.key != staged_applied) malformed("end of a state that did not begin");
@@ -741,88 +761,604 @@ ReplicaStats run_paxos_replica(cluster::Node& node, const ServiceOptions& o) {
   return stats;
 }
 
-// A NOPaxos replica (every rank 0 .. replicas-1; rank 0 leads) on the calling thread: consumes the
-// requests in the ordered flow's global order, applies every write, and answers every request:
-// the leader with its result, a follower with an acknowledgement.
-ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o, const Names& names) {
-  const bool leader = node.rank() == 0;
-  const std::size_t clients = client_threads(o, node.size()).size();
-  fabric::Worker worker(node.fabric(), "kv-replica");
-  flow::ReplicateTarget requests(node, names.requests, 0,
-                                 {.expected_schema = request_schema(), .open_timeout = o.timeout, .worker = &worker});
-  flow::ShuffleSource replies(node, worker, names.replies, 0, source_options(reply_schema(), o));
-  auto check = [&](const Status& s, const char* action, const std::string& flow) {
-    cluster::check_call(s, kKind, o.name, node.rank(), action, flow);
-  };
-  Store store;
-  ReplicaStats stats;
-  std::uint64_t next_sequence = 1;
-  for (;;) {
-    flow::ReplicateBatch batch;
-    Status s = requests.consume(batch, o.timeout);
-    if (s.code() == Errc::timeout) continue;  // the clients are quiet; a dead peer is peer_failed
-    check(s, "consume from", names.requests);
-    if (batch.end) break;
-    if (batch.gap()) {
-      throw Error(Errc::gap, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
-                                 "): sequence numbers " + std::to_string(batch.sequence) + " .. " +
-                                 std::to_string(batch.sequence + batch.gap_count - 1) + " of flow '" +
-                                 names.requests + "' reached no replica (NOPaxos gap agreement is not built yet)");
+// One request of a NOPaxos replica's log, with the sequence number (the slot) it arrived in. The
+// leader keeps the slots a follower may still ask for (a NO-OP slot as one entry with op 0); a
+// follower keeps its writes until the leader declares their slots decided (kGapSync).
+struct SlotRequest {
+  std::uint64_t slot = 0;
+  Request request;  // op 0: a NO-OP
+};
+
+// Sequence numbers between two kGapSync of the leader (it also sends one when it is idle).
+constexpr std::uint64_t kSyncEvery = 64;
+
+// A NOPaxos replica of view 0 (every rank 0 .. replicas-1; rank 0 leads), on the calling thread.
+//
+// Normal case: every replica consumes the requests in the ordered flow's one global order (the
+// sequence number of a segment is its log slot). The leader executes each request and sends its
+// result; a follower logs the writes and acknowledges each segment with one tuple. A client
+// completes a request with the leader's answer and replicas/2 followers' (a majority, see
+// client.cpp).
+//
+// Gap agreement (Li et al., OSDI 2016, §5.2.3), on the accept / accepted flows of Multi-Paxos:
+//  - The leader, on a gap at sequence number n (a client died holding it, or its segment came
+//    too late — the flow reports the same gap wherever the segment reached no replica), commits
+//    a NO-OP for n: it sends kGapCommit(n) to the followers and consumes nothing after n until
+//    replicas/2 of them answered kGapCommitted(n) (with itself a majority).
+//  - A follower with a gap at n asks the leader (kGapAt(n)) and consumes nothing after n until
+//    the leader decides: kGapCommit(n), or kGapFill(n) with the leader's requests of n (the
+//    segment reached the leader and not this follower: the leader keeps it). It never skips n.
+//  - A follower that holds n and receives kGapCommit(n) replaces n with a NO-OP; one that has
+//    not reached n yet keeps the decision and applies it when it gets there. It answers
+//    kGapCommitted(n) once it holds every number up to n.
+//  - A follower applies its writes only up to the leader's kGapSync(n) (every number up to n is
+//    decided: the leader sent each kGapCommit before it), so no write it applied is ever
+//    replaced. Its kGapSynced answer tells the leader which slots it may forget.
+// The leader never answers a request of a NO-OP slot (it did not have it); a client whose
+// request got no majority within retry_timeout sends it again (client.cpp), and the client
+// table applies every write once.
+//
+// A dead client ends its stream of the requests flow (its missing numbers become gaps) and its
+// replies are dropped; a dead replica ends the run with an error naming it (no view change yet).
+class NopaxosReplica {
+ public:
+  NopaxosReplica(cluster::Node& node, const ServiceOptions& o)
+      : node_(node),
+        o_(o),
+        view_(detail::first_view(o)),
+        names_(o.name, view_.number),
+        leader_(node.rank() == view_.leader),
+        clients_(client_threads(o, node.size()).size()),
+        table_(clients_, o.window),
+        worker_(node.fabric(), "kv-replica"),
+        requests_(node, names_.requests, 0,
+                  {.expected_schema = request_schema(), .open_timeout = o.timeout, .worker = &worker_}),
+        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(), o)) {
+    // A client that dies is its own loss: its replies are dropped (its requests stream ends).
+    replies_.drop_for_dead_targets();
+    if (leader_) {
+      accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
+      accept_.emplace(node, worker_, names_.accept, 0, accept_source_options(o));
+      follower_synced_.assign(view_.followers.size(), 0);
+      follower_committed_.assign(view_.followers.size(), 0);
+    } else {
+      const auto me = std::find(view_.followers.begin(), view_.followers.end(), node.rank());
+      follower_ = static_cast<std::uint64_t>(me - view_.followers.begin());
+      decisions_.emplace(node, names_.accept, 0, accept_target_options(o, worker_));
+      answers_.emplace(node, worker_, names_.accepted, 0, source_options(accepted_schema(), o));
     }
-    if (batch.sequence != next_sequence) [[unlikely]] {
-      throw Error(Errc::protocol, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
-                                      "): sequence number " + std::to_string(batch.sequence) + " where " +
-                                      std::to_string(next_sequence) + " was due on flow '" + names.requests + "'");
+  }
+  // Left before its end (an error): no end of stream on its flows (see ~Leader).
+  ~NopaxosReplica() {
+    if (finished_) return;
+    replies_.abandon();
+    if (accept_) accept_->abandon();
+    if (answers_) answers_->abandon();
+  }
+  NopaxosReplica(const NopaxosReplica&) = delete;
+  NopaxosReplica& operator=(const NopaxosReplica&) = delete;
+
+  ReplicaStats run() {
+    if (leader_) {
+      lead();
+    } else {
+      follow();
     }
-    ++next_sequence;
-    const std::span<const Request> segment = batch.as<Request>();
+    finished_ = true;
+    stats_.slots = stats_.writes;
+    stats_.keys = store_.size();
+    stats_.digest = store_.digest();
+    return stats_;
+  }
+
+ private:
+  // ---- both roles ----
+
+  void check(const Status& s, const char* action, const std::string& flow) {
+    cluster::check_call(s, kKind, o_.name, node_.rank(), action, flow);
+  }
+
+  [[noreturn]] void malformed(const std::string& what, const std::string& flow) {
+    throw Error(Errc::protocol, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                    "): " + what + " on flow '" + flow + "'");
+  }
+
+  // Takes the result of try_consume on the requests flow: false when there is nothing to use
+  // (nothing there yet, or a client died: its ring ended and the flow goes on without it).
+  bool consumed(const Status& s) {
+    if (s) return true;
+    if (s.code() == Errc::retry) return false;
+    if (s.code() == Errc::peer_failed && !detail::view_broken(node_, view_)) return false;
+    check(s, "consume from", names_.requests);
+    return false;
+  }
+
+  // Sequence number n is due next; anything else is a broken flow.
+  void expect_next(std::uint64_t n) {
+    if (n != next_) [[unlikely]] {
+      malformed("sequence number " + std::to_string(n) + " where " + std::to_string(next_) + " was due",
+                names_.requests);
+    }
+  }
+
+  // A segment is one client's consecutive requests, sent as one copy (one epoch): the
+  // follower's acknowledgement covers them as a range.
+  void check_segment(std::span<const Request> segment, const std::string& flow) {
     for (std::size_t i = 0; i < segment.size(); ++i) {
       const Request& r = segment[i];
-      // A segment is one client's consecutive requests (the follower's acknowledgement covers
-      // them as a range).
-      if (r.client >= clients || r.op < 1 || r.op > 3 || r.client != segment[0].client ||
-          r.seq != segment[0].seq + i) [[unlikely]] {
-        throw Error(Errc::protocol, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
-                                        "): malformed request with client " + std::to_string(r.client) + ", seq " +
-                                        std::to_string(r.seq) + " and op " + std::to_string(r.op) + " on flow '" +
-                                        names.requests + "'");
+      if (r.client >= clients_ || r.op < 1 || r.op > 3 || r.client != segment[0].client ||
+          r.seq != segment[0].seq + i || r.pad != segment[0].pad) [[unlikely]] {
+        malformed("malformed request with client " + std::to_string(r.client) + ", seq " + std::to_string(r.seq) +
+                      ", copy " + std::to_string(r.pad) + " and op " + std::to_string(r.op),
+                  flow);
       }
-      Reply reply{.client = r.client, .seq = r.seq};
-      if (is_write(r.op)) {
-        const bool existed = store.apply(r);
-        if (r.op == static_cast<std::uint32_t>(Op::del) && !existed) {
-          reply.status = static_cast<std::uint32_t>(ReplyStatus::not_found);
+    }
+  }
+
+  // Applies write `r` once (a copy sent again finds its first result); its reply status.
+  std::uint32_t apply_write(const Request& r) {
+    if (table_.applied(r)) return table_.status(r);
+    const bool existed = store_.apply(r);
+    const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
+    table_.record(r, not_found);
+    ++stats_.writes;
+    return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
+  }
+
+  void flush_replies() {
+    if (!replied_) return;
+    check(replies_.flush(), "flush", names_.replies);
+    replied_ = false;
+  }
+
+  // ---- the leader ----
+
+  void lead() {
+    Backoff backoff(BackoffSettings::from_config(), 0x6e70);
+    for (;;) {
+      const bool served = serve_followers();
+      flow::ReplicateBatch batch;
+      if (!consumed(requests_.try_consume(batch))) {
+        // Idle: the followers may apply what is decided.
+        if (decided_ > synced_sent_) send_sync();
+        flush_replies();
+        if (served) {
+          backoff.reset();
+        } else {
+          backoff.pause();
         }
-        ++stats.writes;
-      } else if (leader) {
-        if (const Value* v = store.find(r.key)) {
+        continue;
+      }
+      backoff.reset();
+      if (batch.end) break;
+      if (batch.gap()) {
+        expect_next(batch.sequence);
+        for (std::uint64_t i = 0; i < batch.gap_count; ++i) commit_gap(batch.sequence + i);
+      } else {
+        execute(batch);
+      }
+      if (decided_ - synced_sent_ >= kSyncEvery) send_sync();
+      flush_replies();
+    }
+    // The end: the last sync, then the followers' questions until each has closed its answers.
+    if (decided_ > synced_sent_) send_sync();
+    const Deadline deadline(o_.timeout);
+    while (!accepted_->end()) {
+      if (serve_followers()) {
+        backoff.reset();
+        continue;
+      }
+      if ((backoff.rounds() & 255) == 255 && deadline.expired()) {
+        throw Error(Errc::timeout, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                       "): the followers did not close flow '" + names_.accepted + "' within " +
+                                       std::to_string(o_.timeout.count()) + " ms of the last request");
+      }
+      backoff.pause();
+    }
+    check(accept_->close(), "close", names_.accept);
+    check(replies_.close(), "close", names_.replies);
+  }
+
+  // Executes the segment due next and answers every request in it.
+  void execute(const flow::ReplicateBatch& batch) {
+    expect_next(batch.sequence);
+    const std::span<const Request> segment = batch.as<Request>();
+    check_segment(segment, names_.requests);
+    if (segment.empty()) [[unlikely]] held_.push_back({next_, Request{}});  // nothing to hold: as a NO-OP
+    for (const Request& r : segment) {
+      Reply reply{.client = r.client, .seq = r.seq, .status = 0, .count = 0, .epoch = r.pad, .pad = 0, .value = {}};
+      if (is_write(r.op)) {
+        reply.status = apply_write(r);
+      } else {
+        if (const Value* v = store_.find(r.key)) {
           reply.value = *v;
         } else {
           reply.status = static_cast<std::uint32_t>(ReplyStatus::not_found);
         }
-        ++stats.reads;
+        ++stats_.reads;
       }
-      if (leader) {
-        check(replies.push_to(r.client, &reply, sizeof reply), "push to", names.replies);
-        ++stats.answered;
+      check(replies_.push_to(r.client, &reply, sizeof reply), "push to", names_.replies);
+      ++stats_.answered;
+      held_.push_back({next_, r});
+    }
+    replied_ = true;
+    decided_ = next_++;
+    ++stats_.rounds;
+    if (!wanted_.empty()) [[unlikely]] answer_wanted();
+  }
+
+  // Gap agreement at sequence number n (due next), which the leader does not have: a NO-OP.
+  void commit_gap(std::uint64_t n) {
+    push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}});
+    check(accept_->flush(), "flush", names_.accept);
+    held_.push_back({n, Request{}});
+    decided_ = next_++;
+    ++stats_.noops;
+    if (!wanted_.empty()) answer_wanted();
+    // Nothing after n before a majority holds the NO-OP: the leader and replicas/2 followers.
+    const std::size_t need = static_cast<std::size_t>(o_.replicas / 2);
+    const Deadline deadline(o_.timeout);
+    Backoff backoff(BackoffSettings::from_config(), 0x6770);
+    for (;;) {
+      std::size_t have = 0;
+      for (std::uint64_t c : follower_committed_) have += c >= n ? 1 : 0;
+      if (have >= need) return;
+      if (serve_followers()) {
+        backoff.reset();
+        continue;
+      }
+      if ((backoff.rounds() & 255) == 255 && deadline.expired()) {
+        throw Error(Errc::timeout, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                       "): " + std::to_string(have) + " of the " + std::to_string(need) +
+                                       " followers needed answered the NO-OP of sequence number " + std::to_string(n) +
+                                       " on flow '" + names_.accepted + "' within " + std::to_string(o_.timeout.count()) +
+                                       " ms");
+      }
+      backoff.pause();
+    }
+  }
+
+  void push_decision(const Accept& a) { check(accept_->push(&a, sizeof a), "push to", names_.accept); }
+
+  // Every sequence number up to decided_ is decided: the followers may apply them.
+  void send_sync() {
+    push_decision({.view = view_.number, .round = kGapSync, .slot = decided_, .commit = 0, .request = {}});
+    check(accept_->flush(), "flush", names_.accept);
+    synced_sent_ = decided_;
+  }
+
+  // Takes the followers' answers and questions; true when there were any.
+  bool serve_followers() {
+    bool any = false;
+    bool pushed = false;
+    for (;;) {
+      flow::TupleBatch batch;
+      Status s = accepted_->try_consume(batch);
+      if (s.code() == Errc::retry) break;
+      check(s, "consume from", names_.accepted);
+      if (batch.empty()) break;  // every follower closed: the end
+      any = true;
+      for (const Accepted& a : batch.as<Accepted>()) {
+        if (a.view != view_.number || a.follower >= follower_synced_.size() || (a.slot == 0 && a.round != kGapSynced))
+            [[unlikely]] {
+          malformed("answer of follower " + std::to_string(a.follower) + " in view " + std::to_string(a.view) +
+                        " about sequence number " + std::to_string(a.slot),
+                    names_.accepted);
+        }
+        switch (a.round) {
+          case kGapAt: pushed |= answer_gap(a.slot); break;
+          case kGapCommitted:
+            follower_committed_[a.follower] = std::max(follower_committed_[a.follower], a.slot);
+            break;
+          case kGapSynced:
+            follower_synced_[a.follower] = std::max(follower_synced_[a.follower], a.slot);
+            forget_synced();
+            break;
+          default: malformed("answer " + std::to_string(a.round) + " of follower " + std::to_string(a.follower), names_.accepted);
+        }
       }
     }
-    if (!leader && !segment.empty()) {
+    if (pushed) check(accept_->flush(), "flush", names_.accept);
+    return any;
+  }
+
+  // A follower has a gap at n: sends the decision for n once the leader has made it (its
+  // requests of n, or the NO-OP again); true when it pushed one.
+  bool answer_gap(std::uint64_t n) {
+    if (n >= next_) {
+      wanted_.push_back(n);  // decided when the leader gets there
+      return false;
+    }
+    // held_ is in slot order: the first entry of slot n.
+    std::size_t lo = 0, hi = held_.size();
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi) / 2;
+      if (held_[mid].slot < n) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == held_.size() || held_[lo].slot != n) {
+      malformed("a follower asked for sequence number " + std::to_string(n) +
+                    ", which every follower had reported holding",
+                names_.accepted);
+    }
+    if (held_[lo].request.op == 0) {
+      push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}});
+      return true;
+    }
+    std::size_t count = 0;
+    while (lo + count < held_.size() && held_[lo + count].slot == n) ++count;
+    for (std::size_t i = 0; i < count; ++i) {
+      push_decision({.view = view_.number,
+                     .round = kGapFill,
+                     .slot = n,
+                     .commit = (static_cast<std::uint64_t>(count) << 32) | i,
+                     .request = held_[lo + i].request});
+    }
+    return true;
+  }
+
+  // The questions about numbers the leader has decided since they were asked.
+  void answer_wanted() {
+    bool pushed = false;
+    for (std::size_t i = 0; i < wanted_.size();) {
+      if (wanted_[i] < next_) {
+        pushed |= answer_gap(wanted_[i]);
+        wanted_[i] = wanted_.back();
+        wanted_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (pushed) check(accept_->flush(), "flush", names_.accept);
+  }
+
+  // Forgets the slots that every follower holds.
+  void forget_synced() {
+    const std::uint64_t all = *std::min_element(follower_synced_.begin(), follower_synced_.end());
+    while (!held_.empty() && held_.front().slot <= all) held_.pop_front();
+  }
+
+  // ---- a follower ----
+
+  void follow() {
+    Backoff backoff(BackoffSettings::from_config(), 0x6670 + follower_);
+    for (;;) {
+      bool progress = serve_leader();
+      if (waiting_) {
+        // A gap at next_: nothing after it before the leader's decision.
+        if (!progress && (backoff.rounds() & 255) == 255 && waiting_since_.expired()) {
+          throw Error(Errc::timeout, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                         "): no decision for sequence number " + std::to_string(next_) +
+                                         " from the leader on flow '" + names_.accept + "' within " +
+                                         std::to_string(o_.timeout.count()) + " ms");
+        }
+      } else if (next_ < gap_end_) {
+        gap_at_next();
+        progress = true;
+      } else {
+        flow::ReplicateBatch batch;
+        if (consumed(requests_.try_consume(batch))) {
+          progress = true;
+          if (batch.end) break;
+          expect_next(batch.sequence);
+          if (batch.gap()) {
+            gap_end_ = batch.sequence + batch.gap_count;
+            gap_at_next();
+          } else if (take_noop_ahead(next_)) {
+            ++next_;  // its NO-OP decision came first
+          } else {
+            const std::span<const Request> segment = batch.as<Request>();
+            check_segment(segment, names_.requests);
+            hold(segment);
+          }
+        }
+      }
+      flush_replies();
+      flush_answers();
+      if (progress) {
+        backoff.reset();
+      } else {
+        backoff.pause();
+      }
+    }
+    // The end: the leader's sync of the last number, then the end of its decisions.
+    const Deadline deadline(o_.timeout);
+    while (commit_ + 1 < next_) {
+      if (serve_leader()) {
+        backoff.reset();
+        continue;
+      }
+      if ((backoff.rounds() & 255) == 255 && deadline.expired()) {
+        throw Error(Errc::timeout, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                       "): the leader synced sequence number " + std::to_string(commit_) + " of " +
+                                       std::to_string(next_ - 1) + " on flow '" + names_.accept + "' within " +
+                                       std::to_string(o_.timeout.count()) + " ms of the last request");
+      }
+      backoff.pause();
+    }
+    apply_committed();
+    flush_answers();
+    check(answers_->close(), "close", names_.accepted);
+    for (;;) {
+      flow::ReplicateBatch batch;
+      check(decisions_->consume(batch, o_.timeout), "consume from", names_.accept);
+      if (batch.end) break;
+    }
+    check(replies_.close(), "close", names_.replies);
+  }
+
+  // next_ is missing here: its NO-OP is decided already, or the follower asks the leader.
+  void gap_at_next() {
+    if (take_noop_ahead(next_)) {
+      ++next_;
+      return;
+    }
+    answer({.view = view_.number, .follower = follower_, .round = kGapAt, .slot = next_});
+    waiting_ = true;
+    waiting_since_ = Deadline(o_.timeout);
+    fill_.clear();
+  }
+
+  // Whether the leader committed a NO-OP for n, which the follower reached now: then it answers
+  // kGapCommitted(n) (it holds every number up to n).
+  bool take_noop_ahead(std::uint64_t n) {
+    if (noop_ahead_.empty() || noop_ahead_.front() != n) [[likely]] return false;
+    noop_ahead_.erase(noop_ahead_.begin());
+    answer({.view = view_.number, .follower = follower_, .round = kGapCommitted, .slot = n});
+    return true;
+  }
+
+  // Logs the writes of segment next_ and acknowledges it to its client.
+  void hold(std::span<const Request> segment) {
+    for (const Request& r : segment) {
+      if (is_write(r.op)) log_.push_back({next_, r});
+    }
+    if (!segment.empty()) {
       const Reply ack{.client = segment.back().client,
                       .seq = segment.back().seq,
                       .status = static_cast<std::uint32_t>(ReplyStatus::ack),
-                      .pad = static_cast<std::uint32_t>(segment.size())};
-      check(replies.push_to(ack.client, &ack, sizeof ack), "push to", names.replies);
+                      .count = static_cast<std::uint32_t>(segment.size()),
+                      .epoch = segment.front().pad,
+                      .pad = 0,
+                      .value = {}};
+      check(replies_.push_to(ack.client, &ack, sizeof ack), "push to", names_.replies);
+      replied_ = true;
     }
-    check(replies.flush(), "flush", names.replies);
-    ++stats.rounds;
+    ++next_;
+    ++stats_.rounds;
+    if (commit_ >= next_ - 1) apply_committed();
   }
-  check(replies.close(), "close", names.replies);
-  stats.slots = stats.writes;
-  stats.keys = store.size();
-  stats.digest = store.digest();
-  return stats;
-}
+
+  // Takes the leader's decisions; true when there were any.
+  bool serve_leader() {
+    bool any = false;
+    for (;;) {
+      flow::ReplicateBatch batch;
+      Status s = decisions_->try_consume(batch);
+      if (s.code() == Errc::retry) break;
+      check(s, "consume from", names_.accept);
+      if (batch.end || batch.gap()) [[unlikely]] malformed("the end or a gap before this follower's end", names_.accept);
+      any = true;
+      for (const Accept& a : batch.as<Accept>()) {
+        if (a.view != view_.number || a.slot == 0) [[unlikely]] {
+          malformed("decision " + std::to_string(a.round) + " of view " + std::to_string(a.view) +
+                        " about sequence number " + std::to_string(a.slot),
+                    names_.accept);
+        }
+        switch (a.round) {
+          case kGapCommit: gap_commit(a.slot); break;
+          case kGapFill: gap_fill(a); break;
+          case kGapSync:
+            commit_ = std::max(commit_, a.slot);
+            apply_committed();
+            answer({.view = view_.number, .follower = follower_, .round = kGapSynced, .slot = next_ - 1});
+            break;
+          default: malformed("decision " + std::to_string(a.round), names_.accept);
+        }
+      }
+    }
+    flush_answers();
+    return any;
+  }
+
+  // GAP-COMMIT(n): n is a NO-OP.
+  void gap_commit(std::uint64_t n) {
+    if (n > last_noop_) {  // the leader sends a decision again to a follower that asks
+      last_noop_ = n;
+      ++stats_.noops;
+    }
+    if (n < next_) {
+      // Held already: the writes of n become NO-OPs. None is applied: the sync that would apply
+      // them comes after this decision (a decision sent again may come after it: n <= commit_,
+      // and n holds NO-OPs already).
+      for (std::size_t i = log_.size(); i-- > 0 && log_[i].slot >= n;) {
+        if (log_[i].slot == n) log_[i].request.op = 0;
+      }
+      answer({.view = view_.number, .follower = follower_, .round = kGapCommitted, .slot = n});
+    } else if (n == next_ && waiting_) {
+      waiting_ = false;
+      answer({.view = view_.number, .follower = follower_, .round = kGapCommitted, .slot = n});
+      ++next_;
+    } else if (std::find(noop_ahead_.begin(), noop_ahead_.end(), n) == noop_ahead_.end()) {
+      // Not reached yet: decided when the follower gets there (decisions come in order).
+      noop_ahead_.push_back(n);
+      std::sort(noop_ahead_.begin(), noop_ahead_.end());
+    }
+  }
+
+  // One of the leader's requests of slot n (its index and the slot's count in `commit`).
+  void gap_fill(const Accept& a) {
+    if (!waiting_ || a.slot != next_) return;  // a slot it holds (another follower asked)
+    const std::uint64_t count = a.commit >> 32, index = a.commit & 0xffffffffu;
+    if (index == 0) fill_.clear();
+    if (index != fill_.size()) return;  // a series it joined half-way; the one it asked for follows
+    fill_.push_back(a.request);
+    if (fill_.size() < count) return;
+    check_segment(fill_, names_.accept);
+    waiting_ = false;
+    hold(fill_);
+  }
+
+  void apply_committed() {
+    while (!log_.empty() && log_.front().slot <= commit_) {
+      if (log_.front().request.op != 0) (void)apply_write(log_.front().request);
+      log_.pop_front();
+    }
+  }
+
+  void answer(const Accepted& a) {
+    check(answers_->push_to(0, &a, sizeof a), "push to", names_.accepted);
+    answered_ = true;
+  }
+  void flush_answers() {
+    if (!answered_) return;
+    check(answers_->flush(), "flush", names_.accepted);
+    answered_ = false;
+  }
+
+  cluster::Node& node_;
+  const ServiceOptions& o_;
+  const detail::View view_;
+  const Names names_;
+  const bool leader_;
+  const std::size_t clients_;
+  Store store_;
+  ClientTable table_;
+  ReplicaStats stats_;
+  fabric::Worker worker_;
+  flow::ReplicateTarget requests_;
+  flow::ShuffleSource replies_;
+  bool replied_ = false;
+  bool finished_ = false;
+  std::uint64_t next_ = 1;  // the sequence number due next
+  // The leader: its decisions to the followers and their answers.
+  std::optional<flow::ShuffleTarget> accepted_;
+  std::optional<flow::ReplicateSource> accept_;
+  std::uint64_t decided_ = 0;      // every number up to it is decided
+  std::uint64_t synced_sent_ = 0;  // the last kGapSync
+  detail::Fifo<SlotRequest> held_{1024};
+  std::vector<std::uint64_t> wanted_;  // numbers followers asked for before the leader got there
+  std::vector<std::uint64_t> follower_synced_;
+  std::vector<std::uint64_t> follower_committed_;
+  // A follower: the leader's decisions and its answers.
+  std::uint64_t follower_ = 0;
+  std::optional<flow::ReplicateTarget> decisions_;
+  std::optional<flow::ShuffleSource> answers_;
+  bool answered_ = false;
+  detail::Fifo<SlotRequest> log_{1024};  // writes not applied yet
+  std::uint64_t commit_ = 0;             // the leader's last kGapSync
+  std::uint64_t last_noop_ = 0;
+  std::vector<std::uint64_t> noop_ahead_;  // NO-OPs decided for numbers not reached yet
+  std::uint64_t gap_end_ = 0;              // a gap event's numbers next_ .. gap_end_-1
+  bool waiting_ = false;                   // for the leader's decision about next_
+  Deadline waiting_since_{std::chrono::milliseconds(0)};
+  std::vector<Request> fill_;  // the leader's requests of next_ so far
+};
+
+ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o) { return NopaxosReplica(node, o).run(); }
 
 }  // namespace
 
@@ -832,7 +1368,7 @@ ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options) {
     throw Error(Errc::invalid_argument, std::string(kKind) + " '" + options.name + "': rank " +
                                             std::to_string(node.rank()) + " is a client, not a replica");
   }
-  if (options.protocol == Protocol::nopaxos) return run_nopaxos_replica(node, options, Names(options.name));
+  if (options.protocol == Protocol::nopaxos) return run_nopaxos_replica(node, options);
   return run_paxos_replica(node, options);
 }
 

@@ -121,8 +121,12 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
     // The ordered unreliable multicast: every replica, one global order from the sequencer.
     for (int r : view.followers) requests.targets.push_back({r, 0});
     requests.type_options.get<flow::ReplicateOptions>().ordered = true;
+    requests.type_options.get<flow::ReplicateOptions>().gap_timeout = o.gap_timeout;
   }
-  requests.options.segments = static_cast<std::uint32_t>(o.window + 1);
+  // NOPaxos: a request sent again (its slot became a NO-OP, or it was slow) may travel beside its
+  // first copy, so its rings hold twice the window.
+  const std::uint32_t window_segments = static_cast<std::uint32_t>(nopaxos ? 2 * o.window + 2 : o.window + 1);
+  requests.options.segments = window_segments;
   requests.options.segment_bytes = segment_for(o.window, sizeof(Request)) + (nopaxos ? 8 : 0);  // + sequence word
   requests.options.stall_timeout = o.timeout;
   flow::create_flow(node, requests);
@@ -133,16 +137,25 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
     if (nopaxos) replies.sources.push_back({r, 0});
   }
   for (const flow::SourceRef& c : clients) replies.targets.push_back({c.rank, c.thread});
-  replies.options.segments = static_cast<std::uint32_t>(o.window + 1);
+  replies.options.segments = window_segments;
   replies.options.segment_bytes = segment_for(o.window, sizeof(Reply));
   replies.options.stall_timeout = o.timeout;
   flow::create_flow(node, replies);
 
+  // The leader -> followers replicate flow (accept) and the followers -> leader shuffle
+  // (accepted). Multi-Paxos: its rounds and the followers' answers. NOPaxos: gap agreement — the
+  // leader's decisions, the followers' answers and questions; a few tuples per gap and per
+  // kSyncEvery sequence numbers, rare next to the requests.
+  const std::size_t accept_tuples_per_segment = 64;
+  std::size_t accept_segments = 64, accepted_segments = 128, accepted_tuples_per_segment = 64;
   if (o.protocol == Protocol::paxos) {
-    const std::size_t accept_tuples_per_segment = 64;
     const std::size_t round_tuples = o.round_requests + o.window + 1;  // a round, the batch over the limit, a heartbeat
     const std::size_t segments_per_round = (round_tuples + accept_tuples_per_segment - 1) / accept_tuples_per_segment + 1;
-    const std::size_t accept_segments = o.max_rounds_in_flight * segments_per_round + 1;
+    accept_segments = o.max_rounds_in_flight * segments_per_round + 1;
+    accepted_segments = 2 * accept_segments + segments_per_round + 2;
+    accepted_tuples_per_segment = 1;
+  }
+  if (o.protocol != Protocol::unreplicated) {
     flow::FlowSpec accept = spec(names.accept, flow::FlowType::replicate, accept_schema());
     accept.sources = {leader_source};
     for (int r : view.followers) accept.targets.push_back({r, 0});
@@ -155,8 +168,8 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
     flow::FlowSpec accepted = spec(names.accepted, flow::FlowType::shuffle, accepted_schema());
     for (int r : view.followers) accepted.sources.push_back({r, 0});
     accepted.targets = {leader_target};
-    accepted.options.segments = static_cast<std::uint32_t>(2 * accept_segments + segments_per_round + 2);
-    accepted.options.segment_bytes = segment_for(1, sizeof(Accepted));
+    accepted.options.segments = static_cast<std::uint32_t>(accepted_segments);
+    accepted.options.segment_bytes = segment_for(accepted_tuples_per_segment, sizeof(Accepted));
     accepted.options.stall_timeout = o.timeout;
     flow::create_flow(node, accepted);
   }

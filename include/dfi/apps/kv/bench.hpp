@@ -14,11 +14,14 @@
 // applied the same writes (same slot and key count, digest and final view) and — when no rank
 // died — that the leaders answered exactly the requests the clients completed. When views
 // changed (Multi-Paxos: a replica died, service.hpp), it also prints the final view and the
-// longest time any client went without a completion (the failover time, as the clients saw it). With
-// `history_dir`, every client thread journals its operations there as it goes (history.hpp: a
-// killed client's history survives it), for the Porcupine checker (tests/porcupine).
+// longest time any client went without a completion (the failover time, as the clients saw it).
+// NOPaxos: when gap agreement made sequence numbers NO-OPs or clients sent requests again, it
+// prints how many ("kv: gap agreement: ..."). With `history_dir`, every client thread journals
+// its operations there as it goes (history.hpp: a killed client's history survives it), for the
+// Porcupine checker (tests/porcupine).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -39,6 +42,15 @@ struct BenchOptions {
   std::string history_dir;        // non-empty: journal the clients' histories there
   std::uint64_t seed = 1;
   bool progress = true;           // the first client rank prints a line per second
+  // Test seam (NOPaxos): the run's last client (the highest index), when it takes its
+  // `fault_segment`-th sequence number of the requests flow, before the segment is written
+  // anywhere — kill: its process dies (SIGKILL), leaving that number a gap at every replica;
+  // delay: it waits `fault_delay` (longer than the gap timeout: the segment comes too late and is
+  // dropped, gap agreement makes it a NO-OP and the client sends its requests again).
+  enum class Fault { none, kill, delay };
+  Fault fault = Fault::none;
+  std::uint64_t fault_segment = 20;
+  std::chrono::milliseconds fault_delay{2000};
 };
 
 // What the summarizing rank adds up after a run.
@@ -49,6 +61,8 @@ struct BenchSummary {
   double p50_us = 0, p95_us = 0, p99_us = 0;  // request latency (bucket upper bounds, 12.5 %)
   double longest_wait_us = 0;       // the longest a client went without a completion (failover)
   std::uint64_t view = 0;           // the view the service ended in
+  std::uint64_t noops = 0;          // NOPaxos: sequence numbers gap agreement made NO-OPs
+  std::uint64_t resent = 0;         // NOPaxos: requests the clients sent again
   bool replicas_agree = false;
   bool summarized = false;          // this rank summarized the run (the others leave it untouched)
 };

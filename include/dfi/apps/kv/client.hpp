@@ -12,7 +12,14 @@
 //
 // Multi-Paxos: when a replica dies, the client follows the service into its next view (it learns
 // the view from the registry, see service.hpp) and sends every request not yet answered again;
-// the calls that noticed return normally. Errors of every call name the service, the flow and the
+// the calls that noticed return normally. NOPaxos: a request whose copy the leader did not
+// answer within ServiceOptions::retry_timeout is sent again with the same number as a new copy
+// (its slot may have become a NO-OP in gap agreement; a copy the leader answered is never made
+// one). It completes with the leader's reply and replicas/2 followers' to one copy; answers to
+// older copies are ignored, the replicas apply a write once, and a result only ever comes from
+// the leader's reply to a copy it executed (never from a NO-OP slot). Request s is submitted
+// only once request s - window left its place.
+// Errors of every call name the service, the flow and the
 // peer: peer_failed (fewer than a majority of the replicas left; NOPaxos and unreplicated: a
 // replica died), timeout (no reply within ServiceOptions::timeout), invalid_argument (window
 // full, bad op), protocol (a reply to no outstanding request). Nothing on the request path
@@ -54,7 +61,7 @@ class Client {
 
   // Sends one request (value: for put, else ignored; may be null) and returns its number in
   // `seq`. Buffered until flush() or poll(). invalid_argument when window requests are
-  // outstanding.
+  // outstanding. Waits (taking replies) while request seq - window still holds its place.
   Status submit(Op op, std::uint64_t key, const Value* value, std::uint64_t& seq);
   // Sends what submit() buffered.
   Status flush();
@@ -67,6 +74,10 @@ class Client {
 
   std::size_t outstanding() const noexcept;
   std::size_t index() const noexcept;  // this client's index
+  // NOPaxos: requests sent again because the leader did not answer within retry_timeout (their
+  // slot may have become a NO-OP), and the leader's replies to older copies that were ignored.
+  std::uint64_t resent() const noexcept;
+  std::uint64_t stale_replies() const noexcept;
   // Waits for every outstanding reply, closes the request source, then drains the replies flow to
   // its end (the leader closes it once every client closed). Idempotent.
   Status close();

@@ -5,8 +5,8 @@
 // view v of the service has four flows of its own, the first created by create_service:
 //
 //   <name>.v<v>.requests   shuffle  every client thread -> the leader          (Request)
-//   <name>.v<v>.accept     replicate the leader -> every follower              (Accept; Multi-Paxos)
-//   <name>.v<v>.accepted   shuffle  every follower -> the leader               (Accepted; Multi-Paxos)
+//   <name>.v<v>.accept     replicate the leader -> every follower   (Accept; NOPaxos: gap agreement)
+//   <name>.v<v>.accepted   shuffle  every follower -> the leader    (Accepted; NOPaxos: gap agreement)
 //   <name>.v<v>.replies    shuffle  the leader -> client thread i, by its index (Reply)
 //
 // Protocols:
@@ -42,19 +42,30 @@
 //                 of the service. Rank 0 hosts the registry unless it runs on its own (`dfi
 //                 registry serve`, DFI_REGISTRY_EXTERNAL=1): only then may rank 0 die.
 //
-//   nopaxos       NOPaxos (Li et al., OSDI 2016), normal case: <name>.v0.requests is an *ordered*
-//                 replicate flow from every client to every replica — the ordered unreliable
-//                 multicast, whose sequencer (a counter in rank 0's memory that every client's
-//                 segment takes a number from) stands in for the paper's switch — and
-//                 <name>.v0.replies has every replica as a source. Every replica consumes the
-//                 requests in the one global order and applies the writes; the leader also answers
-//                 the reads and sends every result, a follower acknowledges each consumed segment
-//                 (one client's consecutive requests) with one tuple. A client completes a request
-//                 once it holds the leader's reply and replicas/2 followers' (a majority). No
-//                 accept/accepted flows: one fewer message delay than Multi-Paxos. A gap event (a
-//                 sequence number that reached no replica: its client died while sending) or a
-//                 dead replica ends the run with an error naming it — gap agreement, view change
-//                 and synchronisation are the next slice.
+//   nopaxos       NOPaxos (Li et al., OSDI 2016): <name>.v0.requests is an *ordered* replicate
+//                 flow from every client to every replica — the ordered unreliable multicast,
+//                 whose sequencer (a counter in rank 0's memory that every client's segment
+//                 takes a number from) stands in for the paper's switch — and <name>.v0.replies
+//                 has every replica as a source. A segment's sequence number is its log slot.
+//                 The leader executes the requests in that one order and sends every result; a
+//                 follower logs the writes and acknowledges each consumed segment (one client's
+//                 consecutive requests, one copy) with one tuple. A client completes a request
+//                 once it holds the leader's reply and replicas/2 followers' to the same copy (a
+//                 majority). No Multi-Paxos rounds: one fewer message delay.
+//
+//                 Gap agreement (§5.2.3) runs on the accept/accepted flows: a sequence number
+//                 that a replica's flow reports as a gap (a client died holding it, or its
+//                 segment came later than gap_timeout) is decided by the leader — a NO-OP
+//                 (kGapCommit) when the leader lacks it, which it replicates to the followers and
+//                 passes only once replicas/2 of them hold it; its own requests (kGapFill) to a
+//                 follower that lacks what the leader holds. A follower never skips a number on
+//                 its own; one that held a number the leader made a NO-OP replaces it, and it
+//                 applies writes only up to the leader's kGapSync (after every decision before
+//                 it). A request whose slot became a NO-OP is never answered; its client sends
+//                 it again after retry_timeout (same number, a new copy), and each replica's
+//                 client table applies a write once. A dead client ends its own stream only.
+//                 A dead replica ends the run with an error naming it: view change (a new
+//                 session number) and log synchronisation are not built yet.
 //
 // Reads are linearizable through a quorum round, not through the log (Raft's "read index"): a
 // read that arrived before round r started is answered once round r is chosen and every write of
@@ -65,13 +76,14 @@
 //
 // Not yet (issue 12, later slices): log catch-up for a replica that restarts, a replica that is
 // alive but cut off (a view change waits for every live replica's state record, up to the
-// timeout), a dead client (the leader's requests flow fails for good: an error naming it).
+// timeout), NOPaxos view change. A dead client is its own loss: the service goes on without it.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,28 +115,35 @@ struct Request {
   std::uint64_t seq = 0;
   std::uint64_t key = 0;
   std::uint32_t op = 0;  // Op
+  // NOPaxos: the request's copy — the client's resend epoch when it sent this copy (0, then
+  // higher after each resend), echoed in the replies. Multi-Paxos: 0 on the wire; in the
+  // leader's log, 1 marks a request received in the current view.
   std::uint32_t pad = 0;
   Value value{};
 };
 static_assert(sizeof(Request) == 96);
 
-// ack: a NOPaxos follower's acknowledgement of the `pad` requests seq-pad+1 .. seq of one
+// ack: a NOPaxos follower's acknowledgement of the `count` requests seq-count+1 .. seq of one
 // client, which arrived together in one segment (one tuple per segment, not per request).
 enum class ReplyStatus : std::uint32_t { ok = 0, not_found = 1, ack = 2 };
 
 // The answer to request (client, seq): for get, the value or not_found; put and delete: ok
-// (delete of an absent key: not_found).
+// (delete of an absent key: not_found). NOPaxos: `epoch` is the copy of the request it answers
+// (Request::pad): a client counts only the answers to the copy it sent last.
 struct Reply {
   std::uint64_t client = 0;
   std::uint64_t seq = 0;
   std::uint32_t status = 0;  // ReplyStatus
+  std::uint32_t count = 0;   // ack: the requests it covers
+  std::uint32_t epoch = 0;   // NOPaxos: the copy answered
   std::uint32_t pad = 0;
   Value value{};
 };
-static_assert(sizeof(Reply) == 88);
+static_assert(sizeof(Reply) == 96);
 
 // Multi-Paxos: the leader's proposal of one write for `slot` in `round` (slot 0: a heartbeat,
-// no write), with the leader's commit slot.
+// no write), with the leader's commit slot. NOPaxos (gap agreement, see above): `round` is a
+// GapMessage, `slot` the sequence number it is about.
 struct Accept {
   std::uint64_t view = 0;
   std::uint64_t round = 0;
@@ -135,12 +154,27 @@ struct Accept {
 static_assert(sizeof(Accept) == 128);
 
 // Multi-Paxos: follower `follower` (its index among the followers) holds every round up to
-// `round` and every slot up to `slot`.
+// `round` and every slot up to `slot`. NOPaxos: `round` is a GapAnswer about sequence number
+// `slot`.
 struct Accepted {
   std::uint64_t view = 0;
   std::uint64_t follower = 0;
   std::uint64_t round = 0;
   std::uint64_t slot = 0;
+};
+
+// NOPaxos gap agreement, the leader to the followers on <name>.v<v>.accept (Accept::round):
+enum GapMessage : std::uint64_t {
+  kGapCommit = 1,  // GAP-COMMIT: sequence number `slot` is a NO-OP everywhere
+  kGapFill = 2,    // the leader holds `slot`: one of its requests (Accept::request); Accept::commit
+                   // says how many the slot has
+  kGapSync = 3,    // the leader has decided every sequence number up to `slot`: apply them
+};
+// ... and the followers' answers on <name>.v<v>.accepted (Accepted::round):
+enum GapAnswer : std::uint64_t {
+  kGapAt = 1,        // the follower has a gap at `slot` and waits for the leader's decision
+  kGapCommitted = 2, // GAP-COMMIT-REP: it holds a NO-OP at `slot` and every number before it
+  kGapSynced = 3,    // it holds every sequence number up to `slot` (after a kGapSync)
 };
 
 // The flows' schemas (C layout of the structs above).
@@ -158,6 +192,13 @@ struct ServiceOptions {
   std::size_t max_rounds_in_flight = 8;  // Multi-Paxos pipelining depth
   std::size_t round_requests = 512;      // most requests the leader takes into one round
   std::chrono::milliseconds timeout{30000};  // set-up waits; a peer silent this long is an error
+  // NOPaxos: how long a sequence number may be missing at a replica before it is a gap (the
+  // ordered flow's gap_timeout), and how long a client waits for the leader's answer to a request
+  // before it sends it again (its slot may have become a NO-OP).
+  std::chrono::milliseconds gap_timeout{500};
+  std::chrono::milliseconds retry_timeout{1500};
+  // Test seam (NOPaxos clients): the requests flow's ReplicateSourceOptions::on_sequence.
+  std::function<void(std::uint64_t sequence)> on_sequence;
 };
 
 // The clients, in index order: thread t of rank r is client (r - replicas) * client_threads + t.
@@ -181,14 +222,17 @@ struct ReplicaStats {
                               // applied the same writes agree
   std::uint64_t answered = 0; // requests answered as leader (in every view it led)
   std::uint64_t view = 0;     // the view the service ended in (Multi-Paxos)
+  std::uint64_t noops = 0;    // NOPaxos: sequence numbers that gap agreement made NO-OPs
 };
 
 // Runs this rank's replica (leader or follower in each view, see above) on the calling thread
-// until every client closed its requests: then the leader closes the accept flow, the followers
-// close theirs, and the leader closes the replies. Multi-Paxos goes through a new view whenever a
-// replica dies. Throws dfi::Error naming the service, the flow and the peer: peer_failed (a client
-// died; fewer than a majority of the replicas alive; NOPaxos and unreplicated: any replica
-// died), timeout, protocol (a malformed tuple).
+// until every client closed its requests or died: then the leader closes the accept flow, the
+// followers close theirs (NOPaxos: the followers first, once the leader synced the last number),
+// and the leader closes the replies. Multi-Paxos goes through a new view whenever a replica dies.
+// Throws dfi::Error naming the service, the flow and the peer: peer_failed (fewer than a majority
+// of the replicas alive; NOPaxos and unreplicated: any replica died), timeout (NOPaxos also: no
+// majority answered a NO-OP, or no decision for a gap, within `timeout`), protocol (a malformed
+// tuple).
 ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options);
 
 }  // namespace dfi::apps::kv
