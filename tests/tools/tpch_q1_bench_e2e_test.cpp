@@ -38,17 +38,19 @@ void check_tpch_q1(const json& r) {
   EXPECT_EQ(r["parameters"]["scale_factor"], 0.1);
   const json* runtime = find_by_id(r["panels"], "runtime");
   ASSERT_NE(runtime, nullptr);
-  for (const char* s : {"balanced", "static", "ideal"}) {
+  for (const char* s : {"balanced", "static", "ideal", "ideal_set"}) {
     const json* series = find_by_id((*runtime)["series"], s);
     ASSERT_NE(series, nullptr) << s;
     ASSERT_EQ((*series)["points"].size(), 1u) << s;
     EXPECT_GT((*series)["points"][0]["value"].get<double>(), 0) << s;
   }
-  ASSERT_EQ((*runtime)["ratios"].size(), 2u);
+  ASSERT_EQ((*runtime)["ratios"].size(), 3u);
   EXPECT_EQ((*runtime)["ratios"][0]["baseline"], "static");
   EXPECT_DOUBLE_EQ((*runtime)["ratios"][0]["target"].get<double>(), 0.7);
   EXPECT_EQ((*runtime)["ratios"][1]["baseline"], "ideal");
   EXPECT_DOUBLE_EQ((*runtime)["ratios"][1]["target"].get<double>(), 1.1);
+  EXPECT_EQ((*runtime)["ratios"][2]["baseline"], "ideal_set");
+  EXPECT_DOUBLE_EQ((*runtime)["ratios"][2]["target"].get<double>(), 1.1);
   const json* timeline = find_by_id(r["panels"], "timeline");
   ASSERT_NE(timeline, nullptr);
   for (const char* mode : {"balanced-", "static-"}) {

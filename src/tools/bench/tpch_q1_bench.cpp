@@ -24,8 +24,12 @@
 //
 // Runtime: from the start (all ranks released together) to the last consumer's end-of-stream,
 // on rank 2's clock. Ideal: total tuples / total speed, the speeds from each consumer's measured
-// per-tuple cost (its time not spent waiting for data over its tuples, pooled over both runs of
-// the repetition). Targets: balanced <= 0.7x static and <= 1.1x ideal.
+// per-tuple cost in the balanced run (its time not spent waiting for data over its tuples: the
+// consumer's speed while it has work, which the ideal assumes it always has). The static run's
+// measured costs are higher: its fast consumers wait for data before nearly every batch (the
+// producers go at the slowest consumer's pace), so every batch pays a wake-up that nothing makes
+// up; they are reported, not used. A second ideal at the set costs (rows / sum of 1 / (k *
+// base_ns)) needs no measurement at all. Targets: balanced <= 0.7x static, <= 1.1x both ideals.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -591,8 +595,8 @@ class TpchQ1 final : public Scenario {
            "balance flow (each consumer served at its own pace). Static (baseline, same cluster run, order alternating "
            "per repetition): a driven shuffle flow with explicit targets, producer row g to consumer g mod 3. Runtime "
            "from the start to the last consumer's end-of-stream; ideal = rows / sum of the consumers' speeds, each "
-           "from its measured per-tuple cost (time not waiting for data over its tuples). Targets: balanced <= 0.7x "
-           "static, <= 1.1x ideal.";
+           "from its per-tuple cost measured in the balanced run (time not waiting for data over its tuples), and "
+           "ideal_set the same at the set costs. Targets: balanced <= 0.7x static, <= 1.1x either ideal.";
   }
   std::vector<Parameter> parameters() const override {
     return {
@@ -600,7 +604,9 @@ class TpchQ1 final : public Scenario {
         {"base_ns", json{{"shm", 1500}, {"tcp", 4000}}, json{{"shm", 1000}, {"tcp", 3000}},
          "per-tuple cost of the fastest consumer, ns (the others 2x and 3x; over tcp the mover moves ~60 MB/s in all)"},
         {"cost_mode", "sleep", "sleep", "how the rest of the per-tuple cost is spent: sleep or spin (a busy loop)"},
-        {"segments", 4, 4, "segments per ring (a consumer's queue: its share of the tail at the end)"},
+        {"segments", json{{"shm", 4}, {"tcp", 16}}, json{{"shm", 4}, {"tcp", 16}},
+         "segments per ring (a consumer's queue: what keeps it busy while the mover serves the others, and its "
+         "share of the tail at the end)"},
         {"segment_bytes", json{{"shm", 16384}, {"tcp", 32768}}, json{{"shm", 16384}, {"tcp", 32768}}, "segment size"},
         {"bin_ms", 50, 100, "time bin of the per-consumer timeline"},
         {"timeout_s", 120, 600, "bound of data generation, each cluster run and every wait inside it"},
@@ -609,7 +615,9 @@ class TpchQ1 final : public Scenario {
   std::vector<BaselineInfo> baselines() const override {
     return {{"static", "the same producers, tuples, consumers (same costs) and mover; a driven shuffle flow with explicit "
                        "targets: producer row g to consumer g mod 3, a fixed third each"},
-            {"ideal", "rows / (sum over the consumers of 1 / measured per-tuple cost): every consumer busy to the end"}};
+            {"ideal", "rows / (sum over the consumers of 1 / per-tuple cost measured in the balanced run): every "
+                      "consumer busy to the end"},
+            {"ideal_set", "rows / (sum over the consumers of 1 / (factor x base_ns)): the same at the set costs"}};
   }
 
   std::string unavailable(const RunContext& context) const override {
@@ -649,8 +657,10 @@ class TpchQ1 final : public Scenario {
     runtime.series("balanced", Role::dfi, "driven balance flow");
     runtime.series("static", Role::baseline, "static partitioning (driven shuffle flow, a third each)");
     runtime.series("ideal", Role::baseline, "ideal: rows / total measured speed");
+    runtime.series("ideal_set", Role::baseline, "ideal at the set costs");
     runtime.compare("balanced", "static", kStaticTarget);
     runtime.compare("balanced", "ideal", kIdealTarget);
+    runtime.compare("balanced", "ideal_set", kIdealTarget);
     Panel& timeline = result.panel("timeline", "Tuples consumed over time per consumer (repetition 1)",
                                    {"time", "s", "linear"}, {"tuples consumed", "", "linear"}, Better::higher);
     Panel& cost = result.panel("cost", "Measured per-tuple cost per consumer (set: 1, 2, 3 x base_ns)",
@@ -700,7 +710,7 @@ class TpchQ1 final : public Scenario {
       for (int r = 0; r < kRanks; ++r) {
         if (!reports.count(r)) throw Error(Errc::protocol, std::string("bench ") + kName + ": rank " + std::to_string(r) + " reported nothing");
       }
-      // Per run: runtime, measured costs; pooled costs for the ideal.
+      // Per run: runtime, measured costs; the balanced run's for the ideal.
       std::array<double, kConsumers> busy{}, handled{};
       std::map<bool, double> runtimes;
       for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -718,11 +728,14 @@ class TpchQ1 final : public Scenario {
           const double finished = k.at("finished"), active = finished - k.at("begun").get<double>() - k.at("waited").get<double>();
           consumed += n;
           end = std::max(end, finished);
-          busy[c] += active;
-          handled[c] += static_cast<double>(n);
+          if (run.balanced) {
+            busy[c] = active;
+            handled[c] = static_cast<double>(n);
+          }
           if (n > 0) cost.add(mode, consumer_id(c), active / static_cast<double>(n) * 1e6);
           share.add(mode, consumer_id(c), 100.0 * static_cast<double>(n) / static_cast<double>(data.rows));
-          said << " c" << c + 1 << ' ' << n << " tuples in " << format_fixed(finished, 3) << " s";
+          said << " c" << c + 1 << ' ' << n << " tuples in " << format_fixed(finished, 3) << " s (waited "
+               << format_fixed(k.at("waited").get<double>(), 3) << " s)";
           if (rep == 1) {
             const std::string id = series_id(run.balanced, c);
             const std::vector<std::uint64_t> cumulative = k.at("timeline");
@@ -752,12 +765,14 @@ class TpchQ1 final : public Scenario {
       double speed = 0;  // tuples per second, all consumers together
       for (int c = 0; c < kConsumers; ++c) speed += handled[c] / busy[c];
       const double ideal = static_cast<double>(data.rows) / speed;
-      runtime.add("ideal", "Q1", ideal);
-      // The ideal at the set costs (no sleep overshoot, no real work beyond them), for comparison.
       double set_speed = 0;
       for (int factor : kFactors) set_speed += 1e9 / (base_ns * factor);
-      context.say("  ideal " + format_fixed(ideal, 3) + " s (at the set costs " +
-                  format_fixed(static_cast<double>(data.rows) / set_speed, 3) + " s); balanced / static " + format_fixed(runtimes[true] / runtimes[false], 3) +
+      const double ideal_set = static_cast<double>(data.rows) / set_speed;
+      runtime.add("ideal", "Q1", ideal);
+      runtime.add("ideal_set", "Q1", ideal_set);
+      runtime.add_command("ideal", command);
+      context.say("  ideal " + format_fixed(ideal, 3) + " s (at the set costs " + format_fixed(ideal_set, 3) +
+                  " s, balanced / that " + format_fixed(runtimes[true] / ideal_set, 3) + "); balanced / static " + format_fixed(runtimes[true] / runtimes[false], 3) +
                   ", balanced / ideal " + format_fixed(runtimes[true] / ideal, 3));
     }
     // (a run whose result differs threw above)
