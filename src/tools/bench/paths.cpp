@@ -12,6 +12,9 @@
 #ifndef DFI_BINARY_DIR
 #error "DFI_BINARY_DIR must be defined by the build"
 #endif
+#ifndef DFI_PYTHON_VENV
+#error "DFI_PYTHON_VENV must be defined by the build (empty when the build has no venv)"
+#endif
 
 namespace dfi::tools::bench {
 namespace {
@@ -30,6 +33,8 @@ std::string bench_source_dir() {
 std::string bench_build_dir() {
   return from_env("DFI_BENCH_BUILD_DIR", std::string(DFI_BINARY_DIR) + "/bench");
 }
+
+std::string python_venv() { return from_env("DFI_BENCH_VENV", DFI_PYTHON_VENV); }
 
 std::string default_output_dir() { return bench_source_dir() + "/out"; }
 

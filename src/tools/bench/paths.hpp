@@ -13,6 +13,11 @@ std::string bench_source_dir();
 // <build tree>/bench.
 std::string bench_build_dir();
 
+// The Python virtual environment of the build's Python-dependent scenarios (python's interpreter,
+// tpch-q1's tpchgen-cli and DuckDB): $DFI_BENCH_VENV, else the one the build was configured with
+// (DFI_PYTHON_VENV; scripts/dev: build/venv); "" when there is none.
+std::string python_venv();
+
 // The default output folder of `dfi bench`: <bench_source_dir()>/out.
 std::string default_output_dir();
 

@@ -35,10 +35,6 @@
 #include "paths.hpp"
 #include "scenarios.hpp"
 
-#ifndef DFI_PYTHON_VENV
-#error "DFI_PYTHON_VENV must be defined by the build (empty when the build has no venv)"
-#endif
-
 namespace dfi::tools::bench {
 namespace {
 
@@ -57,7 +53,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 std::string python_binary() {
-  const std::string venv = DFI_PYTHON_VENV;
+  const std::string venv = python_venv();
   return env_or("DFI_BENCH_PYTHON", venv.empty() ? std::string() : venv + "/bin/python");
 }
 std::string python_path() { return env_or("DFI_BENCH_PYTHONPATH", std::string(DFI_BINARY_DIR) + "/python"); }

@@ -34,6 +34,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_driven_replicate_scenario());
   all.push_back(make_driven_elastic_scenario());
   all.push_back(make_driven_fairness_scenario());
+  all.push_back(make_tpch_q1_scenario());
   all.push_back(make_python_scenario());
   return all;
 }

@@ -34,6 +34,7 @@ std::unique_ptr<Scenario> make_driven_shuffle_scenario();  // driven_shuffle_ben
 std::unique_ptr<Scenario> make_driven_replicate_scenario();  // driven_replicate_bench.cpp
 std::unique_ptr<Scenario> make_driven_fairness_scenario();   // driven_replicate_bench.cpp
 std::unique_ptr<Scenario> make_driven_elastic_scenario();    // driven_elastic_bench.cpp
+std::unique_ptr<Scenario> make_tpch_q1_scenario();           // tpch_q1_bench.cpp
 
 // A fresh instance of every scenario, in listing order.
 std::vector<std::unique_ptr<Scenario>> make_scenarios();
