@@ -53,6 +53,12 @@ constexpr std::array kEntries{
     Entry{"wait_yield_rounds_syscall", "DFI_WAIT_YIELD_ROUNDS_SYSCALL", "64",
           "wait_yield_rounds where each poll is a system call; after it the waiter blocks on the "
           "worker's events where it has them"},
+    Entry{"word_wait_yield_rounds", "DFI_WORD_WAIT_YIELD_ROUNDS", "1024",
+          "wait_yield_rounds_syscall for the waiter of a word operation by message (tcp: an "
+          "emulated load, store or compare-and-swap, answered by the peer's CPU within microseconds "
+          "unless that CPU waits for a core); after it the waiter blocks on the worker's events. "
+          "Blocking after 64 cost one RSI client thread a quarter of its bank transfers; spinning "
+          "without end kept 4 client threads' servers off 2 cores (bench/notes/rsi.md)"},
     Entry{"wait_sleep_us", "DFI_WAIT_SLEEP_US", "50",
           "Every wait: upper bound of one random sleep between polls, in microseconds"},
     Entry{"flow_timeout_ms", "DFI_FLOW_TIMEOUT_MS", "60000",

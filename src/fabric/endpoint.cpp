@@ -191,9 +191,15 @@ bool EndpointState::poll_word_op(std::uint64_t id, Status& status, std::string_v
 Status EndpointState::wait_word_op(std::uint64_t id, std::string_view what) {
   Deadline deadline(worker->op_timeout);
   Status status;
+  // A word operation's reply needs the peer's CPU (tcp): after a few polls the waiter blocks on
+  // the worker's event fd rather than spin, so that on few cores the peer's thread that serves
+  // the operation gets the core at once instead of after the spinning waiter's time slice.
+  Backoff backoff(worker->word_backoff, id);
   for (unsigned spins = 1;; ++spins) {
-    // The failure and time checks cost a clock read: every 1024th round.
-    if (poll_word_op(id, status, what, (spins & 1023u) == 0 ? &deadline : nullptr)) return status;
+    // The failure and time checks cost a clock read: every 64th round (each round costs a
+    // system call or a blocking wait anyway).
+    if (poll_word_op(id, status, what, (spins & 63u) == 0 ? &deadline : nullptr)) return status;
+    backoff.pause([this](std::chrono::microseconds d) { (void)worker->wait_for_event(d); });
   }
 }
 

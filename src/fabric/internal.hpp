@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/context.hpp"
@@ -81,6 +82,16 @@ struct Worker::Impl {
   static constexpr std::size_t kWordWaits = 64;
   std::array<WordWait, kWordWaits> word_waits{};
   std::uint64_t next_op = 0;
+  // How a word operation's waiter waits (EndpointState::wait_word_op): resolved once, when the
+  // worker is created. Word operations travel as messages only where the transport emulates
+  // one-sided operations (tcp), where every poll is a system call: the syscall settings, with
+  // word_wait_yield_rounds for the yielding phase (a reply is microseconds away once the peer's
+  // thread runs; a blocked waiter pays a wake-up per operation).
+  BackoffSettings word_backoff;
+
+  // Blocks until the worker's event fd signals or `timeout` passed (Worker::wait_for_event with
+  // idle = true); true when something arrived.
+  bool wait_for_event(std::chrono::microseconds timeout);
 
   ~Impl();
 };

@@ -128,6 +128,8 @@ Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl
   impl_->context = &context;
   impl_->name = std::move(name);
   impl_->op_timeout = context.options().op_timeout;
+  impl_->word_backoff = BackoffSettings::from_config(/*polls_are_syscalls=*/true);
+  impl_->word_backoff.yield = static_cast<std::uint32_t>(config::get_int("word_wait_yield_rounds"));
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
   params.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -373,9 +375,13 @@ Status Worker::fence() {
 
 bool Worker::wait_for_event(std::chrono::microseconds timeout, bool idle) {
   if (!idle && ucp_worker_progress(impl_->worker) != 0) return true;
-  ucs_status_t status = ucp_worker_arm(impl_->worker);
+  return impl_->wait_for_event(timeout);
+}
+
+bool Worker::Impl::wait_for_event(std::chrono::microseconds timeout) {
+  ucs_status_t status = ucp_worker_arm(worker);
   if (status == UCS_ERR_BUSY) return true;  // events arrived meanwhile
-  pollfd fd{impl_->event_fd, POLLIN, 0};
+  pollfd fd{event_fd, POLLIN, 0};
   const timespec wait{static_cast<time_t>(timeout.count() / 1000000),
                       static_cast<long>(timeout.count() % 1000000) * 1000};
   int ready = ::ppoll(&fd, 1, &wait, nullptr);
