@@ -117,6 +117,29 @@ Status EndpointState::send_ops(std::string_view what) {
   return {};
 }
 
+Status EndpointState::make_room(std::size_t request_words, std::size_t reply_words, std::string_view what) {
+  if (!ops.empty() && (ops.size() + request_words > kMessageWords || ops_reply_words + reply_words > kMessageWords)) {
+    if (Status s = send_ops(what); !s) return s;  // a full message: send it, start the next
+  }
+  if (ops.empty()) {
+    if (Status s = reclaim_ops(what); !s) return s;
+    if (ops.capacity() < kMessageWords) ops.reserve(kMessageWords);  // once per endpoint
+  }
+  return {};
+}
+
+void EndpointState::append_op(std::uint64_t id, std::uint64_t address, WordOp op, std::uint64_t a, std::uint64_t b,
+                              const void* data, std::size_t data_words, std::size_t reply_words) {
+  const std::uint64_t request[kOpRequestWords] = {id, address, static_cast<std::uint64_t>(op), a, b};
+  ops.insert(ops.end(), request, request + kOpRequestWords);
+  if (data_words != 0) {
+    const std::size_t at = ops.size();
+    ops.resize(at + data_words);
+    std::memcpy(ops.data() + at, data, data_words * sizeof(std::uint64_t));
+  }
+  ops_reply_words += reply_words;
+}
+
 Status EndpointState::issue_word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b,
                                     const void* data, std::size_t data_bytes, std::uint64_t* out,
                                     std::size_t out_words, std::uint64_t& id, std::string_view what) {
@@ -131,29 +154,14 @@ Status EndpointState::issue_word_op(WordOp op, std::uint64_t address, std::uint6
                                         w.name + "'"};
   }
   const std::size_t data_words = data_bytes / sizeof(std::uint64_t);
-  const std::size_t request_words = kOpRequestWords + data_words;
-  const std::size_t reply_words = kOpReplyWords + out_words;
-  if (!ops.empty() && (ops.size() + request_words > kMessageWords || ops_reply_words + reply_words > kMessageWords)) {
-    if (Status s = send_ops(what); !s) return s;  // a full message: send it, start the next
-  }
-  if (ops.empty()) {
-    if (Status s = reclaim_ops(what); !s) return s;
-    if (ops.capacity() < kMessageWords) ops.reserve(kMessageWords);  // once per endpoint
-  }
+  if (Status s = make_room(kOpRequestWords + data_words, kOpReplyWords + out_words, what); !s) return s;
   w.next_op = next;
   slot.id = next;
   slot.out = out;
   slot.out_words = out_words;
   slot.status = 0;
   slot.arrived = false;
-  const std::uint64_t request[kOpRequestWords] = {next, address, static_cast<std::uint64_t>(op), a, b};
-  ops.insert(ops.end(), request, request + kOpRequestWords);
-  if (data_words != 0) {
-    const std::size_t at = ops.size();
-    ops.resize(at + data_words);
-    std::memcpy(ops.data() + at, data, data_words * sizeof(std::uint64_t));
-  }
-  ops_reply_words += reply_words;
+  append_op(next, address, op, a, b, data, data_words, kOpReplyWords + out_words);
   id = next;
   if (ops_held) return {};
   if (Status s = send_ops(what); !s) {
@@ -162,6 +170,32 @@ Status EndpointState::issue_word_op(WordOp op, std::uint64_t address, std::uint6
     return s;
   }
   return {};
+}
+
+Status EndpointState::post_words(std::uint64_t address, const std::uint64_t* data, std::size_t count,
+                                 std::string_view what) {
+  if (!check_peer().is_ok()) return failure;
+  // The reply words are the refusal's, should the peer refuse it.
+  if (Status s = make_room(kOpRequestWords + count, kOpReplyWords, what); !s) return s;
+  append_op(kPostedOp | serial, address, WordOp::post_words, count, 0, data, count, kOpReplyWords);
+  posted = true;
+  if (ops_held) return {};
+  return send_ops(what);
+}
+
+Status EndpointState::confirm_posted(std::string_view what) {
+  posted = false;
+  std::uint64_t id = 0;
+  if (Status s = issue_word_op(WordOp::fence, 0, 0, 0, nullptr, 0, nullptr, 0, id, what); !s) return s;
+  if (Status s = wait_word_op(id, what); !s) return s;
+  std::unordered_map<std::uint64_t, std::uint64_t>& refused = worker->posted_failures;
+  if (refused.empty()) return {};  // the common case: one load
+  auto it = refused.find(serial);
+  if (it == refused.end()) return {};
+  refused.erase(it);
+  return {Errc::invalid_argument, "fabric: " + std::string(what) + " to " + peer_name +
+                                      ": a posted word store was refused: the range is not 8-byte words of a region "
+                                      "the peer registered"};
 }
 
 bool EndpointState::poll_word_op(std::uint64_t id, Status& status, std::string_view what, const Deadline* deadline) {
@@ -704,6 +738,17 @@ Request Endpoint::store_words_async(const std::uint64_t* values, std::size_t cou
   return request;
 }
 
+Status Endpoint::post_words(const std::uint64_t* values, std::size_t count, const RemoteMemory& remote,
+                            std::size_t offset) {
+  detail::EndpointState& s = state();
+  std::uint64_t* words = nullptr;
+  if (Status c = check_words(s, remote, offset, count, "posted store", words); !c) return c;
+  if (words == nullptr && s.ep != nullptr && !s.native_rma()) {
+    return s.post_words(remote.address() + offset, values, count, "posted store");
+  }
+  return store_words_async(values, count, remote, offset).wait();  // mapped or native: done on return
+}
+
 void Endpoint::hold_word_ops() { state().ops_held = true; }
 
 Status Endpoint::release_word_ops() {
@@ -716,6 +761,9 @@ Status Endpoint::flush() {
   detail::EndpointState& s = state();
   if (Status p = s.wait_pending("put"); !p) return p;
   if (!s.check_peer().is_ok()) return s.failure;
+  if (s.posted) {
+    if (Status c = s.confirm_posted("flush"); !c) return c;
+  }
   ucp_request_param_t param{};
   return s.wait(ucp_ep_flush_nbx(s.ep, &param), "flush");
 }

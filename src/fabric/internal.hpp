@@ -82,6 +82,10 @@ struct Worker::Impl {
   static constexpr std::size_t kWordWaits = 64;
   std::array<WordWait, kWordWaits> word_waits{};
   std::uint64_t next_op = 0;
+  // Posted word stores (Endpoint::post_words) the peer refused, by the sending endpoint's serial:
+  // the first refusal's status, reported by that endpoint's next flush(). Empty but for errors.
+  std::unordered_map<std::uint64_t, std::uint64_t> posted_failures;
+  std::uint64_t endpoint_serials = 0;  // the last serial given to an endpoint of this worker
   // How a word operation's waiter waits (EndpointState::wait_word_op): resolved once, when the
   // worker is created. Word operations travel as messages only where the transport emulates
   // one-sided operations (tcp), where every poll is a system call: the syscall settings, with
@@ -111,7 +115,13 @@ inline constexpr std::uint16_t kRaiseWordAm = kFirstReservedAmId;
 // reply hits a failed endpoint).
 inline constexpr std::uint16_t kWordOpAm = kFirstReservedAmId + 1;
 inline constexpr std::uint16_t kWordReplyAm = kFirstReservedAmId + 2;
-enum class WordOp : std::uint64_t { add = 1, compare_swap = 2, swap = 3, load = 4, load_words = 5, store_words = 6 };
+// post_words: store_words that is answered only when it fails (Endpoint::post_words); its id is
+// kPostedOp | the sender's endpoint serial. fence: touches no memory, answered when every
+// operation before it on the endpoint was applied.
+enum class WordOp : std::uint64_t {
+  add = 1, compare_swap = 2, swap = 3, load = 4, load_words = 5, store_words = 6, post_words = 7, fence = 8
+};
+inline constexpr std::uint64_t kPostedOp = std::uint64_t{1} << 63;
 // Installs the word-op handlers on a new worker.
 void install_word_ops(Worker::Impl& impl);
 
@@ -132,6 +142,8 @@ struct EndpointState {
   std::string peer_name;
   Status failure;                  // ok while healthy
   std::uint64_t seen_epoch = 0;    // Context::failure_epoch() when last checked
+  std::uint64_t serial = 0;        // unique among the worker's endpoints (names posted stores)
+  bool posted = false;             // post_words sent by message since the last flush()
   std::vector<void*> pending;      // requests from put_nbi, completed by flush()
 
   ~EndpointState();
@@ -161,6 +173,12 @@ struct EndpointState {
   void* ops_send = nullptr;
   // Sends the operations in `ops` as one message.
   Status send_ops(std::string_view what);
+  // Makes room in `ops` for an operation of `request_words` whose reply takes `reply_words`:
+  // sends a message that would overflow, and waits until UCX no longer reads `ops`.
+  Status make_room(std::size_t request_words, std::size_t reply_words, std::string_view what);
+  // Appends one operation's request (and its data words) to `ops`.
+  void append_op(std::uint64_t id, std::uint64_t address, WordOp op, std::uint64_t a, std::uint64_t b,
+                 const void* data, std::size_t data_words, std::size_t reply_words);
   // Waits until UCX no longer reads `ops` (the last message's send completed).
   Status reclaim_ops(std::string_view what);
   // Issues word operation `op` (`data`: the words store_words writes, copied) and takes a slot
@@ -170,6 +188,12 @@ struct EndpointState {
   Status issue_word_op(WordOp op, std::uint64_t address, std::uint64_t a, std::uint64_t b, const void* data,
                        std::size_t data_bytes, std::uint64_t* out, std::size_t out_words, std::uint64_t& id,
                        std::string_view what);
+  // Appends posted word store of `count` words from `data` at `address` (WordOp::post_words) and
+  // sends it unless held; no slot, no reply unless the peer refuses it.
+  Status post_words(std::uint64_t address, const std::uint64_t* data, std::size_t count, std::string_view what);
+  // Sends a fence and waits for its reply: every posted store before it was applied, and the
+  // first one the peer refused, if any, is the returned error. Clears `posted`.
+  Status confirm_posted(std::string_view what);
   // Word operation `id` (from issue_word_op): progresses once; true when it finished, with its
   // outcome in `status` (its slot is then free again). `deadline` (may be null) bounds it.
   bool poll_word_op(std::uint64_t id, Status& status, std::string_view what, const Deadline* deadline);

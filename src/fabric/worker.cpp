@@ -161,14 +161,20 @@ void install_word_ops(Worker::Impl& impl) {
     for (std::size_t at = 0; at + 5 <= n && length + 3 <= kWords;) {
       const std::uint64_t id = word_at(at), address = word_at(at + 1), a = word_at(at + 3), b = word_at(at + 4);
       const auto op = static_cast<WordOp>(word_at(at + 2));
-      const bool many = op == WordOp::load_words || op == WordOp::store_words;
-      const std::uint64_t count = many ? a : 1;
-      const std::size_t data = op == WordOp::store_words ? count : 0;
-      const std::size_t results = op == WordOp::store_words ? 0 : count;
+      const bool stores = op == WordOp::store_words || op == WordOp::post_words;
+      const bool many = op == WordOp::load_words || stores;
+      const std::uint64_t count = many ? a : op == WordOp::fence ? 0 : 1;
+      const std::size_t data = stores ? count : 0;
+      const std::size_t results = stores ? 0 : count;
       std::uint64_t* out = reply + length;
       out[0] = id;
       out[1] = 0;
       out[2] = 0;
+      if (op == WordOp::fence) {  // everything before it was applied: answer it
+        length += 3;
+        at += 5;
+        continue;
+      }
       if (count == 0 || count > kMaxWordOpWords || data > n - at - 5 || length + 3 + results > kWords) {
         out[1] = 2;  // malformed: nothing after it can be parsed
         length += 3;
@@ -194,6 +200,7 @@ void install_word_ops(Worker::Impl& impl) {
             for (std::size_t i = 0; i < count; ++i) out[3 + i] = std::atomic_ref(words[i]).load(std::memory_order_acquire);
             break;
           case WordOp::store_words:  // ascending, each a release store (Endpoint::store_words_async)
+          case WordOp::post_words:
             for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(word_at(at + 5 + i), std::memory_order_release);
             break;
           default:
@@ -201,7 +208,7 @@ void install_word_ops(Worker::Impl& impl) {
             out[2] = 0;
         }
       }
-      length += 3 + out[2];
+      if (op != WordOp::post_words || out[1] != 0) length += 3 + out[2];  // a posted store: answered if refused
       at += 5 + data;
     }
     if (length == 0) return;  // not even one operation to answer
@@ -217,6 +224,11 @@ void install_word_ops(Worker::Impl& impl) {
     for (std::size_t at = 0; at + 3 <= n;) {
       const std::uint64_t id = word_at(at), status = word_at(at + 1), results = word_at(at + 2);
       if (results > n - at - 3) return;  // truncated
+      if ((id & kPostedOp) != 0) {  // a posted store the peer refused: its endpoint's next flush reports it
+        if (status != 0) self->posted_failures.emplace(id & ~kPostedOp, status);
+        at += 3 + results;
+        continue;
+      }
       Worker::Impl::WordWait& wait = self->word_waits[id % Worker::Impl::kWordWaits];
       if (id != 0 && wait.id == id && !wait.arrived) {  // else an answer nobody waits for any more
         if (status == 0 && results != wait.out_words) {
@@ -266,6 +278,7 @@ Endpoint Worker::connect(int peer_rank, std::string_view peer_address) {
   state->worker = impl_;
   state->peer = peer_rank;
   state->peer_name = "rank " + std::to_string(peer_rank);
+  state->serial = ++impl_->endpoint_serials;
   if (peer_address.empty()) {
     throw Error(Errc::invalid_argument, "fabric: worker '" + impl_->name + "' cannot connect to " +
                                             state->peer_name + ": empty address");

@@ -17,9 +17,10 @@
 //        its slice when full, the last one at the end. How a buffer is written is decided per
 //        destination at attach time: memcpy (this rank's own region, or a peer's region mapped
 //        into this process: shm), Endpoint::put_async (native RMA without a mapping), or
-//        Endpoint::store_words_async (where UCX would emulate the put, tcp: one active message
-//        the target's worker applies; UCX 1.13 aborts a target that applies an emulated put of a
-//        peer that just died, src/README.md §4; setting data_path=rma takes the put there too).
+//        Endpoint::post_words (where UCX would emulate the put, tcp: one active message the
+//        target's worker applies, answered only if refused, so no round trip per buffer; UCX
+//        1.13 aborts a target that applies an emulated put of a peer that just died,
+//        src/README.md §4; setting data_path=rma takes the put there too).
 //        kStageBuffers buffers per partition: one is filled while the others' writes complete.
 //        Then flushes every endpoint; count down `written`.
 //   P0:  (once every P_t wrote) a completion exchange (one record per rank): when it returns,
@@ -181,8 +182,8 @@ struct Destination {
   const fabric::RemoteMemory* remote = nullptr;
 };
 
-// Staging buffers per partition: one fills while the writes of the others complete (a write
-// over tcp completes after a round trip to the target's worker).
+// Staging buffers per partition: one fills while the writes of the others complete (a put
+// without a mapping completes later; a posted store and a memcpy at once).
 constexpr int kStageBuffers = 4;
 
 // One partition's staging: kStageBuffers buffers of whole tuples, used in turn, and where the
@@ -248,9 +249,8 @@ class Scatter {
       case Destination::Path::put:
         stage.pending[stage.filling] = to.endpoint->put_async(data, bytes, *to.remote, offset);
         break;
-      case Destination::Path::am:
-        stage.pending[stage.filling] = to.endpoint->store_words_async(
-            reinterpret_cast<const std::uint64_t*>(data), bytes / 8, *to.remote, offset);
+      case Destination::Path::am:  // posted: the buffer is free again at once; the flush confirms it
+        check(to.endpoint->post_words(reinterpret_cast<const std::uint64_t*>(data), bytes / 8, *to.remote, offset), p);
         break;
     }
     stage.next += stage.fill;

@@ -323,6 +323,51 @@ TEST_P(FabricLocal, AsyncCompareSwapsAndWordRangesCompleteTogether) {
   EXPECT_EQ(ep.compare_swap_async(remote, region_->size(), 0, 1, &old).wait().code(), Errc::invalid_argument);
 }
 
+// Posted word stores need no round trip each: many of them (held and not), then a flush, and
+// every word is at the peer; they keep issue order with the endpoint's other word operations; a
+// store the peer refuses (a region it no longer has) is reported by the next flush, naming the
+// peer, and the endpoint stays usable.
+TEST_P(FabricLocal, PostedWordStoresAreConfirmedByFlush) {
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  auto* words = static_cast<std::uint64_t*>(region_->data());
+  constexpr std::size_t kStores = 200, kWords = 500;  // 800 KB: far more than one message in flight
+  std::vector<std::uint64_t> values(kWords);
+  for (std::size_t k = 0; k < kStores; ++k) {
+    std::iota(values.begin(), values.end(), k * kWords);
+    if (k == kStores / 2) ep.hold_word_ops();
+    ASSERT_TRUE(ep.post_words(values.data(), values.size(), remote, k * kWords * 8)) << k;
+    std::fill(values.begin(), values.end(), 0);  // reusable at once
+  }
+  ASSERT_TRUE(ep.release_word_ops());
+  ASSERT_TRUE(ep.flush());
+  for (std::size_t i = 0; i < kStores * kWords; ++i) ASSERT_EQ(std::atomic_ref(words[i]).load(), i) << i;
+  // Issue order: a load after a posted store sees it.
+  const std::uint64_t seven = 7;
+  std::uint64_t seen = 0;
+  ASSERT_TRUE(ep.post_words(&seven, 1, remote, 64));
+  ASSERT_TRUE(ep.load_words(remote, 64, &seen, 1));
+  EXPECT_EQ(seen, 7u);
+  // Checked before it leaves: out of range, too many words.
+  EXPECT_EQ(ep.post_words(&seven, 1, remote, region_->size()).code(), Errc::invalid_argument);
+  std::vector<std::uint64_t> huge(kMaxWordOpWords + 1);
+  EXPECT_EQ(ep.post_words(huge.data(), huge.size(), remote, 0).code(), Errc::invalid_argument);
+  if (GetParam() == Transport::tcp) {
+    // A region the peer deregistered: the key still unpacks over tcp, the peer refuses the store.
+    auto doomed = std::make_unique<MemoryRegion>(*context_, 4096);
+    RemoteMemory gone = ep.attach(doomed->descriptor());
+    doomed.reset();
+    ASSERT_TRUE(ep.post_words(&seven, 1, gone, 0));
+    Status refused = ep.flush();
+    EXPECT_EQ(refused.code(), Errc::invalid_argument) << refused.message();
+    EXPECT_NE(refused.message().find("rank 1"), std::string::npos) << refused.message();
+    ASSERT_TRUE(ep.post_words(&seven, 1, remote, 128));  // the endpoint still works
+    ASSERT_TRUE(ep.flush());
+    EXPECT_EQ(std::atomic_ref(words[16]).load(), 7u);
+  }
+  ASSERT_TRUE(ep.flush());  // nothing posted: nothing to confirm
+}
+
 // The seqlock load_words / store_words make (apps/rsi's record slots): a writer stores the last
 // word (version) first, then the words between, then the first word (version) through a swap;
 // a reader's load_words that finds both versions equal never sees a mix of two writes.

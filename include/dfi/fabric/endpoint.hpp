@@ -161,6 +161,18 @@ class Endpoint {
   // Errors: as load_words().
   Request store_words_async(const std::uint64_t* values, std::size_t count, const RemoteMemory& remote,
                             std::size_t offset);
+  // Writes `count` (1 .. kMaxWordOpWords) words from `values` at `offset` like store_words_async
+  // (ascending, in issue order with this endpoint's other word operations) but does not wait for
+  // the peer: returns once `values` may be reused. Where RMA is emulated (tcp) the words travel as
+  // one active message that the peer's worker applies and answers only if it refuses them, so a
+  // stream of posted stores costs no round trip per store; flush() confirms them (when it
+  // returns ok, every store posted before it on this endpoint was applied at the peer; a refused
+  // one makes it return invalid_argument). Where the region maps and with native RMA: as
+  // store_words_async, done on return. Errors: as store_words_async.
+  Status post_words(const std::uint64_t* values, std::size_t count, const RemoteMemory& remote, std::size_t offset);
+  // Completes every operation issued before it on this endpoint at the peer: puts (put_nbi,
+  // put_async), and where RMA is emulated, the stores of post_words. Errors: peer_failed,
+  // timeout, invalid_argument (a posted store the peer refused).
   Status flush();
   // Where RMA is emulated, word operations (atomics, load_words, store_words and their async
   // forms) are active messages the peer's worker applies. From hold_word_ops() until
