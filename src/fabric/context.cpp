@@ -115,6 +115,10 @@ void Context::mark_peer_failed(int rank, const std::string& reason) {
   failure_epoch_.fetch_add(1, std::memory_order_acq_rel);
 }
 
+void Context::acquire_applied_stores() const noexcept {
+  (void)impl_->applied_stores.load(std::memory_order_acquire);
+}
+
 std::string Context::peer_failure(int rank) const {
   std::lock_guard lock(impl_->failures_mutex);
   auto it = impl_->failures.find(rank);

@@ -32,6 +32,9 @@ struct Context::Impl {
   bool owns_range(std::uint64_t address, std::uint64_t bytes) const;
   mutable std::mutex failures_mutex;
   std::unordered_map<int, std::string> failures;  // rank -> reason, guarded by failures_mutex
+  // Bumped (release) by the word-op handler after each message whose stores it applied;
+  // Context::acquire_applied_stores() loads it (acquire).
+  std::atomic<std::uint64_t> applied_stores{0};
 };
 
 struct Worker::Impl {

@@ -158,6 +158,7 @@ void install_word_ops(Worker::Impl& impl) {
     };
     std::uint64_t reply[kWords];  // {id, status, count, result words} per operation
     std::size_t length = 0;
+    bool applied_stores = false;  // then published for Context::acquire_applied_stores
     for (std::size_t at = 0; at + 5 <= n && length + 3 <= kWords;) {
       const std::uint64_t id = word_at(at), address = word_at(at + 1), a = word_at(at + 3), b = word_at(at + 4);
       const auto op = static_cast<WordOp>(word_at(at + 2));
@@ -202,6 +203,7 @@ void install_word_ops(Worker::Impl& impl) {
           case WordOp::store_words:  // ascending, each a release store (Endpoint::store_words_async)
           case WordOp::post_words:
             for (std::size_t i = 0; i < count; ++i) std::atomic_ref(words[i]).store(word_at(at + 5 + i), std::memory_order_release);
+            applied_stores = true;
             break;
           default:
             out[1] = 2;
@@ -211,6 +213,7 @@ void install_word_ops(Worker::Impl& impl) {
       if (op != WordOp::post_words || out[1] != 0) length += 3 + out[2];  // a posted store: answered if refused
       at += 5 + data;
     }
+    if (applied_stores) self->context->impl().applied_stores.fetch_add(1, std::memory_order_release);
     if (length == 0) return;  // not even one operation to answer
     (void)replier.reply(kWordReplyAm, std::as_bytes(std::span(reply, length)));  // a dead requester: dropped
   });

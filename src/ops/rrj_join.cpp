@@ -374,6 +374,9 @@ void rrj_join(RrjRank& rank, int thread) {
   RankJoin& join = rank.join;
   if (!join.opened()) return;
   if (!rank.complete.wait()) return;
+  // Peers' stores into the regions are complete (the exchange said so); this orders the thread
+  // after the progress thread that applied them (tcp), in the memory model's terms too.
+  join.node.fabric().acquire_applied_stores();
   JoinResult part;
   part.build_seconds = join.since_start();
   const std::size_t j = static_cast<std::size_t>(thread);

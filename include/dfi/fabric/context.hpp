@@ -78,6 +78,14 @@ class Context {
   // Changes whenever a peer is declared dead; endpoints compare it to skip the lookup.
   std::uint64_t failure_epoch() const noexcept { return failure_epoch_.load(std::memory_order_acquire); }
 
+  // Orders the calling thread after every word store (Endpoint::store_words_async, post_words)
+  // that peers' active messages applied to this process's regions so far (where RMA is
+  // emulated, a worker thread of this process applies them). A thread that learned by other
+  // means that peers' stores are complete — a registry exchange, a message — calls it before it
+  // reads what they stored: that exchange orders them in fact, but through other processes and
+  // sockets, which the language's memory model (and TSan) cannot see. One atomic load.
+  void acquire_applied_stores() const noexcept;
+
   struct Impl;  // defined in src/fabric; opaque above the fabric layer
   Impl& impl() noexcept { return *impl_; }
 
