@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_writer.hpp"
 #include "dfi/registry/client.hpp"
+#include "bell.hpp"
 #include "links.hpp"
 #include "names.hpp"
 #include "share.hpp"
@@ -122,6 +124,33 @@ struct Mover::Flow {
   std::vector<bool> producer_done;  // [producer]
   std::vector<bool> consumer_done;  // [consumer]
   MoverRecovery recovery;
+
+  // Doorbell mode (mover.hpp, bell.hpp): the bell words this mover hosts (producers, then
+  // consumers), their generation, and per PU where its armed word is and whether the mover must
+  // arm it before the flow sleeps (it rang, or was never armed by this mover).
+  enum class BellState { active, checking, sleeping };
+  BellState bell_state = BellState::active;
+  fabric::MemoryRegion bells;
+  std::uint64_t bell_generation = 0;
+  std::vector<fabric::RemoteMemory*> pu_regions;  // [producers, then consumers]; null: not attached
+  std::vector<fabric::Endpoint*> pu_endpoints;
+  std::vector<std::size_t> armed_offsets;
+  std::vector<bool> disarmed;
+  std::vector<fabric::Request> arming;  // reused: the armed-word stores of one arm()
+  std::chrono::steady_clock::time_point next_safety{};
+  bool due = true;          // served in this pass (Mover::step)
+  bool safety_pass = false;  // this pass is the safety poll's
+  std::uint64_t step_moved = 0;  // payload bytes moved in this step
+
+  // Doorbell mode: true when a PU rang since the last look (its bell word is cleared and it is
+  // marked for arming).
+  bool rung(MoverCounters& total);
+  // Doorbell mode: stores the generation into the armed word of every PU marked, waits until
+  // the stores are done at the PUs, then fences (bell.hpp: before the flow's words are read
+  // again). Errors: as the stores' (the flow is retried or given up).
+  Status arm(MoverCounters& total);
+  // Whether the mover still serves PU i (producers, then consumers): attached, not ended.
+  bool pu_open(std::size_t i) const;
 
   // Set when a pass of the flow failed (Mover::give_up): the mover never touches it again.
   Status failure;
@@ -256,6 +285,19 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
     producer_regions[p] = &attach(detail::producer_record(f->spec.name, p), s.rank,
                                   "producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")");
   }
+  if (f->options.doorbell) {
+    f->pu_regions.assign(producers + consumers, nullptr);
+    f->pu_endpoints.assign(producers + consumers, nullptr);
+    f->armed_offsets.assign(producers + consumers, 0);
+    f->disarmed.assign(producers + consumers, true);  // nothing armed by this mover yet
+    f->arming.reserve(producers + consumers);
+    for (std::size_t p = 0; p < producers; ++p) {
+      if (producer_regions[p] == nullptr) continue;
+      f->pu_regions[p] = producer_regions[p];
+      f->pu_endpoints[p] = &endpoint(*f, f->spec.sources[p].rank);
+      f->armed_offsets[p] = detail::producer_armed_offset(f->layout, rows);
+    }
+  }
   f->writers.resize(consumers);
   f->leaving.assign(consumers, false);
   for (std::size_t c = 0; c < consumers; ++c) {
@@ -293,6 +335,23 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
   if (Status s = f->recover(); !s) throw Error(s.code(), s.message());
   try {
     node_.registry().publish(detail::mover_record(f->spec.name), identity(), /*replace=*/true);
+    if (f->options.doorbell) {
+      // Bell words of a new generation (bell.hpp): PUs armed by an earlier mover of the flow
+      // find the new record when this one arms them.
+      const std::string record = detail::bell_record(f->spec.name);
+      std::uint64_t generation = 1;
+      if (std::optional<std::string> old = node_.registry().try_lookup(record)) {
+        std::uint64_t previous = 0;
+        std::from_chars(old->data(), old->data() + old->size(), previous);
+        generation = previous + 1;
+      }
+      const std::size_t words = producers + consumers;
+      f->bells = fabric::MemoryRegion(node_.fabric(), (8 * words + memory::kWordLine - 1) / memory::kWordLine * memory::kWordLine);
+      f->bell_generation = generation;
+      node_.registry().publish(record, std::to_string(generation) + ' ' + std::to_string(node_.rank()) + ' ' +
+                                           f->bells.descriptor().serialize(),
+                               /*replace=*/true);
+    }
   } catch (const Error& e) {
     throw Error(e.code(), f->label + ": " + e.what());
   }
@@ -536,6 +595,14 @@ void Mover::attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region
     f.put_endpoints.push_back(&ep);
   }
   ++f.consumers_open;
+  if (f.options.doorbell) {
+    const std::size_t i = f.spec.sources.size() + c;
+    f.pu_regions[i] = &region;
+    f.pu_endpoints[i] = &ep;
+    f.armed_offsets[i] = detail::consumer_armed_offset(f.layout, f.spec.sources.size());
+    f.disarmed[i] = true;
+    f.bell_state = Flow::BellState::active;  // a consumer joined: serve it now
+  }
 }
 
 Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, bool now_or_never) {
@@ -573,6 +640,7 @@ Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, 
         }
       } else if (!f.leaving[c] && !f.writers[c]->closed()) {
         f.leaving[c] = node_.registry().try_lookup(f.leave_records[c]).has_value();
+        if (f.leaving[c]) f.bell_state = Flow::BellState::active;  // it gets its end-of-stream now
       }
     } catch (const Error& e) {
       return {e.code(), f.label + ": " + consumer_name(f.spec.targets[c]) + ": " + e.what()};
@@ -682,6 +750,24 @@ Status Mover::step(std::uint64_t& moved) {
       continue;
     }
     f.final_poll = f.final_poll || last_look;
+    if (last_look) f.bell_state = Flow::BellState::active;
+  }
+  // Doorbell mode: which flows this pass serves (mover.hpp): the awake ones, those whose PUs rang
+  // (local loads of the bell words), and sleeping ones whose safety poll is due.
+  for (auto& owned : flows_) {
+    Flow& f = *owned;
+    f.step_moved = 0;
+    f.safety_pass = false;
+    f.due = true;
+    if (!f.options.doorbell || f.stopped()) continue;
+    if (f.rung(counters_)) f.bell_state = Flow::BellState::active;
+    if (f.bell_state != Flow::BellState::sleeping) continue;
+    f.due = now >= f.next_safety;
+    if (f.due) {
+      f.safety_pass = true;
+      ++counters_.safety_polls;
+      ++f.tally.safety_polls;
+    }
   }
   if (quanta_stale_) set_quanta();
   const bool rationed = flows_.size() > 1;
@@ -689,7 +775,7 @@ Status Mover::step(std::uint64_t& moved) {
     bool held = false;  // a flow that used up its deficit (it may have more to move)
     for (std::size_t index = 0; index < flows_.size(); ++index) {
       Flow& f = *flows_[index];
-      if (f.stopped()) continue;
+      if (f.stopped() || !f.due) continue;
       if (rationed) {
         f.deficit += f.quantum;
         f.allowance = f.deficit > 0 ? static_cast<std::uint64_t>(f.deficit) : 0;
@@ -706,6 +792,7 @@ Status Mover::step(std::uint64_t& moved) {
         continue;
       }
       if (flow_moved > 0) f.retries_in_a_row = 0;
+      f.step_moved += flow_moved;
       moved += flow_moved;
       if (flow_moved == 0) ++f.tally.idle_steps;
       if (!rationed) continue;
@@ -721,18 +808,85 @@ Status Mover::step(std::uint64_t& moved) {
     again = moved == 0 && held;
     if (again) fast_forward();
   }
+  // Doorbell mode: a flow that moved stays awake; one that found nothing arms its PUs and gets
+  // one more look; one that found nothing after that sleeps until a bell or the safety poll.
+  for (std::size_t index = 0; index < flows_.size(); ++index) {
+    Flow& f = *flows_[index];
+    if (!f.options.doorbell || !f.due || f.stopped()) continue;
+    if (f.step_moved > 0 || (rationed && f.deficit <= 0)) {  // work, or held back by its share
+      if (f.safety_pass && f.step_moved > 0) {
+        // The safety poll found work no bell announced: a bell may have been lost with its PU
+        // disarmed, so every PU is armed again before the flow sleeps.
+        std::fill(f.disarmed.begin(), f.disarmed.end(), true);
+      }
+      f.bell_state = Flow::BellState::active;
+    } else if (f.bell_state == Flow::BellState::active) {
+      if (Status s = f.arm(counters_); !s) {
+        fail(index, s);
+        continue;
+      }
+      f.bell_state = Flow::BellState::checking;
+    } else {
+      f.bell_state = Flow::BellState::sleeping;
+      f.next_safety = now + f.options.safety_poll;
+    }
+  }
   if (moved == 0) ++counters_.idle_steps;
   return first_failure;
+}
+
+bool Mover::Flow::rung(MoverCounters& total) {
+  auto* words = static_cast<std::uint64_t*>(bells.data());
+  bool any = false;
+  for (std::size_t i = 0; i < disarmed.size(); ++i) {
+    std::atomic_ref word(words[i]);
+    if (word.load(std::memory_order_relaxed) == 0) continue;
+    word.exchange(0, std::memory_order_acq_rel);  // what the PU published before it rang is visible
+    disarmed[i] = true;
+    any = true;
+    ++total.bells;
+    ++tally.bells;
+  }
+  return any;
+}
+
+bool Mover::Flow::pu_open(std::size_t i) const {
+  if (pu_regions[i] == nullptr) return false;
+  const std::size_t producers = spec.sources.size();
+  if (i >= producers) return writers[i - producers] && !writers[i - producers]->closed();
+  if (producer_done[i]) return false;
+  for (const auto& row : ended) {
+    if (!row[i]) return true;
+  }
+  return false;  // every ring of it ended: it may have freed them
+}
+
+Status Mover::Flow::arm(MoverCounters& total) {
+  for (std::size_t i = 0; i < disarmed.size(); ++i) {
+    if (!disarmed[i]) continue;
+    disarmed[i] = false;
+    if (!pu_open(i)) continue;
+    arming.push_back(pu_endpoints[i]->store_words_async(&bell_generation, 1, *pu_regions[i], armed_offsets[i]));
+    ++total.arms;
+    ++tally.arms;
+  }
+  Status first;
+  for (fabric::Request& request : arming) {
+    if (Status s = request.wait(); !s && first) first = Status(s.code(), label + ": arming a doorbell: " + s.message());
+  }
+  arming.clear();  // keeps its capacity: no allocation per arm
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the armed words before the next look (bell.hpp)
+  return first;
 }
 
 void Mover::fast_forward() {
   std::int64_t rounds = std::numeric_limits<std::int64_t>::max();
   for (const auto& f : flows_) {
-    if (!f->stopped() && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
+    if (!f->stopped() && f->due && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
   }
   // The next pass adds one quantum more: the first held flow then has a positive deficit.
   for (auto& f : flows_) {
-    if (!f->stopped() && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
+    if (!f->stopped() && f->due && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
   }
 }
 

@@ -43,6 +43,21 @@
 // others (work-conserving). set_share() changes a flow's share while it runs: the mover picks it
 // up within kShareRefresh; the PUs do not notice.
 //
+// Doorbells (000 §4: "by polling ... or by doorbells"; DrivenOptions::doorbell). By default the
+// mover reads every producer's head and every consumer's tail on each pass (over tcp each read is
+// a message that the PU's progress thread answers), sleeping poll_interval after a pass that found
+// nothing. In doorbell mode it does so only while a flow has work: once a pass finds nothing, it
+// arms the flow's PUs (a one-word store into each PU's buffer), looks once more, and then leaves
+// the flow alone until a PU rings — a producer after it published a segment, a consumer after it
+// gave one back — or until safety_poll passed. Between passes it backs off as in polling mode,
+// reading only its own bell words (local loads). A bell is rung at most once per publication and
+// only when the mover armed the PU: a PU that rang is not armed again until the mover ran out of
+// work, so ringing an already rung bell costs nothing. What a bell costs the PU's thread: a fence
+// and a load of its own armed word per publication, and when armed, a store into the mover's
+// mapped bell word on shm, or a one-word store_words_async on its own worker over tcp (an active
+// message; a system call) — a fabric call on the PU's thread, unlike the rest of a driven flow.
+// Details and why no bell is lost: src/driven/bell.hpp.
+//
 // In every pattern a consumer sees the segments of one producer in the order they were pushed
 // (in balance, the subsequence that consumer got). Segments move whole: a consumer's batch is
 // one producer's segment.
@@ -81,6 +96,12 @@ struct DrivenOptions {
   // flows gives each backlogged flow transfer bytes in proportion to its share. set_share()
   // changes it at run time.
   std::int64_t share = 1;
+  // Doorbell mode (Doorbells, above): the mover reads the flow's heads and tails only after a PU
+  // rang (and while that finds work), instead of on every pass.
+  bool doorbell = false;
+  // Doorbell mode: the longest a flow whose PUs did not ring goes unread (the safety poll that
+  // carries a lost doorbell). > 0.
+  std::chrono::microseconds safety_poll{20000};
 };
 
 // The largest share a flow may have (shares are relative: 1:3 is 100:300).

@@ -24,6 +24,14 @@
 //              has room: written into every consumer's ring first (put path: the endpoints
 //              flushed), then published at every consumer (all-or-nothing), then released.
 //
+// Doorbell mode (flow.hpp, Doorbells; src/driven/bell.hpp): per flow, the mover hosts one bell
+// word per PU and keeps a state — active (served every pass, as in polling mode), checking (it
+// found nothing, armed the PUs that rang since they were last armed, and makes one more pass), or
+// sleeping (not served until a bell word is set, a consumer joins or leaves, or safety_poll
+// passed; a safety pass that finds work re-arms every PU, since one of them may have rung into
+// the void). A pass over only sleeping flows reads the bell words, which are local, and nothing
+// else; run() then backs off as in polling mode.
+//
 // QoS between flows (flow.hpp): a mover with several flows divides its transfer work between
 // them by deficit round robin in payload bytes. Each pass gives every flow a quantum in
 // proportion to its share (the largest share: half a ring, or batch_bytes if smaller); a flow
@@ -114,6 +122,11 @@ struct MoverCounters {
   std::uint64_t bytes = 0;
   std::uint64_t idle_steps = 0;  // steps that found nothing to move
   std::uint64_t retries = 0;     // failed passes retried (Mover::step)
+  // Doorbell mode (flow.hpp, Doorbells): bells found rung (one per PU and look), armed words
+  // stored into PUs' buffers, and passes of a sleeping flow made by the safety poll.
+  std::uint64_t bells = 0;
+  std::uint64_t arms = 0;
+  std::uint64_t safety_polls = 0;
 };
 
 // What add_flow found in a flow's buffers (Recovery, above): all zero for a flow that starts.
