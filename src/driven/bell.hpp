@@ -9,12 +9,15 @@
 //                 (consumer). The mover stores its bell generation (> 0) there when the flow goes
 //                 idle ("wake me"); the PU clears it when it rings. While it is 0 a publication
 //                 costs the PU one fence and one load of a word in its own memory.
-//   bell word     in a region the mover hosts (one word per PU: producers first, then consumers),
-//                 published as `driven/<flow>/bell` = "<generation> <rank> <descriptor>". A PU
-//                 rings by setting its word to 1: a store through the mapping on shm, a one-word
-//                 Endpoint::store_words_async (an active message the mover rank's progress thread
-//                 applies) where RMA is emulated (tcp). The mover reads the bell words with local
-//                 loads and clears the ones that rang.
+//   bell word     one per PU (producers first, then consumers), a word the mover registered with
+//                 its own worker (Worker::register_word), published as `driven/<flow>/bell` =
+//                 "<generation> <rank> <count> <token>... <worker address>". A PU rings by raising
+//                 its word to the number of bells it rang so far with a fabric::WordRaiser: one
+//                 small active message from a worker of the PU's own (created at the first bell
+//                 and progressed by the rank's progress thread while the PU does not hold it) to
+//                 the mover's worker. The message wakes a mover that sleeps on its worker's events
+//                 (Mover::run in doorbell mode), on shm as over tcp; the mover compares its words
+//                 with what it saw last, with plain loads of its own memory.
 //
 // Why nothing is lost: the PU publishes (release stores of state and head), then a sequentially
 // consistent fence, then loads its armed word; the mover stores the armed word, waits until the
@@ -39,6 +42,8 @@
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/memory/ring.hpp"
 
+#include <vector>
+
 namespace dfi::cluster {
 class Node;
 }
@@ -48,7 +53,7 @@ class Worker;
 
 namespace dfi::driven::detail {
 
-// The mover's bell words of flow `flow`: "<generation> <rank> <region descriptor>".
+// The mover's bell words of flow `flow`: "<generation> <rank> <count> <token>... <worker address>".
 inline std::string bell_record(const std::string& flow) { return "driven/" + flow + "/bell"; }
 
 // A producer's region: its rings (`rings` of them), then the armed word on a line of its own.
@@ -71,7 +76,8 @@ class Doorbell {
   Doorbell& operator=(const Doorbell&) = delete;
 
   // After a publication or a release: rings the mover if it armed this PU. While not armed: a
-  // fence and a load of the PU's own armed word.
+  // fence and a load of the PU's own armed word. When armed: the word is cleared and the bell's
+  // active message sent (the PU's worker claimed for it: a fabric call on the PU's thread).
   void ring() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the publication before the armed word
     if (std::atomic_ref(*armed_).load(std::memory_order_relaxed) == 0) [[likely]] return;
@@ -87,11 +93,11 @@ class Doorbell {
   std::uint64_t rings() const noexcept { return rings_; }
 
  private:
-  // Clears the armed word and sets the PU's bell word at the mover (attaching the mover's bell
-  // words first when the armed word names a new generation). Errors are dropped: the safety poll
+  // Clears the armed word and raises the PU's bell word at the mover (connecting to the mover's
+  // worker first when the armed word names a new generation). Errors are dropped: the safety poll
   // covers a bell that did not arrive.
   [[gnu::noinline]] void ring_armed() noexcept;
-  // Attaches the bell words the record names; false when that failed.
+  // Connects to the bell words the record names; false when that failed.
   bool attach();
 
   cluster::Node& node_;
@@ -103,11 +109,18 @@ class Doorbell {
   std::uint64_t rings_ = 0;
   std::uint64_t generation_ = 0;  // of the bell words attached (0: none)
   std::unique_ptr<fabric::Worker> worker_;  // created at the first bell; adopted by the progress thread
-  fabric::Endpoint endpoint_;
-  fabric::RemoteMemory bells_;
-  std::uint64_t* mapped_ = nullptr;  // this PU's bell word through the mapping (shm), else null
-  const std::uint64_t one_ = 1;      // what a store_words_async bell writes (read until done)
-  fabric::Request in_flight_;
+  std::unique_ptr<fabric::WordRaiser> raiser_;  // of this PU's bell word at the mover's worker
 };
+
+// What a bell record says (parse_bell_record).
+struct BellRecord {
+  std::uint64_t generation = 0;
+  int rank = -1;
+  std::vector<std::uint32_t> tokens;  // [PU]
+  std::string address;                // the mover's worker
+};
+std::string bell_record_text(const BellRecord& record);
+// Throws dfi::Error(protocol) for a malformed record.
+BellRecord parse_bell_record(const std::string& text);
 
 }  // namespace dfi::driven::detail

@@ -125,12 +125,16 @@ struct Mover::Flow {
   std::vector<bool> consumer_done;  // [consumer]
   MoverRecovery recovery;
 
-  // Doorbell mode (mover.hpp, bell.hpp): the bell words this mover hosts (producers, then
-  // consumers), their generation, and per PU where its armed word is and whether the mover must
-  // arm it before the flow sleeps (it rang, or was never armed by this mover).
+  // Doorbell mode (mover.hpp, bell.hpp): the bell words this mover registered with its worker
+  // (producers, then consumers; raised by the PUs' messages inside worker progress) and the
+  // values seen last, their generation, and per PU where its armed word is and whether the mover
+  // must arm it before the flow sleeps (it rang, or was never armed by this mover).
   enum class BellState { active, checking, sleeping };
   BellState bell_state = BellState::active;
-  fabric::MemoryRegion bells;
+  fabric::Worker* worker = nullptr;         // the mover's: the bell words are registered with it
+  std::vector<std::uint64_t> bell_words;    // sized once: the worker holds their addresses
+  std::vector<std::uint64_t> bells_seen;
+  std::vector<std::uint32_t> bell_tokens;
   std::uint64_t bell_generation = 0;
   std::vector<fabric::RemoteMemory*> pu_regions;  // [producers, then consumers]; null: not attached
   std::vector<fabric::Endpoint*> pu_endpoints;
@@ -142,8 +146,12 @@ struct Mover::Flow {
   bool safety_pass = false;  // this pass is the safety poll's
   std::uint64_t step_moved = 0;  // payload bytes moved in this step
 
-  // Doorbell mode: true when a PU rang since the last look (its bell word is cleared and it is
-  // marked for arming).
+  ~Flow() {
+    for (std::uint32_t token : bell_tokens) worker->unregister_word(token);  // a late bell is ignored
+  }
+
+  // Doorbell mode: true when a PU rang since the last look (its bell word grew; it is marked
+  // for arming).
   bool rung(MoverCounters& total);
   // Doorbell mode: stores the generation into the armed word of every PU marked, waits until
   // the stores are done at the PUs, then fences (bell.hpp: before the flow's words are read
@@ -338,19 +346,24 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
     if (f->options.doorbell) {
       // Bell words of a new generation (bell.hpp): PUs armed by an earlier mover of the flow
       // find the new record when this one arms them.
-      const std::string record = detail::bell_record(f->spec.name);
-      std::uint64_t generation = 1;
-      if (std::optional<std::string> old = node_.registry().try_lookup(record)) {
+      const std::string bell_name = detail::bell_record(f->spec.name);
+      detail::BellRecord record;
+      record.generation = 1;
+      if (std::optional<std::string> old = node_.registry().try_lookup(bell_name)) {
         std::uint64_t previous = 0;
         std::from_chars(old->data(), old->data() + old->size(), previous);
-        generation = previous + 1;
+        record.generation = previous + 1;
       }
+      record.rank = node_.rank();
+      record.address = worker_.address();
       const std::size_t words = producers + consumers;
-      f->bells = fabric::MemoryRegion(node_.fabric(), (8 * words + memory::kWordLine - 1) / memory::kWordLine * memory::kWordLine);
-      f->bell_generation = generation;
-      node_.registry().publish(record, std::to_string(generation) + ' ' + std::to_string(node_.rank()) + ' ' +
-                                           f->bells.descriptor().serialize(),
-                               /*replace=*/true);
+      f->worker = &worker_;
+      f->bell_words.assign(words, 0);
+      f->bells_seen.assign(words, 0);
+      for (std::uint64_t& word : f->bell_words) f->bell_tokens.push_back(worker_.register_word(&word));
+      record.tokens = f->bell_tokens;
+      f->bell_generation = record.generation;
+      node_.registry().publish(bell_name, detail::bell_record_text(record), /*replace=*/true);
     }
   } catch (const Error& e) {
     throw Error(e.code(), f->label + ": " + e.what());
@@ -836,12 +849,11 @@ Status Mover::step(std::uint64_t& moved) {
 }
 
 bool Mover::Flow::rung(MoverCounters& total) {
-  auto* words = static_cast<std::uint64_t*>(bells.data());
   bool any = false;
-  for (std::size_t i = 0; i < disarmed.size(); ++i) {
-    std::atomic_ref word(words[i]);
-    if (word.load(std::memory_order_relaxed) == 0) continue;
-    word.exchange(0, std::memory_order_acq_rel);  // what the PU published before it rang is visible
+  for (std::size_t i = 0; i < bell_words.size(); ++i) {
+    // Raised inside this thread's worker progress (the message came after the PU's publication).
+    if (bell_words[i] <= bells_seen[i]) continue;
+    bells_seen[i] = bell_words[i];
     disarmed[i] = true;
     any = true;
     ++total.bells;
@@ -1136,7 +1148,18 @@ Status Mover::run(std::chrono::milliseconds timeout) {
   Deadline deadline(timeout);
   std::chrono::microseconds interval = std::chrono::microseconds::max();
   for (const auto& f : flows_) interval = std::min(interval, f->options.poll_interval);
-  Backoff backoff(BackoffSettings::from_config(), reinterpret_cast<std::uintptr_t>(this));
+  // Doorbell mode (every flow): a bell is a message to this worker, so the waits block on the
+  // worker's events — a bell wakes the mover at once — for up to the shortest safety poll (and
+  // kShareRefresh: the registry looks), after a short spin (each poll progresses the worker).
+  bool doorbells = !flows_.empty();
+  std::chrono::microseconds longest = kShareRefresh;
+  for (const auto& f : flows_) {
+    doorbells = doorbells && f->options.doorbell;
+    longest = std::min(longest, f->options.safety_poll);
+  }
+  BackoffSettings settings = BackoffSettings::from_config(/*polls_are_syscalls=*/doorbells);
+  if (doorbells) settings.sleep_us = static_cast<std::uint32_t>(std::max<std::int64_t>(longest.count(), 1));
+  Backoff backoff(settings, reinterpret_cast<std::uintptr_t>(this));
   std::chrono::steady_clock::time_point paced{};  // when what was moved fits limit_rate()
   while (!done()) {
     std::uint64_t moved = 0;
@@ -1159,9 +1182,14 @@ Status Mover::run(std::chrono::milliseconds timeout) {
       return {Errc::timeout, "mover (rank " + std::to_string(node_.rank()) + "): flows " + open +
                                  " still open after " + std::to_string(timeout.count()) + " ms"};
     }
-    worker_.progress();  // keepalive and connection upkeep while nothing moves
+    // Keepalive and connection upkeep while nothing moves. In doorbell mode a pass that handled
+    // something may have raised a bell word: look at it before blocking (the wait would not wake
+    // for an event already handled).
+    if (worker_.progress() > 0 && doorbells) continue;
     if (interval.count() > 0 && interval != std::chrono::microseconds::max()) {
       std::this_thread::sleep_for(interval);
+    } else if (doorbells) {
+      backoff.pause([this](std::chrono::microseconds d) { (void)worker_.wait_for_event(d, /*idle=*/true); });
     } else {
       backoff.pause();
     }
