@@ -76,6 +76,13 @@ struct Mover::Crash {
       return {Errc::io, f.label + ": a transfer failed at the test seam (fail_at " +
                             (at == CrashPoint::link ? std::string("link") : std::string("publish")) + ")"};
     }
+    // The moment of the kill, for the restart pause (dfi mover's restart timings): steady_clock,
+    // one clock for every process of this machine.
+    auto ns = [](std::chrono::steady_clock::time_point t) {
+      return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    std::printf("dfi mover: crash_at fired at %lld ns, first move at %lld ns\n", ns(std::chrono::steady_clock::now()),
+                ns(*f.first_move));
     std::fflush(nullptr);
     ::raise(SIGKILL);
     return {};
@@ -85,6 +92,7 @@ struct Mover::Crash {
 struct Mover::Flow {
   cluster::Node* node = nullptr;  // the registry: done records (slow path)
   Crash* crash = nullptr;         // the mover's crash_at() seam
+  std::chrono::steady_clock::time_point* first_move = nullptr;  // the mover's (Mover::first_move)
   flow::FlowSpec spec;
   DrivenOptions options;
   std::string label;
@@ -239,8 +247,10 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
 
 std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadline& deadline, bool again) {
   auto f = std::make_unique<Flow>();
+  f->recovery.started = std::chrono::steady_clock::now();
   f->node = &node_;
   f->crash = crash_.get();
+  f->first_move = &first_move_;
   f->spec = flow::detail::open_spec(node_, name, kDriven, std::nullopt, deadline);
   f->options = f->spec.type_options.get<DrivenOptions>();
   f->label = "driven flow '" + f->spec.name + "' mover (rank " + std::to_string(node_.rank()) + ")";
@@ -340,7 +350,9 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
               (shuffle ? " for " + consumer_name(f->spec.targets[row]) : std::string())));
     }
   }
+  f->recovery.attached = std::chrono::steady_clock::now();
   if (Status s = f->recover(); !s) throw Error(s.code(), s.message());
+  f->recovery.recovered = std::chrono::steady_clock::now();
   try {
     node_.registry().publish(detail::mover_record(f->spec.name), identity(), /*replace=*/true);
     if (f->options.doorbell) {
@@ -926,6 +938,7 @@ Status Mover::Flow::transfer(std::size_t c, std::size_t p, Reader& reader, Write
     if (Status s = crash->reach(CrashPoint::link, *this); !s) return s;
   }
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
+  if (first_move->time_since_epoch().count() == 0) [[unlikely]] *first_move = std::chrono::steady_clock::now();
   if (crash->armed) [[unlikely]] {
     if (Status s = crash->reach(CrashPoint::publish, *this); !s) return s;
   }
@@ -1123,6 +1136,7 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     if (crash->armed) [[unlikely]] {
       if (Status s = crash->reach(CrashPoint::link, *this); !s) return s;
     }
+    if (first_move->time_since_epoch().count() == 0) [[unlikely]] *first_move = std::chrono::steady_clock::now();
     for (auto& writer : writers) {  // phase 2: shown at every consumer
       if (Status s = writer->publish(segment->bytes); !s) return s;
       if (crash->armed) [[unlikely]] {  // shown at some consumers

@@ -49,13 +49,16 @@
 // nothing. In doorbell mode it does so only while a flow has work: once a pass finds nothing, it
 // arms the flow's PUs (a one-word store into each PU's buffer), looks once more, and then leaves
 // the flow alone until a PU rings — a producer after it published a segment, a consumer after it
-// gave one back — or until safety_poll passed. Between passes it backs off as in polling mode,
-// reading only its own bell words (local loads). A bell is rung at most once per publication and
-// only when the mover armed the PU: a PU that rang is not armed again until the mover ran out of
-// work, so ringing an already rung bell costs nothing. What a bell costs the PU's thread: a fence
-// and a load of its own armed word per publication, and when armed, a store into the mover's
-// mapped bell word on shm, or a one-word store_words_async on its own worker over tcp (an active
-// message; a system call) — a fabric call on the PU's thread, unlike the rest of a driven flow.
+// gave one back — or until safety_poll passed. A bell is a small active message that raises a
+// word the mover registered with its worker, so a mover whose flows all sleep blocks on its
+// worker's events (Mover::run, poll_interval 0) and a bell wakes it, over shm as over tcp. A bell
+// is rung at most once per publication and only when the mover armed the PU: a PU that rang is
+// not armed again until the mover ran out of work, so ringing an already rung bell costs nothing.
+// What a bell costs the PU's thread: a fence and a load of its own armed word per publication, and
+// when armed, the message — a fabric call on a worker of the PU's own (claimed from the rank's
+// progress thread, which completes it): on shm a copy into the mover's shared-memory queue and a
+// wake-up signal when the mover sleeps, over tcp a send system call. Unlike the rest of a driven
+// flow, that is fabric work on the PU's thread; the bench (driven-lat) measures what it buys.
 // Details and why no bell is lost: src/driven/bell.hpp.
 //
 // In every pattern a consumer sees the segments of one producer in the order they were pushed

@@ -534,7 +534,10 @@ class DrivenLat final : public Scenario {
         if (!p.baseline()) {
           said << ", mover: " << m.at("segments").dump() << " segments, " << m.at("idle_steps").dump()
                << " idle passes, thread " << format_fixed(mover_pct, 1) << " % of a core";
-          if (p.doorbell()) said << ", " << m.at("bells").dump() << " bells, " << m.at("arms").dump() << " arms";
+          if (p.doorbell()) {
+            said << ", " << m.at("bells").dump() << " bells, " << m.at("arms").dump() << " arms, "
+                 << m.at("safety_polls").dump() << " safety polls";
+          }
         }
         said << "; PU other threads " << format_fixed(pus_pct, 1) << " %";
         if (achieved < 0.9 * p.rate) {
