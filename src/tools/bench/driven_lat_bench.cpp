@@ -40,9 +40,6 @@
 // design and are not reported. Idle points (`idle_seconds`, one per mover series): the producer
 // opens the flow and pushes nothing for that long, then closes: what each way of looking costs
 // while there is nothing to move.
-#include <sys/resource.h>
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -56,6 +53,7 @@
 #include <vector>
 
 #include "cluster_job.hpp"
+#include "cpu_time.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/backoff.hpp"
 #include "dfi/common/error.hpp"
@@ -78,19 +76,6 @@ constexpr const char* kName = "driven-lat";
 constexpr int kBaseline = -1;  // Point::poll_us of the shuffle flow's points
 constexpr int kDoorbell = -2;  // Point::poll_us of the doorbell series' points (the mover backs off)
 
-std::int64_t thread_cpu_ns() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-}
-
-// User + system CPU time of this process (every thread).
-std::int64_t process_cpu_ns() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  auto ns = [](const timeval& v) { return static_cast<std::int64_t>(v.tv_sec) * 1'000'000'000 + v.tv_usec * 1000; };
-  return ns(u.ru_utime) + ns(u.ru_stime);
-}
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
