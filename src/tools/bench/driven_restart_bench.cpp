@@ -231,7 +231,6 @@ class DrivenRestart final : public Scenario {
 
     const Axis restart_axis{"restart", "", "category"};
     Panel& parts = result.panel("parts", "Where a mover restart's pause goes", restart_axis, {"time", "ms"}, Better::lower);
-    parts.stacked();
     for (std::size_t i = 0; i < std::size(kParts); ++i) parts.series(kParts[i], Role::dfi, kPartNames[i]);
     Panel& pause = result.panel("pause", "The flow's pause: last tuple of the old mover to the first of the new",
                                 restart_axis, {"time", "ms"}, Better::lower);
