@@ -5,6 +5,7 @@
 #include "dfi/driven/flow.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/registry/client.hpp"
+#include "bell.hpp"
 #include "links.hpp"
 #include "names.hpp"
 #include "peers.hpp"
@@ -27,15 +28,27 @@ Consumer::Consumer(cluster::Node& node, std::string_view name, int id, std::chro
   stall_timeout_ = flow::detail::stall_timeout(spec_);
   tuple_bytes_ = spec_.schema.tuple_bytes();
   peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producer=*/false, index_);
+  if (spec_.type_options.get<DrivenOptions>().doorbell) {  // bell.hpp: rung after a segment goes back
+    auto* armed = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(region_.data()) +
+                                                   detail::consumer_armed_offset(layout, spec_.sources.size()));
+    bell_ = std::make_unique<detail::Doorbell>(node, spec_.name, spec_.sources.size() + index_, armed, label_);
+  }
   detail::publish_buffers(node, detail::consumer_record(spec_.name, index), region_, label_);
 }
 
 Consumer::~Consumer() = default;
 
+std::uint64_t Consumer::doorbells() const noexcept { return bell_ ? bell_->rings() : 0; }
+
+void Consumer::mute_doorbell() noexcept {
+  if (bell_) bell_->mute();
+}
+
 bool Consumer::take(flow::TupleBatch& batch) {
   if (held_) {
     reader_.release();
     held_ = false;
+    if (bell_) bell_->ring();  // room for the mover, if it waits for that
   }
   for (;;) {
     std::optional<memory::SegmentView> segment = reader_.peek();

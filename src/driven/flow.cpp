@@ -33,6 +33,7 @@ void validate_driven(const flow::FlowSpec& spec) {
   }
   if (options.poll_interval.count() < 0) throw spec.invalid("the poll interval must not be negative");
   if (options.batch_bytes == 0) throw spec.invalid("the mover's batch must hold at least one segment");
+  if (options.safety_poll.count() <= 0) throw spec.invalid("the doorbell safety poll interval must be positive");
   if (std::string problem = share_problem(options.share); !problem.empty()) throw spec.invalid(problem);
 }
 
@@ -42,6 +43,8 @@ void write_driven(const flow::FlowSpec& spec, flow::SpecFields& record) {
   record.set_int("poll_interval_us", options.poll_interval.count());
   record.set_int("batch_bytes", static_cast<std::int64_t>(options.batch_bytes));
   record.set_int("share", options.share);
+  record.set_int("doorbell", options.doorbell ? 1 : 0);
+  record.set_int("safety_poll_us", options.safety_poll.count());
 }
 
 void read_driven(const flow::SpecFields& record, flow::FlowSpec& spec) {
@@ -60,6 +63,12 @@ void read_driven(const flow::SpecFields& record, flow::FlowSpec& spec) {
   }
   options.batch_bytes = static_cast<std::uint64_t>(batch);
   options.share = record.get_int("share");
+  options.doorbell = record.get_int("doorbell") != 0;
+  options.safety_poll = std::chrono::microseconds(record.get_int("safety_poll_us"));
+  if (options.safety_poll.count() <= 0) {
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: safety_poll_us " +
+                                    std::to_string(options.safety_poll.count()));
+  }
   if (std::string problem = share_problem(options.share); !problem.empty()) {
     throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: " + problem);
   }

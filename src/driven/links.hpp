@@ -1,6 +1,6 @@
 // A consumer's buffer in a driven flow: its segment ring, then one link word per producer of the
 // flow — the mover's per-link "moved-up-to" record that makes a restarted mover exactly-once
-// (mover.hpp, Recovery).
+// (mover.hpp, Recovery) — then the doorbell's armed word (bell.hpp).
 //
 //   link word of producer p = (producer sequence s mod 2^32) << 32 | (consumer sequence q mod 2^32)
 //
@@ -24,11 +24,17 @@ inline std::size_t link_offset(const memory::RingLayout& layout, std::size_t pro
   return layout.bytes() + 8 * producer;
 }
 
-// Bytes of a consumer's region: the ring and the link words of `producers` producers (whole
-// cache lines).
-inline std::size_t consumer_region_bytes(const memory::RingLayout& layout, std::size_t producers) {
+// Offset of a consumer's doorbell armed word (bell.hpp): after the link words of `producers`
+// producers (whole cache lines), on a line of its own.
+inline std::size_t consumer_armed_offset(const memory::RingLayout& layout, std::size_t producers) {
   const std::size_t links = (8 * producers + memory::kWordLine - 1) / memory::kWordLine * memory::kWordLine;
   return layout.bytes() + links;
+}
+
+// Bytes of a consumer's region: the ring, the link words of `producers` producers and the armed
+// word's line.
+inline std::size_t consumer_region_bytes(const memory::RingLayout& layout, std::size_t producers) {
+  return consumer_armed_offset(layout, producers) + memory::kWordLine;
 }
 
 inline std::uint64_t link_word(std::uint64_t producer_sequence, std::uint64_t consumer_sequence) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_writer.hpp"
 #include "dfi/registry/client.hpp"
+#include "bell.hpp"
 #include "links.hpp"
 #include "names.hpp"
 #include "share.hpp"
@@ -74,6 +76,13 @@ struct Mover::Crash {
       return {Errc::io, f.label + ": a transfer failed at the test seam (fail_at " +
                             (at == CrashPoint::link ? std::string("link") : std::string("publish")) + ")"};
     }
+    // The moment of the kill, for the restart pause (dfi mover's restart timings): steady_clock,
+    // one clock for every process of this machine.
+    auto ns = [](std::chrono::steady_clock::time_point t) {
+      return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    std::printf("dfi mover: crash_at fired at %lld ns, first move at %lld ns\n", ns(std::chrono::steady_clock::now()),
+                ns(*f.first_move));
     std::fflush(nullptr);
     ::raise(SIGKILL);
     return {};
@@ -83,6 +92,7 @@ struct Mover::Crash {
 struct Mover::Flow {
   cluster::Node* node = nullptr;  // the registry: done records (slow path)
   Crash* crash = nullptr;         // the mover's crash_at() seam
+  std::chrono::steady_clock::time_point* first_move = nullptr;  // the mover's (Mover::first_move)
   flow::FlowSpec spec;
   DrivenOptions options;
   std::string label;
@@ -122,6 +132,41 @@ struct Mover::Flow {
   std::vector<bool> producer_done;  // [producer]
   std::vector<bool> consumer_done;  // [consumer]
   MoverRecovery recovery;
+
+  // Doorbell mode (mover.hpp, bell.hpp): the bell words this mover registered with its worker
+  // (producers, then consumers; raised by the PUs' messages inside worker progress) and the
+  // values seen last, their generation, and per PU where its armed word is and whether the mover
+  // must arm it before the flow sleeps (it rang, or was never armed by this mover).
+  enum class BellState { active, checking, sleeping };
+  BellState bell_state = BellState::active;
+  fabric::Worker* worker = nullptr;         // the mover's: the bell words are registered with it
+  std::vector<std::uint64_t> bell_words;    // sized once: the worker holds their addresses
+  std::vector<std::uint64_t> bells_seen;
+  std::vector<std::uint32_t> bell_tokens;
+  std::uint64_t bell_generation = 0;
+  std::vector<fabric::RemoteMemory*> pu_regions;  // [producers, then consumers]; null: not attached
+  std::vector<fabric::Endpoint*> pu_endpoints;
+  std::vector<std::size_t> armed_offsets;
+  std::vector<bool> disarmed;
+  std::vector<fabric::Request> arming;  // reused: the armed-word stores of one arm()
+  std::chrono::steady_clock::time_point next_safety{};
+  bool due = true;          // served in this pass (Mover::step)
+  bool safety_pass = false;  // this pass is the safety poll's
+  std::uint64_t step_moved = 0;  // payload bytes moved in this step
+
+  ~Flow() {
+    for (std::uint32_t token : bell_tokens) worker->unregister_word(token);  // a late bell is ignored
+  }
+
+  // Doorbell mode: true when a PU rang since the last look (its bell word grew; it is marked
+  // for arming).
+  bool rung(MoverCounters& total);
+  // Doorbell mode: stores the generation into the armed word of every PU marked, waits until
+  // the stores are done at the PUs, then fences (bell.hpp: before the flow's words are read
+  // again). Errors: as the stores' (the flow is retried or given up).
+  Status arm(MoverCounters& total);
+  // Whether the mover still serves PU i (producers, then consumers): attached, not ended.
+  bool pu_open(std::size_t i) const;
 
   // Set when a pass of the flow failed (Mover::give_up): the mover never touches it again.
   Status failure;
@@ -202,8 +247,10 @@ void Mover::add_flow(std::string_view name, std::chrono::milliseconds timeout) {
 
 std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadline& deadline, bool again) {
   auto f = std::make_unique<Flow>();
+  f->recovery.started = std::chrono::steady_clock::now();
   f->node = &node_;
   f->crash = crash_.get();
+  f->first_move = &first_move_;
   f->spec = flow::detail::open_spec(node_, name, kDriven, std::nullopt, deadline);
   f->options = f->spec.type_options.get<DrivenOptions>();
   f->label = "driven flow '" + f->spec.name + "' mover (rank " + std::to_string(node_.rank()) + ")";
@@ -256,6 +303,19 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
     producer_regions[p] = &attach(detail::producer_record(f->spec.name, p), s.rank,
                                   "producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")");
   }
+  if (f->options.doorbell) {
+    f->pu_regions.assign(producers + consumers, nullptr);
+    f->pu_endpoints.assign(producers + consumers, nullptr);
+    f->armed_offsets.assign(producers + consumers, 0);
+    f->disarmed.assign(producers + consumers, true);  // nothing armed by this mover yet
+    f->arming.reserve(producers + consumers);
+    for (std::size_t p = 0; p < producers; ++p) {
+      if (producer_regions[p] == nullptr) continue;
+      f->pu_regions[p] = producer_regions[p];
+      f->pu_endpoints[p] = &endpoint(*f, f->spec.sources[p].rank);
+      f->armed_offsets[p] = detail::producer_armed_offset(f->layout, rows);
+    }
+  }
   f->writers.resize(consumers);
   f->leaving.assign(consumers, false);
   for (std::size_t c = 0; c < consumers; ++c) {
@@ -290,9 +350,33 @@ std::unique_ptr<Mover::Flow> Mover::open_flow(std::string_view name, const Deadl
               (shuffle ? " for " + consumer_name(f->spec.targets[row]) : std::string())));
     }
   }
+  f->recovery.attached = std::chrono::steady_clock::now();
   if (Status s = f->recover(); !s) throw Error(s.code(), s.message());
+  f->recovery.recovered = std::chrono::steady_clock::now();
   try {
     node_.registry().publish(detail::mover_record(f->spec.name), identity(), /*replace=*/true);
+    if (f->options.doorbell) {
+      // Bell words of a new generation (bell.hpp): PUs armed by an earlier mover of the flow
+      // find the new record when this one arms them.
+      const std::string bell_name = detail::bell_record(f->spec.name);
+      detail::BellRecord record;
+      record.generation = 1;
+      if (std::optional<std::string> old = node_.registry().try_lookup(bell_name)) {
+        std::uint64_t previous = 0;
+        std::from_chars(old->data(), old->data() + old->size(), previous);
+        record.generation = previous + 1;
+      }
+      record.rank = node_.rank();
+      record.address = worker_.address();
+      const std::size_t words = producers + consumers;
+      f->worker = &worker_;
+      f->bell_words.assign(words, 0);
+      f->bells_seen.assign(words, 0);
+      for (std::uint64_t& word : f->bell_words) f->bell_tokens.push_back(worker_.register_word(&word));
+      record.tokens = f->bell_tokens;
+      f->bell_generation = record.generation;
+      node_.registry().publish(bell_name, detail::bell_record_text(record), /*replace=*/true);
+    }
   } catch (const Error& e) {
     throw Error(e.code(), f->label + ": " + e.what());
   }
@@ -536,6 +620,14 @@ void Mover::attach_consumer(Flow& f, std::size_t c, fabric::RemoteMemory& region
     f.put_endpoints.push_back(&ep);
   }
   ++f.consumers_open;
+  if (f.options.doorbell) {
+    const std::size_t i = f.spec.sources.size() + c;
+    f.pu_regions[i] = &region;
+    f.pu_endpoints[i] = &ep;
+    f.armed_offsets[i] = detail::consumer_armed_offset(f.layout, f.spec.sources.size());
+    f.disarmed[i] = true;
+    f.bell_state = Flow::BellState::active;  // a consumer joined: serve it now
+  }
 }
 
 Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, bool now_or_never) {
@@ -573,6 +665,7 @@ Status Mover::poll_registry(Flow& f, std::chrono::steady_clock::time_point now, 
         }
       } else if (!f.leaving[c] && !f.writers[c]->closed()) {
         f.leaving[c] = node_.registry().try_lookup(f.leave_records[c]).has_value();
+        if (f.leaving[c]) f.bell_state = Flow::BellState::active;  // it gets its end-of-stream now
       }
     } catch (const Error& e) {
       return {e.code(), f.label + ": " + consumer_name(f.spec.targets[c]) + ": " + e.what()};
@@ -682,6 +775,24 @@ Status Mover::step(std::uint64_t& moved) {
       continue;
     }
     f.final_poll = f.final_poll || last_look;
+    if (last_look) f.bell_state = Flow::BellState::active;
+  }
+  // Doorbell mode: which flows this pass serves (mover.hpp): the awake ones, those whose PUs rang
+  // (local loads of the bell words), and sleeping ones whose safety poll is due.
+  for (auto& owned : flows_) {
+    Flow& f = *owned;
+    f.step_moved = 0;
+    f.safety_pass = false;
+    f.due = true;
+    if (!f.options.doorbell || f.stopped()) continue;
+    if (f.rung(counters_)) f.bell_state = Flow::BellState::active;
+    if (f.bell_state != Flow::BellState::sleeping) continue;
+    f.due = now >= f.next_safety;
+    if (f.due) {
+      f.safety_pass = true;
+      ++counters_.safety_polls;
+      ++f.tally.safety_polls;
+    }
   }
   if (quanta_stale_) set_quanta();
   const bool rationed = flows_.size() > 1;
@@ -689,7 +800,7 @@ Status Mover::step(std::uint64_t& moved) {
     bool held = false;  // a flow that used up its deficit (it may have more to move)
     for (std::size_t index = 0; index < flows_.size(); ++index) {
       Flow& f = *flows_[index];
-      if (f.stopped()) continue;
+      if (f.stopped() || !f.due) continue;
       if (rationed) {
         f.deficit += f.quantum;
         f.allowance = f.deficit > 0 ? static_cast<std::uint64_t>(f.deficit) : 0;
@@ -706,6 +817,7 @@ Status Mover::step(std::uint64_t& moved) {
         continue;
       }
       if (flow_moved > 0) f.retries_in_a_row = 0;
+      f.step_moved += flow_moved;
       moved += flow_moved;
       if (flow_moved == 0) ++f.tally.idle_steps;
       if (!rationed) continue;
@@ -721,18 +833,84 @@ Status Mover::step(std::uint64_t& moved) {
     again = moved == 0 && held;
     if (again) fast_forward();
   }
+  // Doorbell mode: a flow that moved stays awake; one that found nothing arms its PUs and gets
+  // one more look; one that found nothing after that sleeps until a bell or the safety poll.
+  for (std::size_t index = 0; index < flows_.size(); ++index) {
+    Flow& f = *flows_[index];
+    if (!f.options.doorbell || !f.due || f.stopped()) continue;
+    if (f.step_moved > 0 || (rationed && f.deficit <= 0)) {  // work, or held back by its share
+      if (f.safety_pass && f.step_moved > 0) {
+        // The safety poll found work no bell announced: a bell may have been lost with its PU
+        // disarmed, so every PU is armed again before the flow sleeps.
+        std::fill(f.disarmed.begin(), f.disarmed.end(), true);
+      }
+      f.bell_state = Flow::BellState::active;
+    } else if (f.bell_state == Flow::BellState::active) {
+      if (Status s = f.arm(counters_); !s) {
+        fail(index, s);
+        continue;
+      }
+      f.bell_state = Flow::BellState::checking;
+    } else {
+      f.bell_state = Flow::BellState::sleeping;
+      f.next_safety = now + f.options.safety_poll;
+    }
+  }
   if (moved == 0) ++counters_.idle_steps;
   return first_failure;
+}
+
+bool Mover::Flow::rung(MoverCounters& total) {
+  bool any = false;
+  for (std::size_t i = 0; i < bell_words.size(); ++i) {
+    // Raised inside this thread's worker progress (the message came after the PU's publication).
+    if (bell_words[i] <= bells_seen[i]) continue;
+    bells_seen[i] = bell_words[i];
+    disarmed[i] = true;
+    any = true;
+    ++total.bells;
+    ++tally.bells;
+  }
+  return any;
+}
+
+bool Mover::Flow::pu_open(std::size_t i) const {
+  if (pu_regions[i] == nullptr) return false;
+  const std::size_t producers = spec.sources.size();
+  if (i >= producers) return writers[i - producers] && !writers[i - producers]->closed();
+  if (producer_done[i]) return false;
+  for (const auto& row : ended) {
+    if (!row[i]) return true;
+  }
+  return false;  // every ring of it ended: it may have freed them
+}
+
+Status Mover::Flow::arm(MoverCounters& total) {
+  for (std::size_t i = 0; i < disarmed.size(); ++i) {
+    if (!disarmed[i]) continue;
+    disarmed[i] = false;
+    if (!pu_open(i)) continue;
+    arming.push_back(pu_endpoints[i]->store_words_async(&bell_generation, 1, *pu_regions[i], armed_offsets[i]));
+    ++total.arms;
+    ++tally.arms;
+  }
+  Status first;
+  for (fabric::Request& request : arming) {
+    if (Status s = request.wait(); !s && first) first = Status(s.code(), label + ": arming a doorbell: " + s.message());
+  }
+  arming.clear();  // keeps its capacity: no allocation per arm
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the armed words before the next look (bell.hpp)
+  return first;
 }
 
 void Mover::fast_forward() {
   std::int64_t rounds = std::numeric_limits<std::int64_t>::max();
   for (const auto& f : flows_) {
-    if (!f->stopped() && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
+    if (!f->stopped() && f->due && f->deficit <= 0) rounds = std::min(rounds, (f->quantum - f->deficit) / f->quantum);
   }
   // The next pass adds one quantum more: the first held flow then has a positive deficit.
   for (auto& f : flows_) {
-    if (!f->stopped() && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
+    if (!f->stopped() && f->due && f->deficit <= 0) f->deficit += (rounds - 1) * f->quantum;
   }
 }
 
@@ -760,6 +938,7 @@ Status Mover::Flow::transfer(std::size_t c, std::size_t p, Reader& reader, Write
     if (Status s = crash->reach(CrashPoint::link, *this); !s) return s;
   }
   if (Status s = writer.publish_from(segment.data, segment.bytes); !s) return s;
+  if (first_move->time_since_epoch().count() == 0) [[unlikely]] *first_move = std::chrono::steady_clock::now();
   if (crash->armed) [[unlikely]] {
     if (Status s = crash->reach(CrashPoint::publish, *this); !s) return s;
   }
@@ -957,6 +1136,7 @@ Status Mover::Flow::step_replicate(MoverCounters& counters, std::uint64_t& moved
     if (crash->armed) [[unlikely]] {
       if (Status s = crash->reach(CrashPoint::link, *this); !s) return s;
     }
+    if (first_move->time_since_epoch().count() == 0) [[unlikely]] *first_move = std::chrono::steady_clock::now();
     for (auto& writer : writers) {  // phase 2: shown at every consumer
       if (Status s = writer->publish(segment->bytes); !s) return s;
       if (crash->armed) [[unlikely]] {  // shown at some consumers
@@ -982,7 +1162,18 @@ Status Mover::run(std::chrono::milliseconds timeout) {
   Deadline deadline(timeout);
   std::chrono::microseconds interval = std::chrono::microseconds::max();
   for (const auto& f : flows_) interval = std::min(interval, f->options.poll_interval);
-  Backoff backoff(BackoffSettings::from_config(), reinterpret_cast<std::uintptr_t>(this));
+  // Doorbell mode (every flow): a bell is a message to this worker, so the waits block on the
+  // worker's events — a bell wakes the mover at once — for up to the shortest safety poll (and
+  // kShareRefresh: the registry looks), after a short spin (each poll progresses the worker).
+  bool doorbells = !flows_.empty();
+  std::chrono::microseconds longest = kShareRefresh;
+  for (const auto& f : flows_) {
+    doorbells = doorbells && f->options.doorbell;
+    longest = std::min(longest, f->options.safety_poll);
+  }
+  BackoffSettings settings = BackoffSettings::from_config(/*polls_are_syscalls=*/doorbells);
+  if (doorbells) settings.sleep_us = static_cast<std::uint32_t>(std::max<std::int64_t>(longest.count(), 1));
+  Backoff backoff(settings, reinterpret_cast<std::uintptr_t>(this));
   std::chrono::steady_clock::time_point paced{};  // when what was moved fits limit_rate()
   while (!done()) {
     std::uint64_t moved = 0;
@@ -1005,9 +1196,14 @@ Status Mover::run(std::chrono::milliseconds timeout) {
       return {Errc::timeout, "mover (rank " + std::to_string(node_.rank()) + "): flows " + open +
                                  " still open after " + std::to_string(timeout.count()) + " ms"};
     }
-    worker_.progress();  // keepalive and connection upkeep while nothing moves
+    // Keepalive and connection upkeep while nothing moves. In doorbell mode a pass that handled
+    // something may have raised a bell word: look at it before blocking (the wait would not wake
+    // for an event already handled).
+    if (worker_.progress() > 0 && doorbells) continue;
     if (interval.count() > 0 && interval != std::chrono::microseconds::max()) {
       std::this_thread::sleep_for(interval);
+    } else if (doorbells) {
+      backoff.pause([this](std::chrono::microseconds d) { (void)worker_.wait_for_event(d, /*idle=*/true); });
     } else {
       backoff.pause();
     }

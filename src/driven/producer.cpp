@@ -8,6 +8,7 @@
 #include "dfi/driven/flow.hpp"
 #include "dfi/flow/detail/rings.hpp"
 #include "dfi/registry/client.hpp"
+#include "bell.hpp"
 #include "names.hpp"
 #include "peers.hpp"
 
@@ -28,9 +29,16 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
   const DrivenOptions& options = spec_.type_options.get<DrivenOptions>();
   pattern_ = options.pattern;
   const std::size_t rings = pattern_ == Pattern::shuffle ? spec_.targets.size() : 1;
-  region_ = fabric::MemoryRegion(node.fabric(), rings * layout.bytes());
+  region_ = fabric::MemoryRegion(node.fabric(), detail::producer_region_bytes(layout, rings));
   peers_ = std::make_unique<detail::PeerCheck>(node, spec_, /*producer=*/true, index_);
   peer_status_ = [this] { return peers_->check(""); };  // the ring prefixes its label
+  memory::LocalRing::PublishHook hook;
+  if (options.doorbell) {  // every publication asks whether the mover wants a bell (bell.hpp)
+    auto* armed = reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(region_.data()) +
+                                                   detail::producer_armed_offset(layout, rings));
+    bell_ = std::make_unique<detail::Doorbell>(node, spec_.name, index_, armed, label_);
+    hook = {&detail::Doorbell::ring_hook, bell_.get()};
+  }
   memory::SegmentWriterOptions writer_options;
   writer_options.stall_timeout = stall_timeout_;
   auto* base = static_cast<std::byte*>(region_.data());
@@ -40,7 +48,7 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
                                                           std::to_string(target.id) + ")"
                                                     : std::string(" (") + pattern_name(pattern_) + ")";
     rings_.push_back(std::make_unique<Ring>(memory::RingMode::bandwidth, writer_options, base + t * layout.bytes(),
-                                            layout, label_ + ring, &peer_status_));
+                                            layout, label_ + ring, &peer_status_, hook));
   }
   tuple_bytes_ = spec_.schema.tuple_bytes();
   if (pattern_ != Pattern::shuffle) {
@@ -57,6 +65,12 @@ Producer::Producer(cluster::Node& node, std::string_view name, int thread, std::
 Producer::~Producer() {
   if (closed_) return;
   if (Status s = close(); !s) std::fprintf(stderr, "dfi: %s\n", s.message().c_str());
+}
+
+std::uint64_t Producer::doorbells() const noexcept { return bell_ ? bell_->rings() : 0; }
+
+void Producer::mute_doorbell() noexcept {
+  if (bell_) bell_->mute();
 }
 
 Status Producer::latch(Status status) {

@@ -272,6 +272,7 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
     // (over tcp each pass is a system call).
     (void)staging.sends.back().done();
   }
+  if constexpr (!Access::kRemote) access_.published();
   ++counters_.segments;
   counters_.bytes += fill;
   if (credits_ > 0) --credits_;

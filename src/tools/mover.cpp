@@ -1,5 +1,6 @@
 #include "mover.hpp"
 
+#include <chrono>
 #include <charconv>
 #include <optional>
 #include <utility>
@@ -26,7 +27,13 @@ int run_mover(const MoverCommandOptions& options, std::ostream& out, std::ostrea
     }
     crash.emplace(point == "link" ? driven::CrashPoint::link : driven::CrashPoint::publish, count);
   }
+  using Clock = std::chrono::steady_clock;
+  auto ns = [](Clock::time_point t) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  };
+  const Clock::time_point started = Clock::now();
   cluster::Node node;
+  const Clock::time_point joined = Clock::now();
   driven::Mover mover(node);
   if (crash) mover.crash_at(crash->first, crash->second);
   for (const std::string& flow : options.flows) {
@@ -38,7 +45,24 @@ int run_mover(const MoverCommandOptions& options, std::ostream& out, std::ostrea
         << " half-done transfer(s) completed, " << r.producers_done << " producer(s) and " << r.consumers_done
         << " consumer(s) finished before" << std::endl;
   }
-  if (Status s = mover.run(options.timeout); !s) {
+  bool resumed = false;
+  for (const std::string& flow : options.flows) resumed = resumed || mover.recovery(flow).resumed;
+  if (resumed) {
+    // The restart pause's parts (steady_clock ns, one clock for the machine's processes): process
+    // start, cluster joined, per flow buffers attached and recovered; the first move follows (after
+    // run(), or in the crash_at seam's line).
+    out << "dfi mover (rank " << node.rank() << "): restart timings: started " << ns(started) << " joined "
+        << ns(joined);
+    for (const std::string& flow : options.flows) {
+      const driven::MoverRecovery& r = mover.recovery(flow);
+      out << " flow '" << flow << "' attach_started " << ns(r.started) << " attached " << ns(r.attached) << " recovered "
+          << ns(r.recovered);
+    }
+    out << std::endl;
+  }
+  const Status ran = mover.run(options.timeout);
+  if (resumed) out << "dfi mover (rank " << node.rank() << "): first move at " << ns(mover.first_move()) << " ns" << std::endl;
+  if (Status s = ran; !s) {
     err << "dfi mover: " << s.message() << '\n';
     return 1;
   }

@@ -34,6 +34,10 @@
 //   driven_node retry PATTERN TUPLES FAILS              shuffle, balance or replicate as above
 //       (rings of 4 x 256 B) while the mover's transfers fail FAILS times (Mover::fail_at), each
 //       retried: the same checks
+//   driven_node doorbell PATTERN TUPLES [mute]          shuffle, balance or replicate as above
+//       (rings of 4 x 256 B) in doorbell mode: the same checks, the mover heard bells and every PU
+//       rang at most once per segment; with `mute` every PU's bells are lost (the test seam) and
+//       the mover's safety poll (2 ms) carries the flows: it heard no bell
 //   driven_node chaos PATTERN TUPLES KILLS DFI SEED     shuffle, balance or replicate as above
 //       (TUPLES per producer, rings of 4 x 256 B, consumers pausing 1 ms per batch) while rank 2 runs
 //       `DFI mover` and kills it KILLS times mid-flow (run_chaos_mover), each restart resuming
@@ -81,6 +85,28 @@ using testing::failures;
 bool g_external_mover = false;
 std::chrono::microseconds g_pause{0};
 
+// doorbell mode: the flows of run_shuffle, run_balance and run_replicate ring the mover
+// (DrivenOptions::doorbell); with g_mute every PU's bells are lost (mute_doorbell).
+bool g_doorbell = false;
+bool g_mute = false;
+
+driven::DrivenOptions pattern_options(driven::Pattern pattern) {
+  driven::DrivenOptions options{.pattern = pattern};
+  options.doorbell = g_doorbell;
+  if (g_mute) options.safety_poll = 2ms;
+  return options;
+}
+
+// Doorbell mode: a PU rings at most once per segment it published or gave back.
+template <class Pu>
+void check_doorbells(const char* who, const Pu& pu, std::uint64_t segments) {
+  if (!g_doorbell) return;
+  if (pu.doorbells() > segments + 1) {  // + 1: a producer's end-of-stream segment
+    fail(std::string(who) + " rang " + std::to_string(pu.doorbells()) + " times for " + std::to_string(segments) +
+         " segments");
+  }
+}
+
 struct Tuple {
   std::uint64_t key;
   std::uint64_t producer;  // index in the spec's sources
@@ -122,6 +148,7 @@ Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size
   Seen seen;
   pause += g_pause;
   driven::Consumer in(node, name, id);
+  if (g_mute) in.mute_doorbell();
   std::vector<std::uint64_t> next(producers, 0);
   std::uint64_t batches = 0;
   flow::TupleBatch batch;
@@ -146,6 +173,7 @@ Seen consume_all(cluster::Node& node, const std::string& name, int id, std::size
     if (after) after(++batches, in);
   }
   if (!in.end()) fail("consumer " + std::to_string(consumer_index) + " ended without end of stream");
+  check_doorbells("consumer", in, in.counters().segments);
   return seen;
 }
 
@@ -193,11 +221,21 @@ void run_mover(cluster::Node& node, const std::string& name) {
   }
   std::printf("mover: %llu segments, %llu bytes moved\n", static_cast<unsigned long long>(mover.counters().segments),
               static_cast<unsigned long long>(mover.counters().bytes));
+  if (g_doorbell) {
+    const driven::MoverCounters& c = mover.counters();
+    std::printf("mover: doorbell: %llu bells heard, %llu PUs armed, %llu safety polls\n",
+                static_cast<unsigned long long>(c.bells), static_cast<unsigned long long>(c.arms),
+                static_cast<unsigned long long>(c.safety_polls));
+    if (g_mute && c.bells != 0) fail("mover: heard " + std::to_string(c.bells) + " bells of muted PUs");
+    if (!g_mute && c.bells == 0) fail("mover: heard no bell in doorbell mode");
+    if (c.arms == 0) fail("mover: armed no PU in doorbell mode");
+  }
 }
 
 void produce_all(cluster::Node& node, const std::string& name, int thread, std::uint64_t producer,
                  std::uint64_t tuples, bool explicit_routing) {
   driven::Producer out(node, name, thread);
+  if (g_mute) out.mute_doorbell();
   for (std::uint64_t i = 0; i < tuples; ++i) {
     const Tuple t{key_of(producer, i), producer, i};
     Status s = explicit_routing ? out.push_to(0, &t, sizeof t) : out.push(&t, sizeof t);
@@ -210,6 +248,7 @@ void produce_all(cluster::Node& node, const std::string& name, int thread, std::
     }
   }
   if (Status s = out.close(); !s) fail("producer " + std::to_string(producer) + " close: " + s.message());
+  check_doorbells("producer", out, out.counters().segments);
 }
 
 flow::Schema tuple_schema() {
@@ -241,6 +280,7 @@ int run_shuffle(cluster::Node& node, std::uint32_t segments, std::uint32_t segme
   spec.key_column = "key";
   spec.options.segments = segments;
   spec.options.segment_bytes = segment_bytes;
+  spec.type_options = pattern_options(driven::Pattern::shuffle);
   if (node.rank() == 0) flow::create_flow(node, spec);
 
   if (node.rank() == 2 && external_mover) {
@@ -319,7 +359,7 @@ flow::FlowSpec two_producers(const std::string& name, driven::Pattern pattern, s
   spec.schema = tuple_schema();
   spec.options.segments = segments;
   spec.options.segment_bytes = segment_bytes;
-  spec.type_options = driven::DrivenOptions{.pattern = pattern};
+  spec.type_options = pattern_options(pattern);
   return spec;
 }
 
@@ -672,6 +712,8 @@ int run_errors(cluster::Node& node) {
   spec.key_column = "key";
   spec.type_options = driven::DrivenOptions{.poll_interval = -1us};
   expect_error("negative poll interval", Errc::invalid_argument, "poll interval", [&] { flow::create_flow(node, spec); });
+  spec.type_options = driven::DrivenOptions{.doorbell = true, .safety_poll = 0us};
+  expect_error("no safety poll", Errc::invalid_argument, "safety poll", [&] { flow::create_flow(node, spec); });
 
   flow::FlowSpec shuffle;
   shuffle.name = "not-driven";
@@ -886,13 +928,16 @@ int run_property(cluster::Node& node, std::uint64_t seed, int runs) {
     driven::DrivenOptions options{.pattern = pattern};
     options.batch_bytes = pick({spec.options.segment_bytes, 4096, 4u << 20});
     options.poll_interval = std::chrono::microseconds(pick({0, 0, 10, 100}));
+    options.doorbell = pick({0, 1}) == 1;
+    options.safety_poll = std::chrono::microseconds(pick({1000, 20000}));
     spec.type_options = options;
     const std::chrono::microseconds pause(pick({0, 0, 50, 500}));
     char shape[256];
-    std::snprintf(shape, sizeof shape, "run %d: %s, %zu:%zu, %u x %u B, batch %llu B, poll %lld us, pause %lld us", run,
+    std::snprintf(shape, sizeof shape, "run %d: %s, %zu:%zu, %u x %u B, batch %llu B, poll %lld us%s, pause %lld us", run,
                   pattern == driven::Pattern::shuffle ? "shuffle" : pattern == driven::Pattern::balance ? "balance" : "replicate",
                   producers, consumers, spec.options.segments, spec.options.segment_bytes,
                   static_cast<unsigned long long>(options.batch_bytes), static_cast<long long>(options.poll_interval.count()),
+                  options.doorbell ? (options.safety_poll.count() == 1000 ? ", doorbell (safety 1 ms)" : ", doorbell (safety 20 ms)") : "",
                   static_cast<long long>(pause.count()));
     if (node.rank() == 0) flow::create_flow(node, spec);
     if (node.rank() == 2) {
@@ -1153,6 +1198,12 @@ int main(int argc, char** argv) {
       g_pause = 1000us;
       return run_small_rings(mode, pattern, tuples);
     }
+    if (mode == "doorbell" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "mute"))) {
+      // doorbell PATTERN TUPLES [mute]: the pattern's test (rings of 4 x 256 B) in doorbell mode
+      g_doorbell = true;
+      g_mute = argc == 5;
+      return run_small_rings(mode, argv[2], std::stoull(argv[3]));
+    }
     if (mode == "retry" && argc == 5) {
       // retry PATTERN TUPLES FAILS: the pattern's test (rings of 4 x 256 B) while the mover's
       // transfers fail FAILS times and are retried
@@ -1191,7 +1242,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: driven_node shuffle SEGMENTS SEGMENT_BYTES TUPLES [external-mover] | balance SEGMENTS "
                    "SEGMENT_BYTES TUPLES | replicate SEGMENTS SEGMENT_BYTES TUPLES | elastic TUPLES | explicit TUPLES | qos TUPLES | rate TUPLES | errors | "
-                   "kill-mover | kill-pu PATTERN | property SEED RUNS | two-movers TUPLES (4 ranks) | retry PATTERN TUPLES FAILS | chaos PATTERN TUPLES KILLS DFI SEED\n");
+                   "kill-mover | kill-pu PATTERN | property SEED RUNS | two-movers TUPLES (4 ranks) | retry PATTERN TUPLES FAILS | doorbell PATTERN TUPLES [mute] | chaos PATTERN TUPLES KILLS DFI SEED\n");
       return 2;
     }
     node.finish();

@@ -35,6 +35,7 @@ namespace dfi::driven {
 
 namespace detail {
 class PeerCheck;
+class Doorbell;
 }
 
 class Consumer {
@@ -68,6 +69,11 @@ class Consumer {
   // what the registry returns.
   Status leave();
   bool end() const noexcept { return ended_; }
+  // Doorbell mode (flow.hpp, Doorbells): how often this consumer rang the mover (at most once per
+  // segment given back; 0 in polling mode).
+  std::uint64_t doorbells() const noexcept;
+  // Test seam for doorbell mode: from now on every bell is lost (as Producer::mute_doorbell).
+  void mute_doorbell() noexcept;
   const flow::FlowCounters& counters() const noexcept { return counters_; }
 
  private:
@@ -91,6 +97,7 @@ class Consumer {
   flow::FlowCounters counters_;
   flow::detail::FailureLatch failure_;
   std::unique_ptr<detail::PeerCheck> peers_;  // the mover and the producers
+  std::unique_ptr<detail::Doorbell> bell_;    // doorbell mode, else null
 };
 
 }  // namespace dfi::driven

@@ -43,6 +43,24 @@
 // others (work-conserving). set_share() changes a flow's share while it runs: the mover picks it
 // up within kShareRefresh; the PUs do not notice.
 //
+// Doorbells (000 §4: "by polling ... or by doorbells"; DrivenOptions::doorbell). By default the
+// mover reads every producer's head and every consumer's tail on each pass (over tcp each read is
+// a message that the PU's progress thread answers), sleeping poll_interval after a pass that found
+// nothing. In doorbell mode it does so only while a flow has work: once a pass finds nothing, it
+// arms the flow's PUs (a one-word store into each PU's buffer), looks once more, and then leaves
+// the flow alone until a PU rings — a producer after it published a segment, a consumer after it
+// gave one back — or until safety_poll passed. A bell is a small active message that raises a
+// word the mover registered with its worker, so a mover whose flows all sleep blocks on its
+// worker's events (Mover::run, poll_interval 0) and a bell wakes it, over shm as over tcp. A bell
+// is rung at most once per publication and only when the mover armed the PU: a PU that rang is
+// not armed again until the mover ran out of work, so ringing an already rung bell costs nothing.
+// What a bell costs the PU's thread: a fence and a load of its own armed word per publication, and
+// when armed, the message — a fabric call on a worker of the PU's own (claimed from the rank's
+// progress thread, which completes it): on shm a copy into the mover's shared-memory queue and a
+// wake-up signal when the mover sleeps, over tcp a send system call. Unlike the rest of a driven
+// flow, that is fabric work on the PU's thread; the bench (driven-lat) measures what it buys.
+// Details and why no bell is lost: src/driven/bell.hpp.
+//
 // In every pattern a consumer sees the segments of one producer in the order they were pushed
 // (in balance, the subsequence that consumer got). Segments move whole: a consumer's batch is
 // one producer's segment.
@@ -81,6 +99,12 @@ struct DrivenOptions {
   // flows gives each backlogged flow transfer bytes in proportion to its share. set_share()
   // changes it at run time.
   std::int64_t share = 1;
+  // Doorbell mode (Doorbells, above): the mover reads the flow's heads and tails only after a PU
+  // rang (and while that finds work), instead of on every pass.
+  bool doorbell = false;
+  // Doorbell mode: the longest a flow whose PUs did not ring goes unread (the safety poll that
+  // carries a lost doorbell). > 0.
+  std::chrono::microseconds safety_poll{20000};
 };
 
 // The largest share a flow may have (shares are relative: 1:3 is 100:300).

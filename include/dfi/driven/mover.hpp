@@ -24,6 +24,16 @@
 //              has room: written into every consumer's ring first (put path: the endpoints
 //              flushed), then published at every consumer (all-or-nothing), then released.
 //
+// Doorbell mode (flow.hpp, Doorbells; src/driven/bell.hpp): per flow, the mover registers one
+// bell word per PU with its worker and keeps a state — active (served every pass, as in polling
+// mode), checking (it found nothing, armed the PUs that rang since they were last armed, and
+// makes one more pass), or sleeping (not served until a bell word grew, a consumer joins or
+// leaves, or safety_poll passed; a safety pass that finds work re-arms every PU, since one of them
+// may have rung into the void). A pass over only sleeping flows compares the bell words with what
+// it saw (its own memory) and nothing else. When every flow is in doorbell mode, run() backs off
+// with a short spin and then blocks on the worker's events for up to the shortest safety_poll
+// (at most kShareRefresh): a bell's message wakes it.
+//
 // QoS between flows (flow.hpp): a mover with several flows divides its transfer work between
 // them by deficit round robin in payload bytes. Each pass gives every flow a quantum in
 // proportion to its share (the largest share: half a ring, or batch_bytes if smaller); a flow
@@ -114,6 +124,11 @@ struct MoverCounters {
   std::uint64_t bytes = 0;
   std::uint64_t idle_steps = 0;  // steps that found nothing to move
   std::uint64_t retries = 0;     // failed passes retried (Mover::step)
+  // Doorbell mode (flow.hpp, Doorbells): bells found rung (one per PU and look), armed words
+  // stored into PUs' buffers, and passes of a sleeping flow made by the safety poll.
+  std::uint64_t bells = 0;
+  std::uint64_t arms = 0;
+  std::uint64_t safety_polls = 0;
 };
 
 // What add_flow found in a flow's buffers (Recovery, above): all zero for a flow that starts.
@@ -124,6 +139,11 @@ struct MoverRecovery {
   std::uint64_t completed = 0;  // half-done transfers finished (a delivered segment released)
   std::uint64_t producers_done = 0;  // PUs let go of before (never attached again)
   std::uint64_t consumers_done = 0;
+  // What add_flow took (steady_clock): until every PU's buffers were found in the registry and
+  // attached, and then recover() (reading the words, finishing the half-done transfer).
+  std::chrono::steady_clock::time_point started{};
+  std::chrono::steady_clock::time_point attached{};
+  std::chrono::steady_clock::time_point recovered{};
 };
 
 // Where crash_at() kills the mover's process: a transfer whose link word is written but whose
@@ -163,12 +183,17 @@ class Mover {
   Status step(std::uint64_t& moved);
   // Calls step() until every flow has ended (all producers closed, everything moved into the
   // consumers and their end-of-stream published; in a balance flow, into the consumers that
-  // joined) or was given up, waiting between empty steps as the flows' poll_interval says.
+  // joined) or was given up, waiting between empty steps as the flows' poll_interval says (all
+  // flows in doorbell mode with poll_interval 0: blocked on the worker's events until a bell).
   // Errors: the first flow given up's failure (naming the others given up), once every other
   // flow ended; timeout when the flows have not ended by `timeout` (naming what is still open).
   Status run(std::chrono::milliseconds timeout);
   // True when every flow added has ended or was given up.
   bool done() const noexcept;
+  // When this mover first published a segment at a consumer (steady_clock; the epoch while it
+  // did not): a restarted mover's first move, for the restart pause (dfi mover and the crash_at
+  // seam print it).
+  std::chrono::steady_clock::time_point first_move() const noexcept { return first_move_; }
   // Why flow `name` was given up (step()), or ok while it was not. Throws dfi::Error(not_found)
   // for a flow not added.
   Status failure(std::string_view name) const;
@@ -246,6 +271,7 @@ class Mover {
   std::unique_ptr<Crash> crash_;
   bool quanta_stale_ = true;  // a flow was added or a share changed since set_quanta()
   double rate_ = 0;           // limit_rate(): bytes per second, 0: none
+  std::chrono::steady_clock::time_point first_move_{};  // the first segment published (Flow::transfer)
 };
 
 }  // namespace dfi::driven

@@ -37,6 +37,7 @@ namespace dfi::driven {
 
 namespace detail {
 class PeerCheck;
+class Doorbell;
 }
 
 class Producer {
@@ -85,6 +86,14 @@ class Producer {
   // peer_failed (a consumer died). Idempotent.
   Status close();
 
+  // Doorbell mode (flow.hpp, Doorbells): how often this producer rang the mover (at most once
+  // per published segment; 0 in polling mode).
+  std::uint64_t doorbells() const noexcept;
+  // Test seam for doorbell mode: from now on every bell is lost (the producer behaves as if it
+  // rang, the mover hears nothing); the mover's safety poll must carry the flow. No effect in
+  // polling mode.
+  void mute_doorbell() noexcept;
+
   // Rings this producer writes: the consumers of a shuffle flow, else 1.
   std::size_t ring_count() const noexcept { return rings_.size(); }
   // Segments and payload bytes published, and how often a ring was full when a segment had to
@@ -106,6 +115,7 @@ class Producer {
   std::unique_ptr<detail::PeerCheck> peers_;   // the mover and the consumers
   memory::LocalRing::PeerStatus peer_status_;  // what the rings ask while they wait (before rings_:
                                                // they hold its address)
+  std::unique_ptr<detail::Doorbell> bell_;     // doorbell mode, else null (before rings_: their hook)
   std::vector<std::unique_ptr<Ring>> rings_;
   std::size_t tuple_bytes_ = 0;
   // The width push() accepts: the schema's in a key-hash flow while open, none (SIZE_MAX)

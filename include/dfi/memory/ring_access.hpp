@@ -27,6 +27,14 @@
 
 namespace dfi::memory {
 
+// Called by a LocalRing's writer after each segment it published (state and head stored), never
+// per tuple: a driven flow's producer rings the data mover's doorbell there (driven/bell.hpp).
+// A plain function and its context: one predictable branch per publication when unset.
+struct RingPublishHook {
+  void (*call)(void* context) = nullptr;
+  void* context = nullptr;
+};
+
 class LocalRing {
  public:
   static constexpr bool kRemote = false;
@@ -35,21 +43,30 @@ class LocalRing {
   // slot (a driven flow's producer waits for the data mover, which lives in another process).
   using PeerStatus = std::function<Status()>;
 
+  using PublishHook = RingPublishHook;
+
   // The ring at `base` (layout.bytes() bytes, zeroed before first use). `label` names the ring in
   // errors. `peer_status`, if set, must outlive the ring; status() returns what it says.
-  LocalRing(std::byte* base, RingLayout layout, std::string label, const PeerStatus* peer_status = nullptr)
-      : base_(base), layout_(layout), label_(std::move(label)), peer_status_(peer_status) {}
+  // `on_publish`: see PublishHook (its context must outlive the ring).
+  LocalRing(std::byte* base, RingLayout layout, std::string label, const PeerStatus* peer_status = nullptr,
+            PublishHook on_publish = {})
+      : base_(base), layout_(layout), label_(std::move(label)), peer_status_(peer_status), on_publish_(on_publish) {}
 
   std::byte* base() const noexcept { return base_; }
   const RingLayout& layout() const noexcept { return layout_; }
   const std::string& label() const noexcept { return label_; }
   Status status() const { return peer_status_ != nullptr ? (*peer_status_)() : Status(); }
+  // Runs the PublishHook, if any (SegmentWriter::publish, after the publication).
+  void published() const {
+    if (on_publish_.call != nullptr) [[unlikely]] on_publish_.call(on_publish_.context);
+  }
 
  private:
   std::byte* base_;
   RingLayout layout_;
   std::string label_;
   const PeerStatus* peer_status_;
+  PublishHook on_publish_;
 };
 
 struct RemoteRingOptions {

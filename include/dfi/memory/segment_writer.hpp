@@ -8,7 +8,8 @@
 //   writer.publish_from(data, n);      // or: acquire + one copy + publish
 //
 // Access (ring_access.hpp) says where the ring is:
-//  - LocalRing: the span is the slot itself; publish is three stores. No fabric call.
+//  - LocalRing: the span is the slot itself; publish is three stores (then the ring's PublishHook,
+//    if it has one). No fabric call.
 //  - RemoteRing, mapped path: the span is the slot in the peer's memory (through ucp_rkey_ptr);
 //    publish is three stores, the state word with release order.
 //  - RemoteRing, put path: the span is a local staging segment; publish puts payload and fill,

@@ -35,9 +35,6 @@
 //              threads are joined; helper_cpu: that minus the producer's and the consumer's
 //              thread CPU, i.e. the progress thread, which over tcp serves UCX's emulated gets
 //              and puts of the mover; the mover rank's process CPU is shown apart.
-#include <sys/resource.h>
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -48,6 +45,7 @@
 #include <vector>
 
 #include "cluster_job.hpp"
+#include "cpu_time.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/driven/consumer.hpp"
@@ -74,20 +72,6 @@ constexpr double kCostTarget = 0.25;  // driven producer CPU per item vs the flo
 
 std::int64_t ns_since_epoch(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-std::int64_t thread_cpu_ns() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-}
-
-// User + system CPU time of this process (every thread).
-std::int64_t process_cpu_ns() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  auto ns = [](const timeval& v) { return static_cast<std::int64_t>(v.tv_sec) * 1'000'000'000 + v.tv_usec * 1000; };
-  return ns(u.ru_utime) + ns(u.ru_stime);
 }
 
 struct Point {

@@ -31,6 +31,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_driven_qos_scenario());
   all.push_back(make_driven_shuffle_scenario());
   all.push_back(make_driven_lat_scenario());
+  all.push_back(make_driven_restart_scenario());
   all.push_back(make_driven_replicate_scenario());
   all.push_back(make_driven_elastic_scenario());
   all.push_back(make_driven_fairness_scenario());

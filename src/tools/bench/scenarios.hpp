@@ -29,6 +29,7 @@ std::unique_ptr<Scenario> make_rsi_scenario();           // rsi_bench.cpp
 std::unique_ptr<Scenario> make_python_scenario();        // python_bench.cpp
 std::unique_ptr<Scenario> make_commtier_scenario();      // commtier_bench.cpp
 std::unique_ptr<Scenario> make_driven_lat_scenario();    // driven_lat_bench.cpp
+std::unique_ptr<Scenario> make_driven_restart_scenario();  // driven_restart_bench.cpp
 std::unique_ptr<Scenario> make_driven_qos_scenario();    // driven_qos_bench.cpp
 std::unique_ptr<Scenario> make_driven_shuffle_scenario();  // driven_shuffle_bench.cpp
 std::unique_ptr<Scenario> make_driven_replicate_scenario();  // driven_replicate_bench.cpp
