@@ -13,10 +13,9 @@
 #include <type_traits>
 #include <utility>
 
-#include <sys/mman.h>
-
 #include "dfi/common/error.hpp"
 #include "dfi/kernels/hash.hpp"
+#include "dfi/kernels/large_memory.hpp"
 
 namespace dfi::kernels {
 namespace {
@@ -198,18 +197,6 @@ std::uint64_t key_word(const std::byte* key, std::size_t bytes) noexcept {
 
 // add() and merge() prefetch while the table (slots and rows) holds at least this many bytes.
 constexpr std::size_t kPrefetchBytes = 256 * 1024;
-
-// Blocks of at least this many bytes are advised to be backed by huge pages.
-constexpr std::size_t kHugePage = 2 * 1024 * 1024;
-
-// Asks for huge pages under the block at `memory` of `bytes` (a hint: where the system does not
-// offer them on request, small pages serve). The block's first page may hold the allocator's
-// header, which is ours too: a block this large is a mapping of its own.
-void advise_huge_pages(void* memory, std::size_t bytes) {
-  if (bytes < kHugePage) return;
-  const auto first = reinterpret_cast<std::uintptr_t>(memory) & ~std::uintptr_t{4095};
-  ::madvise(reinterpret_cast<void*>(first), reinterpret_cast<std::uintptr_t>(memory) + bytes - first, MADV_HUGEPAGE);
-}
 
 const char* function_name(Aggregate function) {
   switch (function) {

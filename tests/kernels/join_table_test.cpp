@@ -89,7 +89,8 @@ TEST(JoinTable, EqualsTheReferenceJoinOnRandomInputs) {
       {777, 3000, 300, {12, 4, 4}, {8, 0, 4}},             // 4-byte keys
       {2000, 2000, 500, {20, 2, 12}, {16, 4, 12}},         // wide keys (folded, then compared)
       {1, 100, 1, {8, 0, 8}, {8, 0, 8}},                   // one key everywhere
-      {200000, 100000, 150000, {16, 0, 8}, {16, 0, 8}},    // several staging blocks
+      {200000, 100000, 150000, {16, 0, 8}, {16, 0, 8}},    // several staging blocks; entries of
+                                                           // 4.8 MB on huge-page memory
   };
   for (const Case& c : cases) {
     const Relation build = make(c.build, c.build_layout, c.domain, random);

@@ -148,10 +148,14 @@ TEST(MpiBaseline, MpirunCommandLine) {
   EXPECT_TRUE(has({"--mca", "pml", "ucx"}));
   EXPECT_TRUE(has({"--mca", "pml_ucx_devices", "any"}));
   EXPECT_TRUE(has({"-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo"}));
+  // One-sided MPI must not fall back to the shared-memory BTL over tcp.
+  EXPECT_TRUE(has({"--mca", "btl", "self,tcp"}));
+  EXPECT_TRUE(has({"--mca", "btl_tcp_if_include", "lo"}));
   EXPECT_TRUE(has({"/x/mpi_p2p", "--mode", "single"}));
   run.transport = "shm";
   argv = mpirun_argv(run, "/x/mpi_p2p");
   EXPECT_TRUE(has({"-x", "UCX_TLS=sm,self"}));
+  EXPECT_FALSE(has({"--mca", "btl", "self,tcp"}));
   run.transport = "verbs";
   EXPECT_THROW(mpirun_argv(run, "/x/mpi_p2p"), Error);
 }

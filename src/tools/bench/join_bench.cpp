@@ -138,7 +138,8 @@ class JoinScenario : public Scenario {
              "then MPI_Put of 64 KiB write-combine buffers into exclusive offsets of an "
              "MPI_Win_allocate window (passive target) + MPI_Barrier, or one MPI_Alltoallv; then "
              "a bucket-chained hash table per process; mpirun --oversubscribe --mca pml ucx with "
-             "UCX_TLS=sm,self (shm) or tcp,self on lo (tcp)"}};
+             "UCX_TLS=sm,self (shm) or tcp,self on lo with only the self and tcp BTLs, so that "
+             "MPI_Put does not take the shared-memory BTL (tcp)"}};
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;

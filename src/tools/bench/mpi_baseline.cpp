@@ -122,7 +122,11 @@ std::vector<std::string> mpirun_argv(const MpiRun& run, const std::string& binar
   if (run.transport == "shm") {
     argv.insert(argv.end(), {"-x", "UCX_TLS=sm,self"});
   } else if (run.transport == "tcp") {
-    argv.insert(argv.end(), {"-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo"});
+    // One-sided MPI (MPI_Put into a window) goes through OpenMPI's osc framework, not the pml:
+    // by default its rdma component runs over the vader BTL, shared memory between the processes
+    // of one machine, whatever UCX_TLS says. Only the self and tcp BTLs keep every byte on TCP.
+    argv.insert(argv.end(), {"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "-x",
+                             "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo"});
   } else {
     throw Error(Errc::invalid_argument,
                 "bench: MPI transport must be shm or tcp, not '" + run.transport + "'");

@@ -11,7 +11,9 @@
 //   --allow-run-as-root --oversubscribe --bind-to none
 //   --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any   (pml ucx refuses to run on
 //       anything but mlx5 devices unless told "any")
-//   -x UCX_TLS=sm,self (shm)  or  -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo (tcp)
+//   -x UCX_TLS=sm,self (shm)  or  -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo (tcp), and for tcp
+//   also --mca btl self,tcp --mca btl_tcp_if_include lo: one-sided MPI (osc rdma) runs over the
+//   BTLs, and the default set includes vader (shared memory) between processes of one machine
 #pragma once
 
 #include <chrono>
