@@ -229,19 +229,24 @@ class ClientTable {
 // 1 .. applied, and its log of slots applied+1 .. last_slot. In the leader's log, `pad` = 1 marks
 // a request received in the current view, which it answers once applied; the accept flow carries
 // pad = 0.
+// Applies write `r` to `store` once (a copy sent again finds its first result in `table`);
+// returns its reply status.
+std::uint32_t apply_once(Store& store, ClientTable& table, ReplicaStats& stats, const Request& r) {
+  if (table.applied(r)) return table.status(r);
+  const bool existed = store.apply(r);
+  const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
+  table.record(r, not_found);
+  ++stats.writes;
+  return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
+}
+
 struct ReplicaState {
   ReplicaState(std::size_t clients, std::size_t window) : table(clients, window) {}
 
   // Applies the oldest log entry (which the caller then pops); returns its reply status.
   std::uint32_t apply_front() {
-    const Request& r = log.front();
     ++applied;
-    if (table.applied(r)) return table.status(r);
-    const bool existed = store.apply(r);
-    const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
-    table.record(r, not_found);
-    ++stats.writes;
-    return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
+    return apply_once(store, table, stats, log.front());
   }
 
   Store store;
@@ -767,6 +772,15 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
   return Outcome::finished;
 }
 
+// A replica's report at the end: its counters, the slots it applied and its store's contents.
+ReplicaStats final_stats(ReplicaStats stats, std::uint64_t slots, const Store& store, const detail::View& view) {
+  stats.slots = slots;
+  stats.keys = store.size();
+  stats.digest = store.digest();
+  stats.view = view.number;
+  return stats;
+}
+
 // Enters the views after `broken` until one opens with a live leader (views.hpp): publishes this
 // replica's record (`state`: its log length first) for each, and opens the view it leads after
 // `take_over(view)` prepared its state.
@@ -801,12 +815,7 @@ ReplicaStats run_paxos_replica(cluster::Node& node, const ServiceOptions& o) {
     }
     view = enter_next_view(node, o, view.number, std::to_string(state.last_slot), [](const detail::View&) {});
   }
-  ReplicaStats stats = state.stats;
-  stats.slots = state.applied;
-  stats.keys = state.store.size();
-  stats.digest = state.store.digest();
-  stats.view = view.number;
-  return stats;
+  return final_stats(state.stats, state.applied, state.store, view);
 }
 
 // One request of a NOPaxos replica's log, with the sequence number (the slot) it arrived in. The
@@ -829,15 +838,7 @@ constexpr std::uint64_t kSyncEvery = 64;
 struct NopaxosState {
   NopaxosState(std::size_t clients, std::size_t window) : table(clients, window) {}
 
-  // Applies write `r` once (a copy sent again finds its first result); its reply status.
-  std::uint32_t apply_write(const Request& r) {
-    if (table.applied(r)) return table.status(r);
-    const bool existed = store.apply(r);
-    const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
-    table.record(r, not_found);
-    ++stats.writes;
-    return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
-  }
+  std::uint32_t apply_write(const Request& r) { return apply_once(store, table, stats, r); }
 
   // The replica's record for a view change (views.hpp: the longest log leads): its log's length
   // as one number ordered by session first (a later session's state holds every earlier one's
@@ -1564,12 +1565,7 @@ ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o) {
     view = enter_next_view(node, o, view.number, state.view_state(),
                            [&](const detail::View& next) { nopaxos_take_over(state, next); });
   }
-  ReplicaStats stats = state.stats;
-  stats.slots = stats.writes;
-  stats.keys = state.store.size();
-  stats.digest = state.store.digest();
-  stats.view = view.number;
-  return stats;
+  return final_stats(state.stats, state.stats.writes, state.store, view);
 }
 
 }  // namespace
