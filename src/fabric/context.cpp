@@ -89,6 +89,10 @@ Context::Context(ContextOptions options)
     if (!devices.empty()) modify(config, "NET_DEVICES", devices);
   }
   modify(config, "KEEPALIVE_INTERVAL", std::to_string(options_.keepalive.count()) + "ms");
+  // An endpoint sends its wireup request when it is created, not at its first operation that
+  // needs the peer's endpoint id (an attach over tcp, an active message): Worker::connect then
+  // completes the handshake before it returns (Worker::Handshake::complete).
+  modify(config, "RESOLVE_REMOTE_EP_ID", "y");
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;

@@ -276,7 +276,7 @@ void on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
 
 }  // namespace
 
-Endpoint Worker::connect(int peer_rank, std::string_view peer_address) {
+Endpoint Worker::connect(int peer_rank, std::string_view peer_address, Handshake handshake) {
   auto state = std::make_shared<detail::EndpointState>();
   state->worker = impl_;
   state->peer = peer_rank;
@@ -302,7 +302,18 @@ Endpoint Worker::connect(int peer_rank, std::string_view peer_address) {
                                        state->peer_name + ": " + ucx_error_text(status));
   }
   if (config::get_int("debug_endpoints") != 0) ucp_ep_print_info(state->ep, stderr);
-  return Endpoint(std::move(state));
+  Endpoint endpoint(std::move(state));
+  // A flush completes only once the peer's wireup reply arrived (until then UCX holds the
+  // endpoint's lanes behind its wireup endpoint), so after it no wireup reply of the peer to
+  // this worker is pending any more (Handshake::complete, worker.hpp).
+  if (handshake == Handshake::complete) {
+    if (Status s = endpoint.flush(); !s) {
+      throw Error(s.code() == Errc::timeout ? Errc::timeout : Errc::peer_failed,
+                  "fabric: worker '" + impl_->name + "' cannot connect to rank " + std::to_string(peer_rank) +
+                      ": the connection handshake failed: " + s.message());
+    }
+  }
+  return endpoint;
 }
 
 void Worker::set_am_handler(std::uint16_t id, AmHandler handler) {

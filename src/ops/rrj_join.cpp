@@ -289,16 +289,14 @@ void rrj_partition(RrjRank& rank, int thread) {
   } catch (const Error& e) {
     fail(join, e.code(), "opening", std::string("the join was not created (ops::create_join): ") + e.what());
   }
-  for (int r = 0; r < rank.ranks; ++r) {
-    if (r != me) endpoints[static_cast<std::size_t>(r)] = join.node.connect(worker, r);
-  }
-  // A flush completes each endpoint's connection handshake now, in the open: a rank that dies
-  // later leaves no handshake message pending at the others (over tcp UCX 1.13 aborts a process
-  // that discards one, openucx/ucx#8175; tests/ops/join_cluster_test.cpp).
+  // connect() completes each endpoint's connection handshake, in the open: a rank that dies
+  // later leaves no handshake message pending at the others (fabric::Worker::Handshake).
   for (int r = 0; r < rank.ranks; ++r) {
     if (r == me) continue;
-    if (Status s = endpoints[static_cast<std::size_t>(r)].flush(); !s) {
-      fail(join, s.code(), "connecting to rank " + std::to_string(r), s.message());
+    try {
+      endpoints[static_cast<std::size_t>(r)] = join.node.connect(worker, r);
+    } catch (const Error& e) {
+      fail(join, e.code(), "connecting to rank " + std::to_string(r), e.what());
     }
   }
   if (!join.opened()) return;

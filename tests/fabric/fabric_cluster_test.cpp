@@ -70,6 +70,20 @@ TEST_P(FabricCluster, KilledRankIsReportedWithinTwoSeconds) {
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }
 
+// A rank that dies right after its connect() returned leaves no wireup message pending at the
+// peer (fabric::Worker::Handshake::complete): the peer lives on, and a later endpoint to the dead
+// rank gives an error naming it (fabric_node.cpp, connect_kill: the seam that makes it
+// deterministic). Over tcp, a deferred handshake made UCX 1.13 abort rank 0 here.
+TEST_P(FabricCluster, APeerThatDiesAfterConnectingLeavesNoHandshakeBehind) {
+  auto run = run_cluster(2, GetParam(), {FABRIC_NODE, "connect-kill"});
+  EXPECT_NE(run.code, 0) << run.all();  // the victim's signal
+  EXPECT_TRUE(std::regex_search(run.err, std::regex(R"(rank 1 .*signal 9)"))) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] rank 0 survived rank 1's death; then: ")) << run.all();
+  EXPECT_FALSE(contains(run.err, "got REP message")) << run.all();
+  EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank 0 .*(exited with status|signal))"))) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, FabricCluster, ::testing::Values("shm", "tcp"),
                          [](const auto& param_info) { return param_info.param; });
 

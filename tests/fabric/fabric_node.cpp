@@ -3,6 +3,9 @@
 //   fabric_node atomics   every rank's threads hammer rank 0's counters (fetch-add and a CAS loop)
 //   fabric_node fence     rank 0 writes payload, fence, footer into rank 1; rank 1 checks order
 //   fabric_node kill      rank 1 dies with SIGKILL mid-flow; the others must see an error < 2 s
+//   fabric_node connect-kill [deferred]
+//                         rank 1 connects to a worker of rank 0 and dies; rank 0 handles the
+//                         death, then connects to the dead rank and gets an error (no UCX abort)
 //
 // Exit status 0 means the scenario held; every failure prints why.
 #include <signal.h>
@@ -225,6 +228,60 @@ int kill(cluster::Node& node) {
   return 0;
 }
 
+// A rank that dies right after it connected to a peer must not take the peer with it (over tcp,
+// UCX 1.13 aborts a process that discards a pending wireup reply to a dead peer, the assertion
+// of ucp_request_send_state_ff that openucx/ucx#8175 removed). Rank 1 connects to a worker of
+// rank 0 and attaches to a region (as a flow source does); rank 0 answers rank 1's wireup
+// request on a new connection that rank 1 must accept in its own progress. The seam: rank 1
+// progresses its worker `polls` times, 20 ms apart, while rank 0 progresses all the time, then
+// stops (a flow source with nothing to push) and dies. With the default Handshake::complete its
+// connect() returned only once rank 0's reply arrived, so nothing is left pending at rank 0;
+// `deferred` (a manual check, not in the test suite) leaves the reply pending and makes
+// UCX 1.13 abort rank 0 in about 7 runs of 10 over tcp.
+int connect_kill(cluster::Node& node, fabric::Worker::Handshake handshake, int polls) {
+  constexpr int kVictim = 1;
+  if (node.rank() == kVictim) {
+    fabric::Worker worker(node.fabric(), "connect-kill victim");
+    fabric::Endpoint ep = worker.connect(0, node.wait_for("connect-kill/address", std::chrono::seconds(30)), handshake);
+    fabric::RemoteMemory remote = attach(node, ep, "connect-kill/region");  // as a flow source does
+    for (int i = 0; i < polls; ++i) {
+      (void)worker.progress();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    node.registry().publish("connect-kill/connected", "1", true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::raise(SIGKILL);
+  }
+  if (node.rank() != 0) return 0;
+  fabric::Worker worker(node.fabric(), "connect-kill host");
+  fabric::MemoryRegion region(node.fabric(), 4096);
+  publish_region(node, "connect-kill/region", region);
+  node.registry().publish("connect-kill/address", worker.address(), true);
+  auto give_up = Clock::now() + std::chrono::seconds(30);
+  while (!node.process_gone(kVictim)) {
+    (void)worker.progress();
+    if (Clock::now() > give_up) return fail("rank 1 never died");
+  }
+  // The victim is dead: whatever it left pending fails now (the abort happened here).
+  const auto until = Clock::now() + std::chrono::milliseconds(500);
+  while (Clock::now() < until) (void)worker.progress();
+  // An endpoint opened towards the dead rank now: an error naming it, not an abort.
+  try {
+    fabric::Endpoint ep = node.connect(worker, kVictim);
+    std::uint8_t byte = 0;
+    Status s = ep.am_send(1, std::span<const std::byte>(reinterpret_cast<const std::byte*>(&byte), 1));
+    if (s) s = ep.flush();
+    if (s) return fail("no error from an endpoint to the dead rank 1");
+    std::printf("rank 0 survived rank 1's death; then: %s\n", s.message().c_str());
+  } catch (const Error& e) {
+    if (e.code() != Errc::peer_failed && e.code() != Errc::timeout) return fail(std::string("unexpected error: ") + e.what());
+    if (std::string(e.what()).find("rank 1") == std::string::npos) return fail(std::string("the error does not name rank 1: ") + e.what());
+    std::printf("rank 0 survived rank 1's death; then: %s\n", e.what());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 // cluster::SharedWords: every rank's threads add to a counter hosted by rank 0 and read it (never
 // going backwards); the other ranks then leave, and the host's wait for departures returns because
 // they left, not at its deadline.
@@ -289,8 +346,8 @@ int shared_words(cluster::Node& node) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: fabric_node atomics|fence|kill\n");
+  if (argc < 2 || argc > 4) {
+    std::fprintf(stderr, "usage: fabric_node atomics|fence|kill|shared-words|connect-kill [deferred [polls]]\n");
     return 2;
   }
   try {
@@ -300,6 +357,11 @@ int main(int argc, char** argv) {
     if (scenario == "fence") return fence(node);
     if (scenario == "kill") return kill(node);
     if (scenario == "shared-words") return shared_words(node);
+    if (scenario == "connect-kill") {
+      const bool deferred = argc >= 3 && std::string(argv[2]) == "deferred";
+      const int polls = argc >= 4 ? std::stoi(argv[3]) : 1;
+      return connect_kill(node, deferred ? fabric::Worker::Handshake::deferred : fabric::Worker::Handshake::complete, polls);
+    }
     return fail("unknown scenario " + scenario);
   } catch (const std::exception& e) {
     return fail(e.what());

@@ -75,10 +75,28 @@ class Worker {
   // number of events processed (0 = nothing happened).
   unsigned progress();
 
+  // How connect() treats UCX's connection handshake with the peer.
+  enum class Handshake {
+    // Complete it before connect() returns (the default): the endpoint sends its wireup request
+    // at once (the context sets UCX_RESOLVE_REMOTE_EP_ID=y) and this worker is progressed until
+    // the peer's reply arrived, so the peer holds no wireup reply for us any more. Over tcp,
+    // UCX 1.13 aborts a process that must discard a pending wireup reply to a peer that died
+    // (the assertion of ucp_request_send_state_ff that openucx/ucx#8175 removed): a peer that
+    // dies after this connect() returned can no longer cause that abort (one that dies during
+    // it still can: the reply is pending at the peer for a round trip). The peer's worker must
+    // be progressed meanwhile (a node's service worker and flow targets' workers are).
+    complete,
+    // Leave it to the first operations (for a peer worker that the calling thread itself
+    // progresses only later, as in single-process tests).
+    deferred,
+  };
+
   // Creates an endpoint to the worker whose address is `peer_address`. `peer_rank` is used in
   // messages. Peer failure detection is on: operations towards a dead peer complete with
-  // Errc::peer_failed. Throws dfi::Error(peer_failed or invalid_argument) if the address is bad.
-  Endpoint connect(int peer_rank, std::string_view peer_address);
+  // Errc::peer_failed. Throws dfi::Error: invalid_argument if the address is empty;
+  // peer_failed if UCX refuses it or the peer died during the handshake; timeout if the peer
+  // did not answer the handshake within op_timeout_ms.
+  Endpoint connect(int peer_rank, std::string_view peer_address, Handshake handshake = Handshake::complete);
 
   // Installs the handler for AM `id` (replacing any previous one). Call before peers send it.
   // Throws dfi::Error(invalid_argument) for ids >= kFirstReservedAmId.

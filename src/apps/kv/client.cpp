@@ -67,7 +67,7 @@ struct Client::State {
     try {
       open_flows();
     } catch (const Error& e) {
-      // View 0 broke before this client joined it (Multi-Paxos: on to the next view).
+      // View 0 broke before this client joined it: on to the next view.
       const Status failure(e.code(), e.what());
       if (Status v = recover(failure); !v) throw Error(v.code(), v.message());
     }
@@ -99,11 +99,11 @@ struct Client::State {
     }
   }
 
-  // After a flow call failed with `failure`: when a member of the view died (Multi-Paxos), moves
-  // to the next view that opens, sends every unanswered request again there and returns ok;
-  // otherwise returns `failure`.
+  // After a flow call failed with `failure`: when a member of the view died, moves to the next
+  // view that opens, sends every unanswered request again there and returns ok; otherwise
+  // returns `failure`.
   Status recover(const Status& failure) {
-    if (nopaxos || !detail::view_breaks_within(node, view, kVerdictWait)) return failure;
+    if (!detail::view_breaks_within(node, view, kVerdictWait)) return failure;
     return change_view();
   }
 
@@ -138,7 +138,31 @@ struct Client::State {
   }
 
   // Sends every unanswered request of the window again, oldest first; false if a call failed.
+  // NOPaxos: as a new copy (the answers to the old view's copies never come: its flows are gone),
+  // in runs of consecutive numbers (a follower acknowledges a segment as a range); a completed
+  // request that still held its place for the old view's slower members frees it, and a request
+  // now needs an answer from every member of the new view to free its place.
   bool resend() {
+    if (nopaxos) {
+      answers_all = view.members.size();
+      ++epoch;
+      const auto now = std::chrono::steady_clock::now();
+      for (Entry& e : entries) {
+        if (!e.used) continue;
+        if (e.completed) {
+          e.used = false;
+          --held;
+          continue;
+        }
+        e.epoch = epoch;
+        e.request.pad = epoch;
+        e.answers = 0;
+        e.leader = false;
+        e.sent = now;
+      }
+      unflushed = false;
+      flushed_seq = next_seq;
+    }
     std::uint64_t sent = 0;
     for (;;) {
       const Entry* next = nullptr;
@@ -146,6 +170,7 @@ struct Client::State {
         if (e.used && !e.completed && e.seq > sent && (next == nullptr || e.seq < next->seq)) next = &e;
       }
       if (next == nullptr) break;
+      if (nopaxos && sent != 0 && next->seq != sent + 1 && !flush_requests()) return false;
       if (!push(next->request)) return false;
       sent = next->seq;
     }
@@ -168,8 +193,8 @@ struct Client::State {
     return Status(code, std::string(kKind) + " " + std::to_string(index) + " of service '" + o.name + "': " + what);
   }
 
-  // Consumes the next batch of replies into `batch`, following the service into new views
-  // (Multi-Paxos): a failed call or a quiet spell in a view that a member's death broke.
+  // Consumes the next batch of replies into `batch`, following the service into new views: a
+  // failed call or a quiet spell in a view that a member's death broke.
   Status consume_replies() {
     const Deadline deadline(o.timeout);
     for (;;) {
@@ -179,19 +204,26 @@ struct Client::State {
         if (Status r = resend_overdue(); !r) return r;
       }
       if (c) return c;
-      if (c.code() == Errc::timeout && nopaxos && !deadline.expired()) continue;
-      if (c.code() == Errc::timeout && !nopaxos) {
-        // Quiet: the replicas may have moved to a new view without us (a follower died).
+      if (c.code() == Errc::timeout) {
+        // Quiet: the replicas may have moved to a new view without us (a member died).
         if (detail::view_broken(node, view)) {
           if (Status v = change_view(); !v) return v;
+          if (Status n = nothing_awaited(); !n) return n;
           continue;
         }
         if (!deadline.expired()) continue;
+        return c;
       }
-      if (c.code() == Errc::timeout) return c;
       if (Status v = recover(c); !v) return v;
+      if (Status n = nothing_awaited(); !n) return n;
     }
   }
+
+  // After a view change: retry when no place of the window awaits an answer any more (NOPaxos:
+  // the completed requests that only waited for the old view's slower members were freed), so
+  // the caller looks again instead of waiting for a reply that will not come. Not while closing:
+  // close() waits for the end of the replies flow.
+  Status nothing_awaited() const { return held == 0 && !closed ? Status(Errc::retry) : Status(); }
 
   // Takes the next reply (consuming a batch when the last one is used up) and books it; an entry
   // it completes joins `ready`.
@@ -199,10 +231,10 @@ struct Client::State {
     if (next_reply == batch.count) {
       next_reply = 0;
       batch = {};
-      if (Status c = consume_replies(); !c) return c;
+      if (Status c = consume_replies(); !c) return c.code() == Errc::retry ? Status() : c;
       if (batch.empty()) {
         // The leader's end of the flow: it stopped (an error, or its process exited) with
-        // requests of ours unanswered. Multi-Paxos: a new view when a member died.
+        // requests of ours unanswered: a new view when a member died.
         const Status ended = error(Errc::protocol, "flow '" + names.replies + "' ended (the replicas stopped) with " +
                                                        std::to_string(outstanding) + " request(s) unanswered");
         if (Status v = recover(ended); !v) return v;

@@ -32,6 +32,11 @@ class Fifo {
     head_ = (head_ + 1) & (items_.size() - 1);
     --size_;
   }
+  // Drops every item (keeps the capacity).
+  void clear() noexcept {
+    head_ = 0;
+    size_ = 0;
+  }
   bool empty() const noexcept { return size_ == 0; }
   std::size_t size() const noexcept { return size_; }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -228,19 +229,24 @@ class ClientTable {
 // 1 .. applied, and its log of slots applied+1 .. last_slot. In the leader's log, `pad` = 1 marks
 // a request received in the current view, which it answers once applied; the accept flow carries
 // pad = 0.
+// Applies write `r` to `store` once (a copy sent again finds its first result in `table`);
+// returns its reply status.
+std::uint32_t apply_once(Store& store, ClientTable& table, ReplicaStats& stats, const Request& r) {
+  if (table.applied(r)) return table.status(r);
+  const bool existed = store.apply(r);
+  const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
+  table.record(r, not_found);
+  ++stats.writes;
+  return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
+}
+
 struct ReplicaState {
   ReplicaState(std::size_t clients, std::size_t window) : table(clients, window) {}
 
   // Applies the oldest log entry (which the caller then pops); returns its reply status.
   std::uint32_t apply_front() {
-    const Request& r = log.front();
     ++applied;
-    if (table.applied(r)) return table.status(r);
-    const bool existed = store.apply(r);
-    const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
-    table.record(r, not_found);
-    ++stats.writes;
-    return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
+    return apply_once(store, table, stats, log.front());
   }
 
   Store store;
@@ -261,6 +267,92 @@ enum StateOp : std::uint32_t {
 };
 
 enum class Outcome { finished, broken };
+
+// Sends a replica's state — its store and client table after slot `applied` — as the requests
+// of state operations (kStateBegin, kStatePair..., kStateClient..., kStateEnd), one `push` each:
+// Multi-Paxos's round 0 and NOPaxos's START-VIEW. `extra` travels in kStateBegin's seq (NOPaxos:
+// the NO-OPs so far).
+template <class Push>
+void push_state(const Store& store, const ClientTable& table, std::uint64_t applied, std::uint64_t extra, Push&& push) {
+  Request r{};
+  r.op = kStateBegin;
+  r.key = applied;
+  r.seq = extra;
+  push(r);
+  store.for_each([&](std::uint64_t key, const Value& value) {
+    r = {};
+    r.op = kStatePair;
+    r.key = key;
+    r.value = value;
+    push(r);
+  });
+  for (std::size_t c = 0; c < table.clients(); ++c) {
+    for (std::size_t chunk = 0; chunk < table.chunks(); ++chunk) {
+      r = {};
+      r.op = kStateClient;
+      r.client = c;
+      r.key = chunk;
+      table.chunk(c, chunk, r.value, r.seq);
+      push(r);
+    }
+  }
+  r = {};
+  r.op = kStateEnd;
+  r.key = applied;
+  push(r);
+}
+
+// Collects a state that push_state sent, aside: the receiver takes it only once it arrived whole
+// (a leader that dies halfway leaves the receiver's state as it was).
+class StateReceiver {
+ public:
+  StateReceiver(std::size_t clients, std::size_t window) : clients_(clients), window_(window) {}
+
+  // Takes one state operation; true when it completed a state (then store(), table() and
+  // applied() hold it). Throws dfi::Error(protocol) through `malformed(what)` on a broken one.
+  template <class Malformed>
+  bool take(const Request& r, Malformed&& malformed) {
+    switch (r.op) {
+      case kStateBegin:
+        store_.emplace();
+        table_.emplace(clients_, window_);
+        applied_ = r.key;
+        extra_ = r.seq;
+        return false;
+      case kStatePair:
+        if (!store_) malformed("state before its beginning");
+        store_->apply({.client = 0, .seq = 0, .key = r.key, .op = static_cast<std::uint32_t>(Op::put), .pad = 0, .value = r.value});
+        return false;
+      case kStateClient:
+        if (!table_ || r.client >= table_->clients() || r.key >= table_->chunks()) {
+          malformed("client state of client " + std::to_string(r.client));
+        }
+        table_->load(r.client, r.key, r.value, r.seq);
+        return false;
+      case kStateEnd:
+        if (!store_ || r.key != applied_) malformed("end of a state that did not begin");
+        return true;
+      default: malformed("state operation " + std::to_string(r.op));
+    }
+    return false;
+  }
+  Store& store() { return *store_; }
+  ClientTable& table() { return *table_; }
+  std::uint64_t applied() const noexcept { return applied_; }
+  std::uint64_t extra() const noexcept { return extra_; }
+  // Forgets the state taken (after the receiver moved it out, or chose not to).
+  void reset() {
+    store_.reset();
+    table_.reset();
+  }
+
+ private:
+  std::size_t clients_, window_;
+  std::optional<Store> store_;
+  std::optional<ClientTable> table_;
+  std::uint64_t applied_ = 0;
+  std::uint64_t extra_ = 0;
+};
 
 flow::SourceOptions source_options(const flow::Schema& schema, const ServiceOptions& o) {
   flow::SourceOptions options;
@@ -394,30 +486,10 @@ class Leader {
   void open_rounds() {
     const std::uint64_t applied = state_.applied;
     Accept a{.view = view_.number, .round = 0, .slot = 0, .commit = applied, .request = {}};
-    a.request.op = kStateBegin;
-    a.request.key = applied;
-    push_accept(a);
-    state_.store.for_each([&](std::uint64_t key, const Value& value) {
-      a.request = {};
-      a.request.op = kStatePair;
-      a.request.key = key;
-      a.request.value = value;
+    push_state(state_.store, state_.table, applied, 0, [&](const Request& r) {
+      a.request = r;
       push_accept(a);
     });
-    for (std::size_t c = 0; c < state_.table.clients(); ++c) {
-      for (std::size_t chunk = 0; chunk < state_.table.chunks(); ++chunk) {
-        a.request = {};
-        a.request.op = kStateClient;
-        a.request.client = c;
-        a.request.key = chunk;
-        state_.table.chunk(c, chunk, a.request.value, a.request.seq);
-        push_accept(a);
-      }
-    }
-    a.request = {};
-    a.request.op = kStateEnd;
-    a.request.key = applied;
-    push_accept(a);
     a.round = 1;
     for (std::size_t i = 0; i < state_.log.size(); ++i) {
       state_.log[i].pad = 0;
@@ -629,9 +701,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
 
   // The leader's state (round 0) is collected aside and replaces ours only once it is whole and
   // ahead of ours: a leader that dies halfway leaves this replica's state as it was.
-  std::optional<Store> staged_store;
-  std::optional<ClientTable> staged_table;
-  std::uint64_t staged_applied = 0;
+  StateReceiver staged(state.table.clients(), state.table.window());
   std::uint64_t last_round = 0, commit = 0, answered_round = 0;
   const auto idle_wait = std::chrono::milliseconds(20);
   for (;;) {
@@ -652,40 +722,20 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
       }
       last_round = a.round;
       if (a.round == 0) {
-        const Request& r = a.request;
-        switch (r.op) {
-          case kStateBegin:
-            staged_store.emplace();
-            staged_table.emplace(state.table.clients(), state.table.window());
-            staged_applied = r.key;
-            break;
-          case kStatePair:
-            if (!staged_store) malformed("state before its beginning");
-            staged_store->apply({.client = 0, .seq = 0, .key = r.key, .op = static_cast<std::uint32_t>(Op::put), .pad = 0, .value = r.value});
-            break;
-          case kStateClient:
-            if (!staged_table || r.client >= staged_table->clients() || r.key >= staged_table->chunks()) {
-              malformed("client state of client " + std::to_string(r.client));
+        if (staged.take(a.request, malformed)) {
+          const std::uint64_t staged_applied = staged.applied();
+          if (staged_applied > state.applied) {
+            // Our log up to the leader's applied slot is in its state; what follows stays.
+            while (state.applied < staged_applied && !state.log.empty()) {
+              state.log.pop_front();
+              ++state.applied;
             }
-            staged_table->load(r.client, r.key, r.value, r.seq);
-            break;
-          case kStateEnd:
-            if (!staged_store || r.key != staged_applied) malformed("end of a state that did not begin");
-            if (staged_applied > state.applied) {
-              // Our log up to the leader's applied slot is in its state; what follows stays.
-              while (state.applied < staged_applied && !state.log.empty()) {
-                state.log.pop_front();
-                ++state.applied;
-              }
-              state.applied = staged_applied;
-              state.last_slot = std::max(state.last_slot, staged_applied);
-              state.store = std::move(*staged_store);
-              state.table = std::move(*staged_table);
-            }
-            staged_store.reset();
-            staged_table.reset();
-            break;
-          default: malformed("state operation " + std::to_string(r.op));
+            state.applied = staged_applied;
+            state.last_slot = std::max(state.last_slot, staged_applied);
+            state.store = std::move(staged.store());
+            state.table = std::move(staged.table());
+          }
+          staged.reset();
         }
         continue;
       }
@@ -722,14 +772,26 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
   return Outcome::finished;
 }
 
+// A replica's report at the end: its counters, the slots it applied and its store's contents.
+ReplicaStats final_stats(ReplicaStats stats, std::uint64_t slots, const Store& store, const detail::View& view) {
+  stats.slots = slots;
+  stats.keys = store.size();
+  stats.digest = store.digest();
+  stats.view = view.number;
+  return stats;
+}
+
 // Enters the views after `broken` until one opens with a live leader (views.hpp): publishes this
-// replica's log length for each, and opens the view it leads.
+// replica's record (`state`: its log length first) for each, and opens the view it leads after
+// `take_over(view)` prepared its state.
+template <class TakeOver>
 detail::View enter_next_view(cluster::Node& node, const ServiceOptions& o, std::uint64_t broken,
-                             const ReplicaState& state) {
+                             const std::string& state, TakeOver&& take_over) {
   for (std::uint64_t number = broken + 1;; ++number) {
-    detail::publish_view_state(node, o, number, state.last_slot);
+    detail::publish_view_state(node, o, number, state);
     detail::View view = detail::decide_view(node, o, number);
     if (view.leader == node.rank()) {
+      take_over(view);
       detail::open_view(node, o, view);
       return view;
     }
@@ -751,14 +813,9 @@ ReplicaStats run_paxos_replica(cluster::Node& node, const ServiceOptions& o) {
       throw Error(Errc::peer_failed, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
                                          "): a member of " + detail::describe(view) + " died");
     }
-    view = enter_next_view(node, o, view.number, state);
+    view = enter_next_view(node, o, view.number, std::to_string(state.last_slot), [](const detail::View&) {});
   }
-  ReplicaStats stats = state.stats;
-  stats.slots = state.applied;
-  stats.keys = state.store.size();
-  stats.digest = state.store.digest();
-  stats.view = view.number;
-  return stats;
+  return final_stats(state.stats, state.applied, state.store, view);
 }
 
 // One request of a NOPaxos replica's log, with the sequence number (the slot) it arrived in. The
@@ -772,7 +829,74 @@ struct SlotRequest {
 // Sequence numbers between two kGapSync of the leader (it also sends one when it is idle).
 constexpr std::uint64_t kSyncEvery = 64;
 
-// A NOPaxos replica of view 0 (every rank 0 .. replicas-1; rank 0 leads), on the calling thread.
+// What a NOPaxos replica keeps across views. Every view is a session of its own: a new ordered
+// requests flow (its sequencer at the view's leader) whose sequence numbers start at 1. `session`
+// is the view whose START-VIEW state this replica took (view 0: the empty start), `held` the last
+// sequence number of that session it holds, `log` its writes of the session not applied yet (a
+// follower's) and `noops` every number of the session it knows to be a NO-OP (decided, held or
+// not reached yet).
+struct NopaxosState {
+  NopaxosState(std::size_t clients, std::size_t window) : table(clients, window) {}
+
+  std::uint32_t apply_write(const Request& r) { return apply_once(store, table, stats, r); }
+
+  // The replica's record for a view change (views.hpp: the longest log leads): its log's length
+  // as one number ordered by session first (a later session's state holds every earlier one's
+  // merged log), then the session's NO-OPs.
+  std::string view_state() const {
+    std::string text = std::to_string((session << 32) | held);
+    for (std::uint64_t n : noops) {
+      text += ' ';
+      text += std::to_string(n);
+    }
+    return text;
+  }
+
+  Store store;
+  ClientTable table;
+  ReplicaStats stats;
+  std::uint64_t session = 0;
+  std::uint64_t held = 0;
+  detail::Fifo<SlotRequest> log{1024};
+  std::vector<std::uint64_t> noops;
+};
+
+// The new leader of `view` (NOPaxos view change, Li et al. §5.2.3 and §5.2.4), before it opens
+// the view: it holds the longest log of the survivors (decide_view), and every survivor's log is
+// a prefix of the session's one sequence (a replica never skips a number). It merges them: a
+// number that any survivor of its session knows as a NO-OP is one (a NO-OP is committed only once
+// replicas/2 followers hold it, so one of them survives; no client completed a request at such a
+// number: the leader, whose answer completes it, did not have it); every other write it holds is
+// applied (the client table applies a write sent again once). The merged state is the new
+// view's, which START-VIEW sends to the followers.
+void nopaxos_take_over(NopaxosState& state, const detail::View& view) {
+  std::vector<std::uint64_t> noops = state.noops;
+  for (const std::optional<std::string>& record : view.states) {
+    if (!record) continue;
+    std::istringstream in(*record);
+    std::uint64_t key = 0, n = 0;
+    in >> key;
+    if ((key >> 32) != state.session) continue;  // an earlier session's log: ours holds it merged
+    while (in >> n) noops.push_back(n);
+  }
+  std::sort(noops.begin(), noops.end());
+  noops.erase(std::unique(noops.begin(), noops.end()), noops.end());
+  while (!state.log.empty()) {
+    const SlotRequest& e = state.log.front();
+    if (e.request.op != 0 && !std::binary_search(noops.begin(), noops.end(), e.slot)) (void)state.apply_write(e.request);
+    state.log.pop_front();
+  }
+  // The NO-OPs of the merged log count once each, as the followers will have counted them.
+  const std::uint64_t held = state.held;
+  state.stats.noops = state.stats.noops - std::min<std::uint64_t>(state.stats.noops, state.noops.size()) +
+                      static_cast<std::uint64_t>(std::count_if(noops.begin(), noops.end(), [&](std::uint64_t n) { return n <= held; }));
+  state.session = view.number;
+  state.held = 0;
+  state.noops.clear();
+}
+
+// A NOPaxos replica of one view, on the calling thread (view 0: every rank 0 .. replicas-1, rank 0
+// leads).
 //
 // Normal case: every replica consumes the requests in the ordered flow's one global order (the
 // sequence number of a segment is its log slot). The leader executes each request and sends its
@@ -799,17 +923,25 @@ constexpr std::uint64_t kSyncEvery = 64;
 // table applies every write once.
 //
 // A dead client ends its stream of the requests flow (its missing numbers become gaps) and its
-// replies are dropped; a dead replica ends the run with an error naming it (no view change yet).
+// replies are dropped. A dead replica breaks the view (any member: the clients' multicast reaches
+// every member, and a client frees a request's place once every member answered): the survivors
+// enter the next view (run_nopaxos_replica), whose leader merges the logs (nopaxos_take_over) and
+// opens it with START-VIEW, its state, on the accept flow; a follower takes no request of the new
+// session before it took that state whole.
 class NopaxosReplica {
  public:
-  NopaxosReplica(cluster::Node& node, const ServiceOptions& o)
+  NopaxosReplica(cluster::Node& node, const ServiceOptions& o, const detail::View& view, NopaxosState& state)
       : node_(node),
         o_(o),
-        view_(detail::first_view(o)),
+        view_(view),
         names_(o.name, view_.number),
         leader_(node.rank() == view_.leader),
         clients_(client_threads(o, node.size()).size()),
-        table_(clients_, o.window),
+        state_(state),
+        store_(state.store),
+        table_(state.table),
+        stats_(state.stats),
+        log_(state.log),
         worker_(node.fabric(), "kv-replica"),
         requests_(node, names_.requests, 0,
                   {.expected_schema = request_schema(), .open_timeout = o.timeout, .worker = &worker_}),
@@ -828,8 +960,10 @@ class NopaxosReplica {
       answers_.emplace(node, worker_, names_.accepted, 0, source_options(accepted_schema(), o));
     }
   }
-  // Left before its end (an error): no end of stream on its flows (see ~Leader).
+  // Left before its end (a broken view, an error): no end of stream on its flows (see ~Leader).
+  // What it holds of the session stays in the state, for the view change.
   ~NopaxosReplica() {
+    if (state_.session == view_.number) state_.held = next_ - 1;
     if (finished_) return;
     replies_.abandon();
     if (accept_) accept_->abandon();
@@ -838,17 +972,14 @@ class NopaxosReplica {
   NopaxosReplica(const NopaxosReplica&) = delete;
   NopaxosReplica& operator=(const NopaxosReplica&) = delete;
 
-  ReplicaStats run() {
+  Outcome run() {
     if (leader_) {
       lead();
     } else {
       follow();
     }
     finished_ = true;
-    stats_.slots = stats_.writes;
-    stats_.keys = store_.size();
-    stats_.digest = store_.digest();
-    return stats_;
+    return Outcome::finished;
   }
 
  private:
@@ -861,6 +992,13 @@ class NopaxosReplica {
   [[noreturn]] void malformed(const std::string& what, const std::string& flow) {
     throw Error(Errc::protocol, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
                                     "): " + what + " on flow '" + flow + "'");
+  }
+
+  // Every 64th pause of a wait: a member of the view that died breaks it (run_view confirms).
+  void check_view(const Backoff& backoff) {
+    if ((backoff.rounds() & 63) != 63 || !detail::view_broken(node_, view_)) [[likely]] return;
+    throw Error(Errc::peer_failed, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                       "): a member of " + detail::describe(view_) + " died");
   }
 
   // Takes the result of try_consume on the requests flow: false when there is nothing to use
@@ -895,15 +1033,7 @@ class NopaxosReplica {
     }
   }
 
-  // Applies write `r` once (a copy sent again finds its first result); its reply status.
-  std::uint32_t apply_write(const Request& r) {
-    if (table_.applied(r)) return table_.status(r);
-    const bool existed = store_.apply(r);
-    const bool not_found = r.op == static_cast<std::uint32_t>(Op::del) && !existed;
-    table_.record(r, not_found);
-    ++stats_.writes;
-    return static_cast<std::uint32_t>(not_found ? ReplyStatus::not_found : ReplyStatus::ok);
-  }
+  std::uint32_t apply_write(const Request& r) { return state_.apply_write(r); }
 
   void flush_replies() {
     if (!replied_) return;
@@ -915,6 +1045,7 @@ class NopaxosReplica {
 
   void lead() {
     Backoff backoff(BackoffSettings::from_config(), 0x6e70);
+    if (view_.number > 0) start_view();
     for (;;) {
       const bool served = serve_followers();
       flow::ReplicateBatch batch;
@@ -926,6 +1057,7 @@ class NopaxosReplica {
           backoff.reset();
         } else {
           backoff.pause();
+          check_view(backoff);
         }
         continue;
       }
@@ -954,9 +1086,22 @@ class NopaxosReplica {
                                        std::to_string(o_.timeout.count()) + " ms of the last request");
       }
       backoff.pause();
+      check_view(backoff);
     }
     check(accept_->close(), "close", names_.accept);
     check(replies_.close(), "close", names_.replies);
+  }
+
+  // START-VIEW: the state this leader merged (nopaxos_take_over) goes to the followers first on
+  // the accept flow; the writes applied and the NO-OPs so far travel with it (every replica
+  // reports the same counts at the end).
+  void start_view() {
+    Accept a{.view = view_.number, .round = kStartView, .slot = 0, .commit = 0, .request = {}};
+    push_state(store_, table_, stats_.writes, stats_.noops, [&](const Request& r) {
+      a.request = r;
+      push_decision(a);
+    });
+    check(accept_->flush(), "flush", names_.accept);
   }
 
   // Executes the segment due next and answers every request in it.
@@ -992,6 +1137,7 @@ class NopaxosReplica {
     push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}});
     check(accept_->flush(), "flush", names_.accept);
     held_.push_back({n, Request{}});
+    state_.noops.push_back(n);
     decided_ = next_++;
     ++stats_.noops;
     if (!wanted_.empty()) answer_wanted();
@@ -1015,6 +1161,7 @@ class NopaxosReplica {
                                        " ms");
       }
       backoff.pause();
+      check_view(backoff);
     }
   }
 
@@ -1125,6 +1272,7 @@ class NopaxosReplica {
 
   void follow() {
     Backoff backoff(BackoffSettings::from_config(), 0x6670 + follower_);
+    if (view_.number > 0) take_start_view(backoff);
     for (;;) {
       bool progress = serve_leader();
       if (waiting_) {
@@ -1162,6 +1310,7 @@ class NopaxosReplica {
         backoff.reset();
       } else {
         backoff.pause();
+        check_view(backoff);
       }
     }
     // The end: the leader's sync of the last number, then the end of its decisions.
@@ -1178,6 +1327,7 @@ class NopaxosReplica {
                                        std::to_string(o_.timeout.count()) + " ms of the last request");
       }
       backoff.pause();
+      check_view(backoff);
     }
     apply_committed();
     flush_answers();
@@ -1188,6 +1338,51 @@ class NopaxosReplica {
       if (batch.end) break;
     }
     check(replies_.close(), "close", names_.replies);
+  }
+
+  // START-VIEW (a view after the first): the leader's state, taken whole before any request of
+  // the new session (an acknowledgement of one is a promise that this replica's log holds it,
+  // which only a replica of the new session can keep). It replaces this replica's state and
+  // log: the leader merged every survivor's log into it.
+  void take_start_view(Backoff& backoff) {
+    StateReceiver staged(table_.clients(), table_.window());
+    const Deadline deadline(o_.timeout);
+    for (;;) {
+      flow::ReplicateBatch batch;
+      Status s = decisions_->try_consume(batch);
+      if (s.code() == Errc::retry) {
+        if ((backoff.rounds() & 255) == 255 && deadline.expired()) {
+          throw Error(Errc::timeout, std::string(kKind) + " '" + o_.name + "' (rank " + std::to_string(node_.rank()) +
+                                         "): no START-VIEW of " + detail::describe(view_) + " on flow '" + names_.accept +
+                                         "' within " + std::to_string(o_.timeout.count()) + " ms");
+        }
+        backoff.pause();
+        check_view(backoff);
+        continue;
+      }
+      check(s, "consume from", names_.accept);
+      if (batch.end || batch.gap()) [[unlikely]] malformed("the end or a gap before START-VIEW", names_.accept);
+      backoff.reset();
+      const std::span<const Accept> decisions = batch.as<Accept>();
+      for (std::size_t i = 0; i < decisions.size(); ++i) {
+        const Accept& a = decisions[i];
+        if (a.view != view_.number || a.round != kStartView) [[unlikely]] {
+          malformed("decision " + std::to_string(a.round) + " of view " + std::to_string(a.view) + " before START-VIEW",
+                    names_.accept);
+        }
+        if (!staged.take(a.request, [&](const std::string& what) { malformed(what, names_.accept); })) continue;
+        if (i + 1 != decisions.size()) [[unlikely]] malformed("decisions after START-VIEW in its segment", names_.accept);
+        store_ = std::move(staged.store());
+        table_ = std::move(staged.table());
+        stats_.writes = staged.applied();
+        stats_.noops = staged.extra();
+        log_.clear();
+        state_.noops.clear();
+        state_.session = view_.number;
+        state_.held = 0;
+        return;
+      }
+    }
   }
 
   // next_ is missing here: its NO-OP is decided already, or the follower asks the leader.
@@ -1269,6 +1464,7 @@ class NopaxosReplica {
     if (n > last_noop_) {  // the leader sends a decision again to a follower that asks
       last_noop_ = n;
       ++stats_.noops;
+      state_.noops.push_back(n);
     }
     if (n < next_) {
       // Held already: the writes of n become NO-OPs. None is applied: the sync that would apply
@@ -1321,13 +1517,15 @@ class NopaxosReplica {
 
   cluster::Node& node_;
   const ServiceOptions& o_;
-  const detail::View view_;
+  const detail::View& view_;
   const Names names_;
   const bool leader_;
   const std::size_t clients_;
-  Store store_;
-  ClientTable table_;
-  ReplicaStats stats_;
+  NopaxosState& state_;
+  Store& store_;
+  ClientTable& table_;
+  ReplicaStats& stats_;
+  detail::Fifo<SlotRequest>& log_;  // writes not applied yet (a follower's)
   fabric::Worker worker_;
   flow::ReplicateTarget requests_;
   flow::ShuffleSource replies_;
@@ -1348,7 +1546,6 @@ class NopaxosReplica {
   std::optional<flow::ReplicateTarget> decisions_;
   std::optional<flow::ShuffleSource> answers_;
   bool answered_ = false;
-  detail::Fifo<SlotRequest> log_{1024};  // writes not applied yet
   std::uint64_t commit_ = 0;             // the leader's last kGapSync
   std::uint64_t last_noop_ = 0;
   std::vector<std::uint64_t> noop_ahead_;  // NO-OPs decided for numbers not reached yet
@@ -1358,7 +1555,18 @@ class NopaxosReplica {
   std::vector<Request> fill_;  // the leader's requests of next_ so far
 };
 
-ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o) { return NopaxosReplica(node, o).run(); }
+// A NOPaxos replica, through every view until the service ends.
+ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o) {
+  NopaxosState state(client_threads(o, node.size()).size(), o.window);
+  detail::View view = detail::first_view(o);
+  for (;;) {
+    const Outcome outcome = run_view(node, view, [&] { return NopaxosReplica(node, o, view, state).run(); });
+    if (outcome == Outcome::finished) break;
+    view = enter_next_view(node, o, view.number, state.view_state(),
+                           [&](const detail::View& next) { nopaxos_take_over(state, next); });
+  }
+  return final_stats(state.stats, state.stats.writes, state.store, view);
+}
 
 }  // namespace
 

@@ -52,10 +52,9 @@ View first_view(const ServiceOptions& options) {
 }
 
 void publish_view_state(cluster::Node& node, const ServiceOptions& options, std::uint64_t number,
-                        std::uint64_t last_slot) {
+                        const std::string& state) {
   const Names names(options.name, number);
-  node.registry().publish(names.view_states + std::to_string(node.rank()), std::to_string(last_slot),
-                          /*replace=*/true);
+  node.registry().publish(names.view_states + std::to_string(node.rank()), state, /*replace=*/true);
 }
 
 View decide_view(cluster::Node& node, const ServiceOptions& options, std::uint64_t number) {
@@ -81,6 +80,7 @@ View decide_view(cluster::Node& node, const ServiceOptions& options, std::uint64
                                        std::to_string(options.replicas) + ", fewer than a majority");
   }
   fill_followers(view);
+  view.states = states;
   return view;
 }
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,15 +29,18 @@ struct View {
   int leader = 0;
   std::vector<int> members;    // ranks, ascending, the leader among them
   std::vector<int> followers;  // members without the leader, ascending: follower index i is followers[i]
+  // decide_view: every replica's record for this view (by rank; none: dead or not a member).
+  std::vector<std::optional<std::string>> states;
 };
 
 // View 0: ranks 0 .. replicas-1, rank 0 leads.
 View first_view(const ServiceOptions& options);
 
-// Publishes this replica's log length for view `number` (a replica calls it as it enters the
-// view; clients do not).
+// Publishes this replica's record for view `number` (a replica calls it as it enters the view;
+// clients do not): its log length first (a decimal number, which decide_view compares), then
+// whatever the protocol adds after a space (NOPaxos: its NO-OPs).
 void publish_view_state(cluster::Node& node, const ServiceOptions& options, std::uint64_t number,
-                        std::uint64_t last_slot);
+                        const std::string& state);
 
 // Decides view `number` > 0 from the replicas' state records (see above), waiting up to
 // options.timeout for every live replica's. Throws dfi::Error: peer_failed when fewer than a

@@ -18,8 +18,8 @@
 // failover time as clients see it: detection, the view change and the resent requests) and
 // checks that the survivors agree.
 //
-// Scenario kv-jepsen: many short Multi-Paxos runs with randomized loads (window, keys, read and
-// delete ratios) and randomized faults (none, the leader killed, a follower killed, and with 5
+// Scenario kv-jepsen: many short Multi-Paxos runs (NOPaxos with protocol=nopaxos) with randomized
+// loads (window, keys, read and delete ratios) and randomized faults (none, the leader killed, a follower killed, and with 5
 // replicas the leader and then a follower), each run's client histories checked for
 // linearizability by Porcupine (tests/porcupine/kvcheck). Counts linearizable histories and
 // violations per fault; a violating run's histories are kept for inspection.
@@ -477,7 +477,8 @@ class KvJepsenScenario : public Scenario {
     return "Replicated key-value store: randomized faults, every history checked by Porcupine";
   }
   std::string description() const override {
-    return "`histories` short Multi-Paxos runs (`replicas` replicas, 2 client ranks x 2 threads, `seconds` each) "
+    return "`histories` short runs of `protocol` (paxos: Multi-Paxos, nopaxos: NOPaxos; `replicas` replicas, 2 client "
+           "ranks x 2 threads, `seconds` each) "
            "with a randomized load (window 1/4/8, 4/16/64 keys, 50/80/95 % reads, 0/20 % of the writes deletes, "
            "each client offering at most `rate` requests/s) "
            "and a fault taking turns: none, the leader killed, a follower killed, a client rank killed (its "
@@ -493,6 +494,7 @@ class KvJepsenScenario : public Scenario {
         {"seconds", 1.5, 2.0, "run length of every client"},
         {"rate", 500, 500, "requests per second each of the 4 clients offers (keeps histories checkable)"},
         {"seed", 1, 1, "seed of the randomized loads and faults"},
+        {"protocol", "paxos", "paxos", "replication protocol: paxos or nopaxos"},
         {"timeout_s", 60, 120, "bound of each cluster run"},
     };
   }
@@ -510,6 +512,11 @@ class KvJepsenScenario : public Scenario {
     const double seconds = context.param("seconds");
     const double rate = context.param("rate");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
+    const std::string protocol = context.param("protocol").get<std::string>();
+    if (protocol != "paxos" && protocol != "nopaxos") {
+      throw Error(Errc::invalid_argument, "bench kv-jepsen: protocol must be paxos or nopaxos (got '" + protocol + "')");
+    }
+    const std::string series = protocol == "paxos" ? "Multi-Paxos" : "NOPaxos";
     std::mt19937_64 rng(context.param("seed").get<std::uint64_t>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("none", baselines()[0].description);
@@ -526,7 +533,7 @@ class KvJepsenScenario : public Scenario {
     checked.series("failed", Role::dfi, "run ended in an error (not checked)");
     Panel& wait = result.panel("wait", "Longest wait of a client for a completion (median over the runs)",
                                {"fault", "", "category"}, {"longest wait", "ms", "linear"}, Better::lower);
-    wait.series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas");
+    wait.series(protocol, Role::dfi, series + ", " + std::to_string(replicas) + " replicas");
     std::map<std::string, int> linearizable, violations, failed;
     std::uint64_t operations = 0;
     const auto pick = [&](std::initializer_list<double> options) {
@@ -559,7 +566,7 @@ class KvJepsenScenario : public Scenario {
       std::string command;
       json r;
       try {
-        r = run_dfi_kv(context, name(), "paxos", replicas, load, command, kills);
+        r = run_dfi_kv(context, name(), protocol, replicas, load, command, kills);
       } catch (const Error& e) {
         // A run that ends in an error is a finding too, not the end of the bench: counted and
         // shown with its history kept (replicas that disagree count as a violation).
@@ -588,8 +595,8 @@ class KvJepsenScenario : public Scenario {
       const std::size_t at = check.output.find("kvcheck: ");
       const std::uint64_t checked_ops = at == std::string::npos ? 0 : std::strtoull(check.output.c_str() + at + 9, nullptr, 10);
       operations += checked_ops;
-      wait.add("paxos", fault, r.at("longest_wait_us").get<double>() / 1000.0);
-      wait.add_command("paxos", command);
+      wait.add(protocol, fault, r.at("longest_wait_us").get<double>() / 1000.0);
+      wait.add_command(protocol, command);
       context.say(round.str() + ": " + (check.exit_code == 0 ? "linearizable" : "VIOLATION") + " (" +
                   std::to_string(checked_ops) + " operations checked, " + r.at("requests").dump() +
                   " completed by the surviving clients, view " + r.at("view").dump() + ")");

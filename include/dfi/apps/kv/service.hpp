@@ -169,6 +169,8 @@ enum GapMessage : std::uint64_t {
   kGapFill = 2,    // the leader holds `slot`: one of its requests (Accept::request); Accept::commit
                    // says how many the slot has
   kGapSync = 3,    // the leader has decided every sequence number up to `slot`: apply them
+  kStartView = 4,  // START-VIEW of a view after the first: one piece of the new leader's state
+                   // (Accept::request carries a state operation, as Multi-Paxos's round 0)
 };
 // ... and the followers' answers on <name>.v<v>.accepted (Accepted::round):
 enum GapAnswer : std::uint64_t {
