@@ -361,13 +361,9 @@ class DrivenElastic final : public Scenario {
     }
   }
 
-  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
-    try {
-      return run_rank_program(params, out);
-    } catch (const std::exception& e) {
-      err << "bench " << kName << " rank: " << e.what() << '\n';
-      return 1;
-    }
+  // Errors propagate: BenchCli::run reports them, naming the scenario.
+  int run_rank(const json& params, std::ostream& out, std::ostream& /*err*/) override {
+    return run_rank_program(params, out);
   }
 
  private:

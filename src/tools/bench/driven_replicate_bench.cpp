@@ -446,13 +446,9 @@ class DrivenReplicate final : public Scenario {
     }
   }
 
-  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
-    try {
-      return run_rank_program(params, out);
-    } catch (const std::exception& e) {
-      err << "bench driven-replicate rank: " << e.what() << '\n';
-      return 1;
-    }
+  // Errors propagate: BenchCli::run reports them, naming the scenario.
+  int run_rank(const json& params, std::ostream& out, std::ostream& /*err*/) override {
+    return run_rank_program(params, out);
   }
 };
 
@@ -572,13 +568,9 @@ class DrivenFairness final : public Scenario {
     }
   }
 
-  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
-    try {
-      return run_rank_program(params, out);
-    } catch (const std::exception& e) {
-      err << "bench driven-fairness rank: " << e.what() << '\n';
-      return 1;
-    }
+  // Errors propagate: BenchCli::run reports them, naming the scenario.
+  int run_rank(const json& params, std::ostream& out, std::ostream& /*err*/) override {
+    return run_rank_program(params, out);
   }
 };
 

@@ -527,13 +527,9 @@ class DrivenShuffle final : public Scenario {
     }
   }
 
+  // Errors propagate: BenchCli::run reports them, naming the scenario.
   int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
-    try {
-      return run_rank_program(params, out, err);
-    } catch (const std::exception& e) {
-      err << "bench driven-shuffle rank: " << e.what() << '\n';
-      return 1;
-    }
+    return run_rank_program(params, out, err);
   }
 };
 

@@ -781,13 +781,9 @@ class TpchQ1 final : public Scenario {
                     "to 1e-9 relative.");
   }
 
-  int run_rank(const json& params, std::ostream& out, std::ostream& err) override {
-    try {
-      return run_rank_program(params, out);
-    } catch (const std::exception& e) {
-      err << "bench " << kName << " rank: " << e.what() << '\n';
-      return 1;
-    }
+  // Errors propagate: BenchCli::run reports them, naming the scenario.
+  int run_rank(const json& params, std::ostream& out, std::ostream& /*err*/) override {
+    return run_rank_program(params, out);
   }
 };
 
