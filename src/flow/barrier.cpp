@@ -73,6 +73,7 @@ Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view n
   }
   if (owner_) counter_.host(node, counter_record(name_), kDeparted + members_.size() - 1);
   counter_.attach(node, worker, counter_record(name_), members_.front().rank, detail::time_left(deadline));
+  member_failed_ = dead_member();  // one declared dead before this object watched
 }
 
 Barrier::~Barrier() {
@@ -87,10 +88,13 @@ Barrier::~Barrier() {
 }
 
 Status Barrier::check_members() {
-  if (!failures_.changed()) return {};
+  if (member_failed_.is_ok() && failures_.changed()) member_failed_ = dead_member();
+  return member_failed_;
+}
+
+Status Barrier::dead_member() const {
   for (const SourceRef& m : members_) {
-    std::string reason = failures_.reason(m.rank);
-    if (!reason.empty()) {
+    if (std::string reason = failures_.reason(m.rank); !reason.empty()) {
       return {Errc::peer_failed, label_ + ": member (rank " + std::to_string(m.rank) + ", thread " +
                                      std::to_string(m.thread) + ") failed: " + reason};
     }

@@ -138,6 +138,14 @@ TEST_P(ShuffleCluster, BarrierReportsADeadMember) {
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }
 
+TEST_P(ShuffleCluster, BarrierReportsAMemberDeadBeforeItJoined) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "barrier-late"});
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] rank 0 saw: barrier 'late'")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 2] rank 2 saw: barrier 'late'")) << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ShuffleCluster, ::testing::Values("shm", "tcp"),
                          [](const auto& param_info) { return param_info.param; });
 

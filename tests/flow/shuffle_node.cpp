@@ -6,6 +6,9 @@
 //   shuffle_node errors                every user error gives a clear error
 //   shuffle_node kill-target           a target dies: its source's push fails naming it
 //   shuffle_node kill-source           a source dies: the target's consume fails naming it
+//   shuffle_node barrier-kill          a member dies between rounds: the others' next round names it
+//   shuffle_node barrier-late          a member died before the others joined: their first round
+//                                      names it at once (no wait for the timeout)
 //   shuffle_node come-and-go           a server outlives a killed client (end_dead_sources,
 //                                      drop_for_dead_targets); the other clients get every reply
 //
@@ -782,6 +785,30 @@ int barrier_kill(cluster::Node& node) {
   std::_Exit(failures == 0 ? 0 : 1);  // the owner must not wait for the dead member to leave
 }
 
+// Rank 1 dies before the barrier exists; ranks 0 and 2 join it only once they know (FailureWatch
+// sees deaths after it was made, so the barrier must look at the members declared dead before).
+int barrier_late(cluster::Node& node) {
+  if (node.rank() == 1) ::raise(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  while (node.fabric().peer_failure(1).empty()) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(20)) return fail("rank 1's death never declared"), 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (node.rank() == 0) create_barrier(node, "late", {{0, 0}, {1, 0}, {2, 0}});
+  fabric::Worker worker(node.fabric(), "member");
+  Barrier b(node, worker, "late", 0);
+  const auto before = std::chrono::steady_clock::now();
+  Status s = b.wait(std::chrono::seconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  std::printf("rank %d saw: %s\n", node.rank(), s.message().c_str());
+  if (s.code() != Errc::peer_failed || s.message().find("rank 1") == std::string::npos) fail("no error naming rank 1");
+  if (seconds > 5) fail("the error took " + std::to_string(seconds) + " s");
+  std::fflush(stdout);
+  if (node.rank() == 2) node.registry().publish("late/reported", "yes");
+  if (node.rank() == 0) (void)node.wait_for("late/reported", std::chrono::seconds(10));
+  std::_Exit(failures == 0 ? 0 : 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -802,6 +829,7 @@ int main(int argc, char** argv) {
     if (scenario == "come-and-go") return come_and_go(node);
     if (scenario == "barrier") return barrier(node);
     if (scenario == "barrier-kill") return barrier_kill(node);
+    if (scenario == "barrier-late") return barrier_late(node);
     fail("unknown scenario " + scenario);
   } catch (const std::exception& e) {
     fail(e.what());

@@ -55,7 +55,10 @@ class Barrier {
   std::uint64_t rounds() const noexcept { return round_; }
 
  private:
+  // A member's death, latched: FailureWatch reports a death once, and a round may still
+  // complete after it (the member arrived before it died), so later rounds must see it too.
   Status check_members();
+  Status dead_member() const;  // the first member declared dead, as an error naming it
 
   cluster::Node& node_;
   std::string name_;
@@ -68,6 +71,7 @@ class Barrier {
   BackoffSettings backoff_ = BackoffSettings::from_config();
   std::uint64_t round_ = 0;
   fabric::FailureWatch failures_;
+  Status member_failed_;  // the first member death seen; every later round fails with it
 };
 
 }  // namespace dfi::flow
