@@ -11,11 +11,12 @@
 //     - a locked record is not read (no dirty read): the reader aborts;
 //     - user errors (write before read, record out of range, begin twice) are refused clearly.
 //
-//   rsi_node crash locked|logged|installing   (4 ranks)
+//   rsi_node crash locked|logged|installing|late   (4 ranks)
 //     the bank workload (rsi, 2 storage servers, 2 clients on each of ranks 2 and 3, 16
 //     accounts); client 0 kills its whole rank (SIGKILL) at the given point of its 3rd commit,
 //     so rank 2's two clients die, possibly holding locks; rank 3's clients recover them and
-//     finish. Rank 0 prints the summary and the audit (the test checks them).
+//     finish. "late": at the logged point, but only after the run's end (rank 3's clients
+//     recover the records as they leave). Rank 0 prints the summary and the audit (the test checks them).
 //
 //   rsi_node txn bank|checkout rsi|2pc   (4 ranks)
 //     the workload as `dfi txn` runs it (2 storage servers, 2 clients on each of ranks 2 and 3,
@@ -23,6 +24,7 @@
 //
 // Exit status 0 means the scenario held; every failure prints why.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <iostream>
@@ -32,6 +34,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "dfi/apps/rsi/client.hpp"
 #include "dfi/apps/rsi/commit_log.hpp"
@@ -195,8 +198,12 @@ CommitStage crash_stage = CommitStage::locked;
 std::atomic<int> crash_countdown{3};
 
 // ClientOptions::at_commit_stage of the crash scenario: client 0 kills its process.
+bool crash_late = false;  // "late": hold the locks past the end of the run, then die
+
 void crash_at(CommitStage stage, std::size_t client) {
-  if (client == 0 && stage == crash_stage && crash_countdown.fetch_sub(1) == 1) std::raise(SIGKILL);
+  if (client != 0 || stage != crash_stage || crash_countdown.fetch_sub(1) != 1) return;
+  if (crash_late) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  std::raise(SIGKILL);
 }
 
 int run_crash(const std::string& stage) {
@@ -206,8 +213,11 @@ int run_crash(const std::string& stage) {
     crash_stage = CommitStage::logged;
   } else if (stage == "installing") {
     crash_stage = CommitStage::installing;
+  } else if (stage == "late") {
+    crash_stage = CommitStage::logged;
+    crash_late = true;
   } else {
-    std::fprintf(stderr, "rsi_node crash: unknown stage '%s' (locked, logged, installing)\n", stage.c_str());
+    std::fprintf(stderr, "rsi_node crash: unknown stage '%s' (locked, logged, installing, late)\n", stage.c_str());
     return 2;
   }
   cluster::Node node;

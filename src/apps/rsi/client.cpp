@@ -223,6 +223,11 @@ Status Client::retire_dead_client(std::size_t client) {
   return {};
 }
 
+Status Client::recover_dead() {
+  if (open_) return {Errc::invalid_argument, name_ + ": recover_dead while a transaction is open"};
+  return recover_dead_now();
+}
+
 Status Client::abort() {
   if (!open_) return {Errc::invalid_argument, name_ + ": abort outside a transaction"};
   return end(Status());
@@ -438,6 +443,7 @@ class RsiClient final : public Client {
     if (!watch_.changed()) return {};
     return recover_dead_clients();
   }
+  Status recover_dead_now() override { return recover_dead_clients(); }
 
   // Some rank was declared dead: retire the timestamps of the clients it ran and recover every
   // record they hold locked (client.hpp). Rare, so it may allocate and scan the whole table.

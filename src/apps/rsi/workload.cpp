@@ -36,6 +36,7 @@ enum StatBlock : std::size_t {
   kForward,   // records of dead clients rolled forward
   kBack,      // ... rolled back
   kUnits,     // the workload's units (checkout: quantities sold)
+  kFinished,  // the client opens no more transactions
   kBlocks
 };
 constexpr auto kReportEvery = std::chrono::milliseconds(200);  // clients add their counts
@@ -77,9 +78,19 @@ std::unique_ptr<detail::WorkloadImpl> make_workload(const cluster::Node& node, c
   return o.workload == Workload::bank ? detail::make_bank(o, clients) : detail::make_checkout(o, clients);
 }
 
+// The rank of each client: o.threads of them on each rank after the storage servers.
+std::vector<int> ranks_of_clients(const cluster::Node& node, const TxnOptions& o) {
+  std::vector<int> ranks;
+  for (int r = static_cast<int>(o.servers); r < node.size(); ++r) {
+    for (std::size_t t = 0; t < o.threads; ++t) ranks.push_back(r);
+  }
+  return ranks;
+}
+
 // One client thread's run. Returns "" or the error that ended it.
-std::string run_client(Client& client, detail::Driver& driver, cluster::SharedWords& stats, const TxnOptions& o,
-                       std::size_t index, std::size_t clients, Clock::time_point end) {
+std::string run_client(cluster::Node& node, Client& client, detail::Driver& driver, cluster::SharedWords& stats,
+                       const TxnOptions& o, std::size_t index, const std::vector<int>& client_ranks, Clock::time_point end) {
+  const std::size_t clients = client_ranks.size();
   ClientCounters reported;
   std::uint64_t reported_units = 0;
   auto report = [&]() -> Status {
@@ -128,10 +139,20 @@ std::string run_client(Client& client, detail::Driver& driver, cluster::SharedWo
     break;
   }
   if (error.empty()) {
-    if (Status s = report(); !s) error = "statistics: " + s.message();
+    if (Status s = client.leave(); !s) error = s.message();
+  }
+  // Finished, even after an error, so that nobody waits for this client.
+  if (Status s = stats.fetch_add(kFinished * clients + index, 1); !s && error.empty()) error = "statistics: " + s.message();
+  if (error.empty()) {
+    // A client that dies at the very end of the run holds its locks past the others' last
+    // transaction: once every client finished or died, recover what the dead hold (bounded:
+    // past the timeout, with whatever is known by then).
+    (void)stats.wait_for_departures(node, kFinished * clients, client_ranks, Deadline(o.timeout),
+                                    BackoffSettings::from_config(/*polls_are_syscalls=*/true));
+    if (Status s = client.recover_dead(); !s) error = s.message();
   }
   if (error.empty()) {
-    if (Status s = client.leave(); !s) error = s.message();
+    if (Status s = report(); !s) error = "statistics: " + s.message();
   }
   // Departed even after an error, so rank 0 does not wait for this client.
   if (Status s = stats.fetch_add(kDeparted * clients + index, 1); !s && error.empty()) error = "statistics: " + s.message();
@@ -150,6 +171,7 @@ int run_clients(cluster::Node& node, const TxnOptions& o, const Table& table, co
     std::string error;
   };
   std::vector<Seat> seats(o.threads);
+  const std::vector<int> ranks = ranks_of_clients(node, o);
   ClientOptions co;
   co.clients = clients;
   co.timestamp_rank = 0;
@@ -167,7 +189,7 @@ int run_clients(cluster::Node& node, const TxnOptions& o, const Table& table, co
   std::vector<std::thread> threads;
   for (std::size_t t = 0; t < o.threads; ++t) {
     threads.emplace_back([&, t] {
-      seats[t].error = run_client(*seats[t].client, *seats[t].driver, seats[t].stats, o, first + t, clients, end);
+      seats[t].error = run_client(node, *seats[t].client, *seats[t].driver, seats[t].stats, o, first + t, ranks, end);
     });
   }
   for (auto& thread : threads) thread.join();
@@ -193,10 +215,7 @@ TxnResult run_monitor(cluster::Node& node, const TxnOptions& o, const Table& tab
                       std::ostream& out, std::ostream& err) {
   TxnResult result;
   result.clients = clients;
-  std::vector<int> client_ranks;
-  for (int r = static_cast<int>(o.servers); r < node.size(); ++r) {
-    for (std::size_t t = 0; t < o.threads; ++t) client_ranks.push_back(r);
-  }
+  const std::vector<int> client_ranks = ranks_of_clients(node, o);
   const auto start = Clock::now();
   const double limit = o.seconds + static_cast<double>(o.timeout.count()) / 1000.0;
   const BackoffSettings backoff = BackoffSettings::from_config();

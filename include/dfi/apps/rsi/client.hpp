@@ -153,6 +153,13 @@ class Client {
   // Leaves: no transaction may follow; this client's unused timestamps stop holding others'
   // snapshots back. Errors: peer_failed.
   Status leave();
+  // Recovers what the clients declared dead by now hold locked, as begin() does after a death
+  // (RSI: rolls their records forward or back, retires their timestamps); allowed after leave().
+  // A client that dies after the others' last transaction is recovered this way: they wait for
+  // every client to finish or die, then call it. 2PC: nothing to do (no such recovery; see the
+  // top of this file). Errors: peer_failed (a storage server or the commit log), invalid_argument
+  // (a transaction is open).
+  Status recover_dead();
 
   // Commits and aborts so far (updated by begin/read/commit; read it from the owning thread).
   const ClientCounters& counters() const noexcept { return counters_; }
@@ -194,6 +201,8 @@ class Client {
   virtual Status commit_writes(std::uint64_t cid) = 0;
   // Called by begin() before it takes the snapshot (RSI: recovers dead clients' records).
   virtual Status before_begin() { return {}; }
+  // recover_dead()'s work (RSI: recover_dead_clients).
+  virtual Status recover_dead_now() { return {}; }
   // Marks every timestamp of client `client` (dead) finished, unless it retired itself.
   Status retire_dead_client(std::size_t client);
 
