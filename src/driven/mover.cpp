@@ -691,9 +691,17 @@ bool Mover::done() const noexcept {
 // detector (peers.hpp) and of anything else from the failure record; the other flows go on.
 void Mover::give_up(Flow& f, const Status& failure) {
   f.failed = true;
-  // Named after the flow (a fabric error of a shared endpoint names only the rank).
-  f.failure = failure.message().starts_with(f.label) ? failure
-                                                      : Status(failure.code(), f.label + ": " + failure.message());
+  // A PU of the flow declared dead is the cause: a transfer error may be only its consequence
+  // (the other PUs abandon the flow and release their buffers, so the mover's next access to them
+  // is refused).
+  const Status dead = failure.code() == Errc::peer_failed ? Status() : dead_pu(f, /*unfinished_only=*/false);
+  if (!dead) {
+    f.failure = dead;
+  } else {
+    // Named after the flow (a fabric error of a shared endpoint names only the rank).
+    f.failure = failure.message().starts_with(f.label) ? failure
+                                                        : Status(failure.code(), f.label + ": " + failure.message());
+  }
   try {
     node_.registry().publish(detail::failed_record(f.spec.name), f.failure.message(), /*replace=*/true);
   } catch (const Error&) {
@@ -712,24 +720,32 @@ Status Mover::check_pus() {
   for (auto& owned : flows_) {
     Flow& f = *owned;
     if (f.stopped()) continue;
-    std::string who, reason;
-    for (std::size_t p = 0; p < f.spec.sources.size() && who.empty(); ++p) {
-      bool ended = true;
-      for (const auto& row : f.ended) ended = ended && row[p];
-      const flow::SourceRef& s = f.spec.sources[p];
-      if (ended || (reason = watch_.reason(s.rank)).empty()) continue;
-      who = "producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")";
-    }
-    for (std::size_t c = 0; c < f.writers.size() && who.empty(); ++c) {
-      if (!f.writers[c] || f.writers[c]->closed() || (reason = watch_.reason(f.spec.targets[c].rank)).empty()) continue;
-      who = consumer_name(f.spec.targets[c]);
-    }
-    if (who.empty()) continue;
-    const Status failure(Errc::peer_failed, f.label + ": " + who + " failed: " + reason);
+    const Status failure = dead_pu(f, /*unfinished_only=*/true);
+    if (failure) continue;
     give_up(f, failure);
     if (first) first = failure;
   }
   return first;
+}
+
+// The first PU of `f` declared dead (with `unfinished_only`, only one the mover has not let go
+// of yet), as the flow's failure; ok when none is. Slow path (builds strings).
+Status Mover::dead_pu(const Flow& f, bool unfinished_only) const {
+  std::string who, reason;
+  for (std::size_t p = 0; p < f.spec.sources.size() && who.empty(); ++p) {
+    bool ended = true;
+    for (const auto& row : f.ended) ended = ended && row[p];
+    const flow::SourceRef& s = f.spec.sources[p];
+    if ((unfinished_only && ended) || (reason = watch_.reason(s.rank)).empty()) continue;
+    who = "producer (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")";
+  }
+  for (std::size_t c = 0; c < f.spec.targets.size() && who.empty(); ++c) {
+    const bool let_go = c >= f.writers.size() || !f.writers[c] || f.writers[c]->closed();
+    if ((unfinished_only && let_go) || (reason = watch_.reason(f.spec.targets[c].rank)).empty()) continue;
+    who = consumer_name(f.spec.targets[c]);
+  }
+  if (who.empty()) return {};
+  return {Errc::peer_failed, f.label + ": " + who + " failed: " + reason};
 }
 
 // QoS by deficit round robin over the flows, in payload bytes (000 §5.2): each pass (round)

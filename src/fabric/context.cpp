@@ -1,5 +1,7 @@
 #include "dfi/fabric/context.hpp"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 
 #include "dfi/common/config.hpp"
@@ -108,7 +110,9 @@ Context::Context(ContextOptions options)
 }
 
 Context::~Context() {
-  if (impl_ && impl_->context != nullptr) ucp_cleanup(impl_->context);
+  if (!impl_) return;
+  if (impl_->context != nullptr) ucp_cleanup(impl_->context);
+  for (const auto& [address, bytes] : impl_->retired) ::munmap(address, bytes);
 }
 
 void Context::mark_peer_failed(int rank, const std::string& reason) {

@@ -27,6 +27,9 @@ struct Context::Impl {
   // message (word_op) where UCX only emulates atomics. Guarded by regions_mutex.
   mutable std::mutex regions_mutex;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> regions;
+  // Address ranges of released regions kept mapped (MemoryRegion::release, emulated one-sided
+  // transports): unmapped by ~Context, after UCX is gone. Guarded by regions_mutex.
+  std::vector<std::pair<void*, std::size_t>> retired;
   bool owns_word(std::uint64_t address) const;
   // Whether [address, address + bytes) lies inside one registered region.
   bool owns_range(std::uint64_t address, std::uint64_t bytes) const;

@@ -1,5 +1,8 @@
 #include "dfi/fabric/memory.hpp"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -7,6 +10,8 @@
 
 namespace dfi::fabric {
 namespace {
+
+constexpr std::size_t kPageBytes = 4096;  // mmap rounds to pages; 4 KiB is the smallest x86 page
 
 void append_u64(std::string& out, std::uint64_t value) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
@@ -50,9 +55,22 @@ MemoryRegion::MemoryRegion(Context& context, std::size_t bytes) : context_(&cont
   params.address = nullptr;
   params.length = bytes;
   params.flags = UCP_MEM_MAP_ALLOCATE;
+  if (context.capabilities().needs_target_progress) {
+    // Emulated one-sided operations: our own pages, so that release() can keep the addresses
+    // mapped (memory.hpp).
+    mapped_bytes_ = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+    void* pages = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pages == MAP_FAILED) {
+      mapped_bytes_ = 0;
+      throw Error(Errc::fatal, "fabric: cannot map " + std::to_string(bytes) + " B for a region: " + std::strerror(errno));
+    }
+    params.address = pages;
+    params.flags = 0;
+  }
   ucp_mem_h memh = nullptr;
   ucs_status_t status = ucp_mem_map(ctx, &params, &memh);
   if (status != UCS_OK) {
+    if (mapped_bytes_ != 0) ::munmap(params.address, mapped_bytes_);
     throw Error(Errc::fatal, "fabric: cannot allocate a registered region of " +
                                  std::to_string(bytes) + " B: " + ucx_error_text(status));
   }
@@ -98,6 +116,7 @@ MemoryRegion& MemoryRegion::operator=(MemoryRegion&& other) noexcept {
     memh_ = std::exchange(other.memh_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
     descriptor_ = std::move(other.descriptor_);
   }
   return *this;
@@ -117,6 +136,20 @@ void MemoryRegion::release() noexcept {
     }
     ucp_mem_unmap(context_->impl().context, static_cast<ucp_mem_h>(memh_));
     memh_ = nullptr;
+    if (mapped_bytes_ != 0 && data_ != nullptr) {
+      // Fresh zero pages in place of ours, in one step (no moment unmapped): the memory is freed,
+      // a late get reads zeros, a late put lands in a page nobody uses. The addresses go with the
+      // context (or back to the system now if that fails: nothing better is left to do).
+      void* again = ::mmap(data_, mapped_bytes_, PROT_READ | PROT_WRITE,
+                           MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (again == MAP_FAILED) {
+        ::munmap(data_, mapped_bytes_);
+      } else {
+        std::lock_guard lock(context_->impl().regions_mutex);
+        context_->impl().retired.emplace_back(data_, mapped_bytes_);
+      }
+    }
+    mapped_bytes_ = 0;
     data_ = nullptr;
   }
 }

@@ -61,6 +61,31 @@ TEST_P(FabricLocal, PutThenGetRoundTrips) {
   EXPECT_EQ(in, out);
 }
 
+// Over tcp this process's UCX applies a peer's get or put at the address the peer names,
+// unchecked: a peer that has not heard that a region was released (a flow torn down after a
+// failure) must find memory there, not crash this process (the data mover's gets did, in the
+// DrivenPuKilled tests). Released regions keep their addresses, on fresh zero pages.
+TEST_P(FabricLocal, LateGetsAndPutsIntoAReleasedRegionAreHarmless) {
+  if (GetParam() == Transport::shm) GTEST_SKIP() << "over shm the peer maps the memory; its mapping keeps it";
+  Endpoint ep = client_->connect(1, service_->address());
+  auto doomed = std::make_unique<MemoryRegion>(*context_, 3 * 4096 + 100);
+  std::memset(doomed->data(), 0xab, doomed->size());
+  RemoteMemory gone = ep.attach(doomed->descriptor());
+  doomed.reset();
+  std::vector<std::uint8_t> in(3 * 4096 + 100, 0xcd), out(3 * 4096 + 100, 0x11);
+  ASSERT_TRUE(ep.get(in.data(), in.size(), gone, 0));
+  EXPECT_EQ(std::count(in.begin(), in.end(), 0), static_cast<std::ptrdiff_t>(in.size()));  // zero pages, not ours
+  ASSERT_TRUE(ep.put(out.data(), out.size(), gone, 0));
+  ASSERT_TRUE(ep.flush());
+  // The endpoint and the live region still work, and a new region is not the released one.
+  MemoryRegion next(*context_, 4096);
+  EXPECT_NE(next.descriptor().address, gone.address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  ASSERT_TRUE(ep.put(out.data(), 64, remote, 0));
+  ASSERT_TRUE(ep.flush());
+  EXPECT_EQ(std::memcmp(region_->data(), out.data(), 64), 0);
+}
+
 // Over shm a key is unpacked by attaching its owner's segment; a segment that is gone (its
 // region freed, or its process exited) is the peer's failure. UCX 1.13 crashed here with its
 // default shm transports (openucx/ucx#10380).

@@ -250,6 +250,7 @@ class Mover {
   bool retry(std::size_t index, const Status& failure);
   // Marks `f` failed with `failure` and publishes its failure record (names.hpp).
   void give_up(Flow& f, const Status& failure);
+  Status dead_pu(const Flow& f, bool unfinished_only) const;
   // After someone was declared dead: gives up every flow with a PU on a dead rank that the mover
   // had not let go of yet; the first such failure.
   Status check_pus();

@@ -4,6 +4,15 @@
 // over shared memory (see ../shared/UCX-NOTES.md). A RegionDescriptor (address, size, packed
 // remote key) travels through the registry; a peer turns it into RemoteMemory with
 // Endpoint::attach().
+//
+// Where one-sided operations are emulated (tcp: Capabilities::needs_target_progress), this
+// process's UCX applies a peer's get or put at the address the peer names, unchecked. A peer
+// that has not yet heard that a region is gone (a flow torn down after a failure) would make it
+// read or write unmapped memory and crash this process. There the region is mapped by DFI, and
+// released regions keep their addresses: fresh zero pages replace the memory (freed at once), and
+// the address range is unmapped only when the Context goes. Address space, not memory, grows
+// with the regions released while the Context lives. Over shm a peer's mapping keeps the memory
+// alive; native RDMA refuses a deregistered key.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +60,7 @@ class MemoryRegion {
   void* memh_ = nullptr;  // ucp_mem_h
   void* data_ = nullptr;
   std::size_t size_ = 0;
+  std::size_t mapped_bytes_ = 0;  // mapped by DFI (emulated one-sided); 0: allocated by UCX
   RegionDescriptor descriptor_;
 };
 
