@@ -22,6 +22,8 @@ struct RunOptions {
   bool netns = false;
   std::string qdisc;
   std::chrono::milliseconds timeout = std::chrono::seconds(90);
+  // After a rank fails (a test that kills one), the time the others get to finish on their own.
+  std::chrono::milliseconds grace = std::chrono::seconds(3);
   std::vector<std::pair<std::string, std::string>> env;
 };
 
@@ -35,6 +37,7 @@ inline ClusterRun run_cluster(int nodes, const std::string& transport, std::vect
   options.netns = run_options.netns;
   options.argv = std::move(argv);
   options.timeout = run_options.timeout;
+  options.grace = run_options.grace;
   std::ostringstream out, err;
   ClusterRun run;
   auto start = std::chrono::steady_clock::now();

@@ -153,6 +153,9 @@ TEST_P(DrivenPuKilled, TheOthersGetAnErrorNamingItAndTheMoverServesTheOtherFlows
   const auto& [transport, pattern] = GetParam();
   RunOptions options;
   options.timeout = std::chrono::seconds(60);
+  // After rank 1's death the others still move the other flow's 200000 tuples: over tcp on a
+  // loaded machine that took more than the default 3 s (the launcher then stopped them).
+  options.grace = std::chrono::seconds(40);
   auto run = run_cluster(3, transport, {DRIVEN_NODE, "kill-pu", pattern}, options);
   EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed
   EXPECT_TRUE(contains(run.err, "rank 1 (pid")) << run.all();
