@@ -443,7 +443,8 @@ CombinerTarget::CombinerTarget(cluster::Node& node, std::string_view name, int i
     : rings_(open_target(node, name, id, expected_schema, open_timeout)),
       table_(make_table(rings_.spec())),
       result_schema_(combiner_result_schema(rings_.spec())),
-      stall_timeout_(detail::stall_timeout(rings_.spec())) {}
+      stall_timeout_(detail::stall_timeout(rings_.spec())),
+      arrived_(rings_.ring_count(), 0) {}
 
 CombinerTarget::~CombinerTarget() = default;
 
@@ -498,18 +499,27 @@ Status CombinerTarget::consume(TupleBatch& batch, std::chrono::milliseconds time
 
 Status CombinerTarget::merge_arrived() {
   if (finalized_) return {};
+  Status s;
   for (;;) {
     memory::SegmentView view;
     std::size_t source = 0;
-    Status s = rings_.try_next(view, source);
-    if (s.code() == Errc::retry) return {};
-    if (!s) return s;
+    s = rings_.try_next(view, source);
+    if (!s) break;
     if (view.bytes > 0) {
       merge(view);
+      arrived_[source] = 1;
       continue;
     }
-    if (rings_.finished()) return {};
+    if (rings_.finished()) break;
   }
+  // Sources whose rows came in this call and whose stream is still open ship while aggregating.
+  for (std::size_t i = 0; i < arrived_.size(); ++i) {
+    if (arrived_[i] == 0) continue;
+    arrived_[i] = 0;
+    if (!rings_.ended(i)) streaming_ = true;
+  }
+  if (s.code() == Errc::retry) return {};
+  return s;
 }
 
 Status CombinerTarget::read_partial(TupleBatch& batch) {

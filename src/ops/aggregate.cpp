@@ -131,8 +131,10 @@ struct Aggregation::State {
         options(o),
         name(partials_flow(s)),
         row_width(s.result_schema().tuple_bytes()),
-        gate(s.threads + target_threads(s, n.rank())) {
+        gate(s.threads + target_threads(s, n.rank())),
+        done(s.threads + target_threads(s, n.rank())) {
     for (int t = 0; t < s.threads; ++t) writing.emplace_back(1);
+    streamed.assign(static_cast<std::size_t>(s.threads), 0);
     threads.on_failure([this] { abandon(); });
   }
   // Releases threads still waiting for run(), then `threads` joins them.
@@ -140,6 +142,8 @@ struct Aggregation::State {
   void abandon() {
     gate.abandon();
     for (Countdown& w : writing) w.abandon();
+    stopped.abandon();
+    done.abandon();
   }
 
   void check(const Status& status, const char* action) const {
@@ -152,23 +156,31 @@ struct Aggregation::State {
 
   // Post-aggregation thread t: merges the partial rows of its target, then finalizes its groups.
   //
-  // It first sleeps (no CPU: with few groups nothing is shipped before the close, and polling
-  // targets slowed the aggregation threads down) until aggregation thread t of its rank starts
-  // writing to the flow (its source's before_first_write: it ships its first table, passes a
-  // tuple through or closes), or rows arrive from another rank (looked for every kIdleCheck,
-  // without waiting), or a thread of the rank failed (abandon()). No wait is circular: before its
-  // first write an aggregation thread only reads its fragment into its table and waits for
-  // nobody, so the first condition comes after finite local work unless that thread fails, and
-  // a failure abandons. A remote source that fills its ring to this target waits for credits at
-  // most kIdleCheck longer than it would with a polling target (then the rows are seen and the
-  // thread consumes), never for this rank's own work, so neither its pipelining nor its stall
-  // timeout depends on how long this rank's aggregation takes. A rank that dies fails this
-  // rank's aggregation threads when they write (peer_failed, which abandons) and the probe below
-  // or consume() when its sources had not closed.
+  // It polls its target lazily (no CPU to speak of: with few groups nothing is shipped before
+  // the sources close, and targets polling at full rate took the aggregation threads' cores)
+  // until rows stream in (flow::CombinerTarget::streaming(), or its own rank's aggregation
+  // thread t shipped before its close) or every source closed, and only then consume()s, which
+  // waits at full rate. Lazily means: sleep, then merge whatever has arrived without waiting
+  // (merge_arrived, which also returns ring credits and notices a dead source). The sleep is
+  // kIdleCheck while aggregation thread t still aggregates (it ends early when that thread first
+  // writes: a shipment, a pass-through or its close; see wait_for_rows), then kCloseCheck: after
+  // its own thread closed, a target only waits for the other ranks' closes, and kCloseCheck is
+  // how late it may see the last one.
+  //
+  // No wait is circular: before its first write an aggregation thread only reads its fragment
+  // into its table and waits for nobody, so its first write comes after finite local work unless
+  // it fails, and a failure abandons. A remote source that fills its ring to a lazy target waits
+  // for credits at most one sleep longer than it would with a polling target, and the target
+  // then consumes at full rate, so neither the source's pipelining nor its stall timeout depends
+  // on how long this rank's aggregation takes. A rank that dies fails this rank's aggregation
+  // threads when they write (peer_failed, which abandons) and merge_arrived or consume() when its
+  // sources had not closed. A flow that stalls while the target polls lazily (nothing merged,
+  // no source closed for the flow's stall timeout) is handed to consume(), which reports it after
+  // another stall timeout.
   void post_aggregate(int t) {
     flow::CombinerTarget in(node, name, t, spec.schema, options.open_timeout);
     if (!gate.opened()) return;
-    if (!wait_for_rows(in, writing[static_cast<std::size_t>(t)])) return;  // abandoned: a thread failed
+    if (!wait_for_rows(in, t)) return;  // abandoned: a thread failed
     AggregationResult part;
     flow::TupleBatch batch;
     for (;;) {
@@ -181,18 +193,40 @@ struct Aggregation::State {
       if (options.sink) options.sink(t, batch);
     }
     add(part);
+    done.count_down();  // `in` closes its rings after run() returned (see `done`)
   }
 
-  // post_aggregate's sleep: true once `started` is counted down or `in` merged rows, false if
-  // abandoned.
-  bool wait_for_rows(flow::CombinerTarget& in, Countdown& started) {
+  // post_aggregate's lazy poll: true once the target should consume() (rows stream in, every
+  // source closed, or a stall), false if abandoned.
+  bool wait_for_rows(flow::CombinerTarget& in, int t) {
+    Countdown& own = writing[static_cast<std::size_t>(t)];
+    bool own_closed = false;  // aggregation thread t's first write was its close
+    std::uint64_t seen = 0;   // rows merged and sources closed, at the last change
+    Clock::time_point changed = Clock::now();
     for (;;) {
-      if (const std::optional<bool> released = started.wait_for(kIdleCheck)) return *released;
+      if (!own_closed) {
+        if (const std::optional<bool> released = own.wait_for(kIdleCheck)) {
+          if (!*released) return false;
+          // Written by aggregation thread t before it counted `own` down.
+          if (streamed[static_cast<std::size_t>(t)] != 0) return true;
+          own_closed = true;
+        }
+      } else if (stopped.wait_for(kCloseCheck)) {
+        return false;  // only abandon() releases `stopped`
+      }
       check(in.merge_arrived(), "consuming");
-      if (in.counters().rows > 0) return true;
+      if (in.streaming() || in.sources_closed()) return true;
+      const std::uint64_t now_seen = in.counters().rows + in.counters().segments;
+      if (now_seen != seen) {
+        seen = now_seen;
+        changed = Clock::now();
+      } else if (own_closed && Clock::now() - changed > in.stall_timeout()) {
+        return true;
+      }
     }
   }
   static constexpr std::chrono::milliseconds kIdleCheck{5};
+  static constexpr std::chrono::milliseconds kCloseCheck{1};
 
   // Aggregation thread t: its fragment into its source (rdma: a cache-sized table shipped when
   // full; hierarchical: an unbounded table shipped at close).
@@ -206,17 +240,24 @@ struct Aggregation::State {
                                       ? spec.cache_groups
                                       : std::numeric_limits<std::size_t>::max();
     if (spec.algorithm == AggregateAlgorithm::rdma) source_options.pass_through_below = spec.pass_through_below;
-    source_options.before_first_write = [this, t] { writing[static_cast<std::size_t>(t)].count_down(); };
+    // Runs on this thread, in the first shipment, pass-through or close (closing tells which).
+    bool closing = false;
+    source_options.before_first_write = [this, t, &closing] {
+      if (!closing) streamed[static_cast<std::size_t>(t)] = 1;
+      writing[static_cast<std::size_t>(t)].count_down();
+    };
     flow::CombinerSource out(node, worker, name, t, source_options);
     if (!gate.opened()) return;
     const Fragment& fragment = input[static_cast<std::size_t>(t)];
     check(out.push_bulk(fragment.tuples, fragment.count), "pushing into");
+    closing = true;
     check(out.close(), "closing");
     AggregationResult part;
     part.input_tuples = out.counters().tuples;
     part.shipped_rows = out.counters().rows;
     part.passed_tuples = out.counters().passed;
     add(part);
+    done.count_down();  // `out` and `worker` close their connections after run() returned
   }
 
   cluster::Node& node;
@@ -228,6 +269,16 @@ struct Aggregation::State {
   std::span<const Fragment> input;
   detail::OpenGate gate;
   std::deque<Countdown> writing;  // per thread t: its source started writing (post_aggregate(t) waits)
+  // Per thread t: its source's first write came before its close (set before writing[t] counts
+  // down, read after).
+  std::vector<char> streamed;
+  Countdown stopped{1};  // never counted down: abandon() releases post_aggregate's sleeps
+  // Counted down by each thread once its part of the result is in `result` (an aggregation
+  // thread's source closed, a post-aggregation thread's groups finalized): run() returns then.
+  // What is left for the threads is to destroy their flow ends (endpoints closed and flushed,
+  // memory deregistered: a few ms per target over tcp), which ~Aggregation waits for, as the
+  // constructor did their open.
+  Countdown done;
   std::mutex mutex;
   AggregationResult result;  // guarded by mutex
   ThreadGroup threads;       // last: joined before what its threads use is destroyed
@@ -265,9 +316,17 @@ AggregationResult Aggregation::run(std::span<const Fragment> input) {
   state.input = input;
   const Clock::time_point start = Clock::now();
   state.gate.release();
-  state.threads.join();
-  AggregationResult result = state.result;
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!state.done.wait()) {
+    state.threads.join();  // rethrows the first thread's error
+    throw Error(Errc::fatal, "aggregation '" + state.spec.name + "': abandoned without an error");
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  AggregationResult result;
+  {
+    std::lock_guard lock(state.mutex);
+    result = state.result;
+  }
+  result.seconds = seconds;
   result.open_seconds = open_seconds_;
   return result;
 }

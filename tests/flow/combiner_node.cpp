@@ -767,6 +767,8 @@ int partial(cluster::Node& node) {
 // anything of the source reached a target, whatever its first write is: a full table shipped
 // (to one target, or routed to two), flush(), close(), the close on destruction. Rank 0 owns
 // the source and its targets (so the callback can look at the targets); the others only finish.
+// Also CombinerTarget::streaming(): false while a target merged nothing, true once it merged
+// flushed rows of a source still open.
 int first_write(cluster::Node& node) {
   if (node.rank() != 0) {
     node.finish();
@@ -821,6 +823,9 @@ int first_write(cluster::Node& node) {
       if (std::this_thread::get_id() != pusher) fail(std::string(c.name) + ": called on another thread");
       shipped_at_call = self->counters().rows + self->counters().segments;
       rows_at_call = merged_rows();
+      for (auto& target : targets) {
+        if (target->streaming()) fail(std::string(c.name) + ": a target that merged nothing is streaming()");
+      }
     };
     source.emplace(node, worker, spec.name, 0, options);
     self = &*source;
@@ -850,6 +855,15 @@ int first_write(cluster::Node& node) {
     if (!first_was_the_end) {
       for (int i = 0; i < 12; ++i) push(pushed++);  // more shipments (or a pass-through window)
       if (Status s = source->flush(); !s) fail(std::string(c.name) + ": flush: " + s.message());
+      // The flushed rows are visible and their source is still open: whoever merged them sees a
+      // stream (CombinerTarget::streaming, which ops::Aggregation's lazy targets wait for).
+      merged_rows();
+      std::size_t streaming = 0;
+      for (auto& target : targets) {
+        if (target->streaming()) ++streaming;
+        else if (target->counters().rows > 0) fail(std::string(c.name) + ": rows of an open source merged, not streaming()");
+      }
+      if (streaming == 0) fail(std::string(c.name) + ": no target is streaming() after a flush of an open source");
       if (Status s = source->close(); !s) fail(std::string(c.name) + ": close: " + s.message());
       if (calls != 1) fail(std::string(c.name) + ": called again by a later write");
       if (c.pass_through_below > 0 && source->counters().passed == 0) fail(std::string(c.name) + ": nothing passed through");

@@ -210,6 +210,14 @@ class CombinerTarget {
   Status merge_arrived();
   // Every source closed and everything is merged (consume() hands out final results).
   bool sources_closed() const noexcept { return rings_.finished(); }
+  // Some merge_arrived() merged rows from a source whose stream was still open when it
+  // returned: that source ships while it aggregates (a full table, pass-through rows), so rows
+  // keep coming, unlike a source whose only shipment is its table at close (rows and end of
+  // stream back to back). A consumer that polls lazily (ops::Aggregation's idle targets) switches
+  // to consume() then, so that such a source is not held up waiting for credits.
+  bool streaming() const noexcept { return streaming_; }
+  // consume()'s default timeout: the flow's stall timeout, resolved at open.
+  std::chrono::milliseconds stall_timeout() const noexcept { return stall_timeout_; }
   bool end() const noexcept { return ended_; }
 
   const Schema& result_schema() const noexcept { return result_schema_; }
@@ -231,6 +239,8 @@ class CombinerTarget {
   bool finalized_ = false;
   bool ended_ = false;
   std::size_t handed_out_ = 0;  // result rows handed out
+  std::vector<std::uint8_t> arrived_;  // per source: merge_arrived() merged rows of it this call
+  bool streaming_ = false;
   CombinerCounters counters_;
 };
 

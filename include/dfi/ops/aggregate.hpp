@@ -112,7 +112,9 @@ struct AggregationResult {
   std::uint64_t checksum = 0;      // sum of fold_tuple over those rows, mod 2^64
   std::uint64_t shipped_rows = 0;  // partial rows this rank's threads shipped
   std::uint64_t passed_tuples = 0;  // rdma: tuples among them shipped unaggregated (pass-through)
-  double seconds = 0;       // the run's wall time, without the open (gather: the slowest rank's)
+  // The run's wall time, without the open and without the close of the flow's connections
+  // (ops::Aggregation::run; gather: the slowest rank's).
+  double seconds = 0;
   double open_seconds = 0;  // opening the aggregation's flow, before the run (gather: max)
 
   AggregationResult& operator+=(const AggregationResult& other);
@@ -132,17 +134,20 @@ class Aggregation {
   // not_found / timeout (not created within options.open_timeout), peer_failed (a rank died
   // while the flow opened); the threads have ended when it throws.
   Aggregation(cluster::Node& node, const AggregationSpec& spec, const AggregationRunOptions& options = {});
-  // Ends the threads. One destroyed without run() closes its sources empty: the other ranks' runs
-  // then complete without this rank's tuples (so a rank that cannot run should fail: its death
-  // makes the others' runs fail with peer_failed).
+  // Ends the threads: after run(), waits while they close their ends of the flow (connections
+  // flushed and closed, memory deregistered). One destroyed without run() closes its sources
+  // empty: the other ranks' runs then complete without this rank's tuples (so a rank that cannot
+  // run should fail: its death makes the others' runs fail with peer_failed).
   ~Aggregation();
   Aggregation(const Aggregation&) = delete;
   Aggregation& operator=(const Aggregation&) = delete;
 
   // Runs the aggregation on the open flow: input[t] is aggregation thread t's fragment (exactly
-  // spec.threads of them; they must stay valid until run returns). Blocks until every thread of
-  // this rank is done; returns this rank's result, `seconds` from this call (the open not
-  // included) and `open_seconds` the constructor's. Once per Aggregation. Throws dfi::Error
+  // spec.threads of them; they must stay valid until run returns). Blocks until this rank's part
+  // of the result is complete (its aggregation threads closed their sources, its post-aggregation
+  // threads finalized their groups); the threads then close their ends of the flow, which the
+  // destructor waits for. Returns this rank's result, `seconds` from this call (neither the open
+  // nor that close included) and `open_seconds` the constructor's. Once per Aggregation. Throws dfi::Error
   // naming the aggregation: invalid_argument (wrong fragment count, a second call), peer_failed
   // (a rank died), timeout (the flow stalled).
   AggregationResult run(std::span<const Fragment> input);

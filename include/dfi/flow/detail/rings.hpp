@@ -153,6 +153,8 @@ class TargetRings {
   // Like next() but returns Errc::retry (a bare code) at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
   bool finished() const noexcept { return open_sources_ == 0; }
+  // Source `source`'s stream has ended (its end of stream was read, or a death ended it).
+  bool ended(std::size_t source) const noexcept { return ended_[source]; }
   // From now on a source whose rank is declared dead ends its stream instead of failing the
   // flow: its ring is read to its last whole segment, then it counts as closed.
   void end_dead_sources() noexcept { end_dead_ = true; }
