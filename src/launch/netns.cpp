@@ -1,6 +1,7 @@
 #include "dfi/launch/netns.hpp"
 
 #include <dirent.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -75,6 +76,18 @@ int probe_unshare_netns() {
   const int status = detail::wait_for_exit(pid);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return EINVAL;
+}
+
+std::string trim(std::string text);
+
+// Runs `argv` (an `ip` or `tc` command); throws Errc::io naming `what`, the command and its output
+// when it fails.
+void run_checked(const std::vector<std::string>& argv, const char* what) {
+  const detail::CommandResult result = detail::run_command(argv, Deadline(kIpTimeout));
+  if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0) {
+    throw Error(Errc::io, std::string(what) + " failed: `" + detail::join_command(argv) + "` " +
+                              detail::describe_wait_status(result.status) + ": " + trim(result.output));
+  }
 }
 
 std::string trim(std::string text) {
@@ -180,13 +193,20 @@ void NetnsTopology::ip(const std::vector<std::string>& args) {
   run(argv);
 }
 
-void NetnsTopology::run(const std::vector<std::string>& argv) {
-  const detail::CommandResult result = detail::run_command(argv, Deadline(kIpTimeout));
-  if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0) {
-    throw Error(Errc::io, "network namespace setup failed: `" + detail::join_command(argv) +
-                              "` " + detail::describe_wait_status(result.status) + ": " +
-                              trim(result.output));
+void NetnsTopology::run(const std::vector<std::string>& argv) { run_checked(argv, "network namespace setup"); }
+
+void netns_set_own_link(bool up) {
+  // A rank namespace: not the one of pid 1 (the launcher never puts a rank there) and with the
+  // rank device (looked up in this process's own network namespace).
+  struct stat mine {}, first {};
+  const bool own_namespace = ::stat("/proc/self/ns/net", &mine) == 0 && ::stat("/proc/1/ns/net", &first) == 0 &&
+                             mine.st_ino != first.st_ino;
+  if (!own_namespace || ::if_nametoindex(kRankDevice) == 0) {
+    throw Error(Errc::invalid_argument, "netns: this process is not in a rank namespace (" +
+                                            std::string(own_namespace ? "no device " : "the initial network namespace, ") +
+                                            kRankDevice + "): there is no rank link to cut");
   }
+  run_checked({"ip", "link", "set", kRankDevice, up ? "up" : "down"}, up ? "restoring the rank's link" : "cutting the rank's link");
 }
 
 void NetnsTopology::create() {
