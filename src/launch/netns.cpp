@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 
+#include "dfi/common/config.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/launch/child_process.hpp"
@@ -196,15 +197,13 @@ void NetnsTopology::ip(const std::vector<std::string>& args) {
 void NetnsTopology::run(const std::vector<std::string>& argv) { run_checked(argv, "network namespace setup"); }
 
 void netns_set_own_link(bool up) {
-  // A rank namespace: not the one of pid 1 (the launcher never puts a rank there) and with the
-  // rank device (looked up in this process's own network namespace).
-  struct stat mine {}, first {};
-  const bool own_namespace = ::stat("/proc/self/ns/net", &mine) == 0 && ::stat("/proc/1/ns/net", &first) == 0 &&
-                             mine.st_ino != first.st_ino;
-  if (!own_namespace || ::if_nametoindex(kRankDevice) == 0) {
-    throw Error(Errc::invalid_argument, "netns: this process is not in a rank namespace (" +
-                                            std::string(own_namespace ? "no device " : "the initial network namespace, ") +
-                                            kRankDevice + "): there is no rank link to cut");
+  // A rank namespace: the launcher told this process so (net_devices is the rank device only in
+  // netns mode), and the device exists in this process's own network namespace.
+  const bool rank_namespace = config::get_string("net_devices") == kRankDevice;
+  if (!rank_namespace || ::if_nametoindex(kRankDevice) == 0) {
+    throw Error(Errc::invalid_argument,
+                std::string("netns: this process is not in a rank namespace of `dfi cluster run --netns` (") +
+                    (rank_namespace ? "no device " : "DFI_NET_DEVICES is not ") + kRankDevice + "): there is no rank link to cut");
   }
   run_checked({"ip", "link", "set", kRankDevice, up ? "up" : "down"}, up ? "restoring the rank's link" : "cutting the rank's link");
 }
