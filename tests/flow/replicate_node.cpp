@@ -455,6 +455,27 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
   return log;
 }
 
+// The targets of the three-target ordered flows below (targets 0 and 1 on rank 0, target 2 on
+// rank 2): starts this rank's, each consuming the flow into logs[t] on a thread of `threads`.
+void start_three_targets(cluster::Node& node, const FlowSpec& spec, std::vector<std::thread>& threads,
+                         std::vector<OrderedLog>& logs) {
+  auto target_thread = [&](std::size_t t) {
+    threads.emplace_back([&node, &spec, &logs, t] {
+      try {
+        ReplicateTarget target(node, spec.name, spec.targets[t].id);
+        logs[t] = consume_ordered(target, 2, "target " + std::to_string(t));
+      } catch (const std::exception& e) {
+        fail(std::string("target: ") + e.what());
+      }
+    });
+  };
+  if (node.rank() == 0) {
+    target_thread(0);
+    target_thread(1);
+  }
+  if (node.rank() == 2) target_thread(2);
+}
+
 // Ranks: 0 hosts targets 0 and 1 and the sequencer, 1 the victim source, 2 a second source and
 // target 2. kill: the victim takes a sequence number and dies before writing; delay: it sleeps
 // past the gap timeout before writing.
@@ -472,21 +493,7 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
   std::vector<OrderedLog> logs(3);
-  auto target_thread = [&](std::size_t t) {
-    threads.emplace_back([&, t] {
-      try {
-        ReplicateTarget target(node, name, spec.targets[t].id);
-        logs[t] = consume_ordered(target, 2, "target " + std::to_string(t));
-      } catch (const std::exception& e) {
-        fail(std::string("target: ") + e.what());
-      }
-    });
-  };
-  if (node.rank() == 0) {
-    target_thread(0);
-    target_thread(1);
-  }
-  if (node.rank() == 2) target_thread(2);
+  start_three_targets(node, spec, threads, logs);
   if (node.rank() == 1 || node.rank() == 2) {
     threads.emplace_back([&] {
       try {
@@ -565,21 +572,7 @@ int injected_faults(cluster::Node& node) {
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
   std::vector<OrderedLog> logs(3);
-  auto target_thread = [&](std::size_t t) {
-    threads.emplace_back([&, t] {
-      try {
-        ReplicateTarget target(node, spec.name, spec.targets[t].id);
-        logs[t] = consume_ordered(target, 2, "target " + std::to_string(t));
-      } catch (const std::exception& e) {
-        fail(std::string("target: ") + e.what());
-      }
-    });
-  };
-  if (node.rank() == 0) {
-    target_thread(0);
-    target_thread(1);
-  }
-  if (node.rank() == 2) target_thread(2);
+  start_three_targets(node, spec, threads, logs);
   if (node.rank() == 1 || node.rank() == 2) {
     threads.emplace_back([&] {
       try {
