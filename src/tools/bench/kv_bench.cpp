@@ -660,13 +660,15 @@ class KvJepsenScenario : public Scenario {
         const int every = static_cast<int>(pick({7, 20, 50}));
         std::ostringstream rules;
         rules << "flow=kv.v*.requests,to=" << first << ",drop,first=" << 3 + rng() % 20 << ",every=" << every;
-        detail = " (drops at rank " + std::to_string(first);
+        std::ostringstream what;
+        what << " (drops at rank " << first;
         if (rng() % 2 == 0) {
           const int second = (first + 1 + static_cast<int>(rng() % static_cast<unsigned>(replicas - 1))) % replicas;
           rules << ";flow=kv.v*.requests,to=" << second << ",drop,first=" << 3 + rng() % 20 << ",every=" << every * 2;
-          detail += " and " + std::to_string(second);
+          what << " and " << second;
         }
-        detail += ", every " + std::to_string(every) + ")";
+        what << ", every " << every << ")";
+        detail = what.str();
         injected.flow_rules = rules.str();
         injected.gap_timeout = std::chrono::milliseconds(100);
         injected.retry_timeout = std::chrono::milliseconds(300);
@@ -686,9 +688,15 @@ class KvJepsenScenario : public Scenario {
           injected.gap_timeout = std::chrono::milliseconds(100);
           injected.retry_timeout = std::chrono::milliseconds(300);
         }
-        detail = " (rank " + std::to_string(slow) + ", " + std::to_string(delay_ms) + " ms every " + std::to_string(every) + ")";
+        std::ostringstream what;
+        what << " (rank " << slow << ", " << delay_ms << " ms every " << every << ")";
+        detail = what.str();
       }
-      if (fault == "partition") detail = " (rank " + std::to_string(kills[0].rank) + ")";
+      if (fault == "partition") {
+        std::ostringstream what;
+        what << " (rank " << kills[0].rank << ")";
+        detail = what.str();
+      }
       std::ostringstream round;
       round << "history " << i + 1 << "/" << histories << ": " << fault << detail << ", window " << load.window << ", "
             << load.keys << " keys, " << load.reads * 100 << " % reads";
