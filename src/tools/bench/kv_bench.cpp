@@ -592,7 +592,8 @@ class KvJepsenScenario : public Scenario {
         (fs::path(bench_build_dir()) / "porcupine" / "kvcheck").string(), "the Porcupine checker kvcheck", kGoHint);
     const fs::path work = fs::path(bench_build_dir()) / "kv-jepsen";
     std::vector<std::string> faults;
-    for (std::string_view rest = context.param("faults").get<std::string>(); !rest.empty();) {
+    const std::string fault_list = context.param("faults").get<std::string>();
+    for (std::string_view rest = fault_list; !rest.empty();) {
       const std::size_t comma = rest.find(',');
       const std::string fault(rest.substr(0, comma));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
