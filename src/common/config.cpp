@@ -63,12 +63,20 @@ constexpr std::array kEntries{
           "Every wait: upper bound of one random sleep between polls, in microseconds"},
     Entry{"flow_timeout_ms", "DFI_FLOW_TIMEOUT_MS", "60000",
           "Longest a push waits for ring space or a consume waits for data (0 = forever)"},
+    Entry{"flow_faults", "DFI_FLOW_FAULTS", "",
+          "Test fault injection: segments of chosen flow links delayed or dropped at their targets, rules "
+          "read when a target opens (e.g. 'flow=kv.v*.accept,to=2,delay=150,every=10'; drops only on ordered "
+          "replicate flows; syntax in include/dfi/flow/detail/faults.hpp); empty: none"},
     Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",
           "host:port of the registry; rank 0 embeds the server there unless DFI_REGISTRY_EXTERNAL=1"},
     Entry{"registry_token", "DFI_REGISTRY_TOKEN", "",
           "Shared secret for the registry; required when the server binds a non-loopback address"},
     Entry{"registry_timeout_ms", "DFI_REGISTRY_TIMEOUT_MS", "30000",
           "How long a rank waits for the registry, a record or a barrier before giving up"},
+    Entry{"registry_dead_after_ms", "DFI_REGISTRY_DEAD_AFTER_MS", "3000",
+          "The embedded registry closes a member's connection that stops answering (TCP keepalive from 1 s "
+          "of silence, unacknowledged data) after about this long: a rank cut off from the network (a "
+          "partition) is then declared dead like one that died; 0: the kernel's defaults (hours)"},
     Entry{"registry_external", "DFI_REGISTRY_EXTERNAL", "0",
           "1: do not embed the registry in rank 0; connect to an already running server"},
 };

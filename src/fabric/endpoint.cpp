@@ -261,9 +261,12 @@ void EndpointState::close() noexcept {
   if (ep == nullptr) return;
   ucp_ep_h closing = ep;
   ep = nullptr;
+  // A peer the failure detector declared dead gets a forced close too: it may be alive but cut
+  // off (a partition), and a flush towards it would wait out op_timeout twice.
+  const bool peer_dead = peer >= 0 && !worker->context->peer_failure(peer).empty();
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = failure.is_ok() && !close_without_flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  param.flags = failure.is_ok() && !close_without_flush && !peer_dead ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   ucs_status_ptr_t request = ucp_ep_close_nbx(closing, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
   Deadline deadline(worker->op_timeout);
@@ -286,6 +289,9 @@ void EndpointState::close() noexcept {
 }
 
 EndpointState::~EndpointState() {
+  // Towards a peer declared dead (killed, or cut off by a partition: then nothing it owes us ever
+  // arrives), check_peer closes at once instead of flushing what is outstanding.
+  if (ep != nullptr) (void)check_peer();
   if (ep != nullptr) {
     (void)send_ops("close");
     (void)reclaim_ops("close");

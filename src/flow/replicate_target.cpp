@@ -30,7 +30,9 @@ detail::TargetRings open_target(cluster::Node& node, std::string_view name, int 
                                 const std::optional<Schema>& expected_schema, std::chrono::milliseconds timeout) {
   FlowSpec spec = detail::open_spec(node, name, FlowType::replicate, expected_schema, detail::open_deadline(timeout));
   const std::size_t index = detail::target_index(spec, node.rank(), id);
-  return detail::TargetRings(node, std::move(spec), index);
+  // An ordered flow reports a lost segment as a gap: injected drops may apply to it.
+  const bool lossy = spec.type_options.get<ReplicateOptions>().ordered;
+  return detail::TargetRings(node, std::move(spec), index, lossy);
 }
 }  // namespace
 
@@ -373,7 +375,9 @@ void ReplicateTarget::State::advance(std::size_t s) {
   for (;;) {
     if (r.ended) return;
     if (r.head == Head::none) {
-      std::optional<memory::SegmentView> view = rings.reader(s).peek();
+      bool delayed = false;
+      std::optional<memory::SegmentView> view = rings.peek(s, delayed);
+      if (delayed) [[unlikely]] return;  // a delayed segment: the ring is not empty
       if (!view) {
         if (r.writer_failure.empty()) return;
         ring_failed(s);

@@ -183,8 +183,9 @@ memory::RingCounters SourceRings::counters() const {
 
 // ---------------------------------------------------------------------------------------------
 
-TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index)
+TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, bool lossy)
     : node_(node), spec_(std::move(spec)), failures_(node.fabric()) {
+  faults_ = RingFaults::from_setting(spec_, index, lossy);
   backoff_ = BackoffSettings::from_config();
   const TargetRef me = spec_.targets.at(index);
   label_ = "flow '" + spec_.name + "' target (rank " + std::to_string(me.rank) + ", id " + std::to_string(me.id) + ")";
@@ -223,7 +224,9 @@ bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t i = cursor_ + k < n ? cursor_ + k : cursor_ + k - n;
     if (ended_[i]) continue;
-    std::optional<memory::SegmentView> segment = readers_[i].peek();
+    bool held = false;
+    std::optional<memory::SegmentView> segment = peek(i, held);
+    if (held) [[unlikely]] continue;
     if (!segment) {
       if (dying_[i]) [[unlikely]] {  // a dead source's ring read to its end: its stream ends
         ended_[i] = true;
@@ -249,6 +252,24 @@ bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
     return true;
   }
   return false;
+}
+
+std::optional<memory::SegmentView> TargetRings::peek_faulty(std::size_t ring,
+                                                           std::optional<memory::SegmentView> segment, bool& held) {
+  for (;;) {
+    switch (faults_->judge(ring, *segment)) {
+      case RingFaults::Verdict::deliver:
+        return segment;
+      case RingFaults::Verdict::hold:
+        held = true;
+        return std::nullopt;
+      case RingFaults::Verdict::drop:
+        readers_[ring].release();
+        segment = readers_[ring].peek();
+        if (!segment) return segment;
+        break;
+    }
+  }
 }
 
 Status TargetRings::check_sources_alive() {

@@ -1,6 +1,7 @@
 #include "dfi/launch/netns.hpp"
 
 #include <dirent.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <sstream>
 
+#include "dfi/common/config.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/launch/child_process.hpp"
@@ -75,6 +77,18 @@ int probe_unshare_netns() {
   const int status = detail::wait_for_exit(pid);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return EINVAL;
+}
+
+std::string trim(std::string text);
+
+// Runs `argv` (an `ip` or `tc` command); throws Errc::io naming `what`, the command and its output
+// when it fails.
+void run_checked(const std::vector<std::string>& argv, const char* what) {
+  const detail::CommandResult result = detail::run_command(argv, Deadline(kIpTimeout));
+  if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0) {
+    throw Error(Errc::io, std::string(what) + " failed: `" + detail::join_command(argv) + "` " +
+                              detail::describe_wait_status(result.status) + ": " + trim(result.output));
+  }
 }
 
 std::string trim(std::string text) {
@@ -180,13 +194,18 @@ void NetnsTopology::ip(const std::vector<std::string>& args) {
   run(argv);
 }
 
-void NetnsTopology::run(const std::vector<std::string>& argv) {
-  const detail::CommandResult result = detail::run_command(argv, Deadline(kIpTimeout));
-  if (!WIFEXITED(result.status) || WEXITSTATUS(result.status) != 0) {
-    throw Error(Errc::io, "network namespace setup failed: `" + detail::join_command(argv) +
-                              "` " + detail::describe_wait_status(result.status) + ": " +
-                              trim(result.output));
+void NetnsTopology::run(const std::vector<std::string>& argv) { run_checked(argv, "network namespace setup"); }
+
+void netns_set_own_link(bool up) {
+  // A rank namespace: the launcher told this process so (net_devices is the rank device only in
+  // netns mode), and the device exists in this process's own network namespace.
+  const bool rank_namespace = config::get_string("net_devices") == kRankDevice;
+  if (!rank_namespace || ::if_nametoindex(kRankDevice) == 0) {
+    throw Error(Errc::invalid_argument,
+                std::string("netns: this process is not in a rank namespace of `dfi cluster run --netns` (") +
+                    (rank_namespace ? "no device " : "DFI_NET_DEVICES is not ") + kRankDevice + "): there is no rank link to cut");
   }
+  run_checked({"ip", "link", "set", kRankDevice, up ? "up" : "down"}, up ? "restoring the rank's link" : "cutting the rank's link");
 }
 
 void NetnsTopology::create() {

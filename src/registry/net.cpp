@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 
 #include "dfi/common/error.hpp"
@@ -81,6 +83,18 @@ bool is_loopback(const sockaddr* address) {
     return std::memcmp(b, kMappedPrefix, 12) == 0 && b[12] == 127;
   }
   return false;
+}
+
+void set_dead_after(int fd, std::chrono::milliseconds dead_after) noexcept {
+  if (dead_after.count() <= 0) return;
+  const int one = 1;
+  const int probes = static_cast<int>(std::max<std::int64_t>(1, dead_after.count() / 1000 - 1));
+  const unsigned timeout = static_cast<unsigned>(dead_after.count());
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof(one));   // seconds of silence
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof(one));  // seconds between probes
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
 }
 
 void set_no_delay(int fd) noexcept {

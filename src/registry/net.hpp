@@ -1,6 +1,8 @@
 // Internal: small POSIX socket helpers shared by the registry server and client.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -55,5 +57,9 @@ bool is_loopback(const sockaddr* address);
 
 // Best-effort socket options; failures are ignored (they only cost latency).
 void set_no_delay(int fd) noexcept;
+// Makes the kernel close `fd` when its peer stops answering for about `dead_after` (keepalive
+// probes from 1 s of silence, one a second; TCP_USER_TIMEOUT for unacknowledged data). Nothing
+// for 0.
+void set_dead_after(int fd, std::chrono::milliseconds dead_after) noexcept;
 
 }  // namespace dfi::registry::net

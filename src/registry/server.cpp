@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
 #include "net.hpp"
 #include "protocol.hpp"
@@ -294,6 +295,7 @@ void Loop::accept_all(Clock::time_point now) {
     net::Fd owned(fd);
     if (connections_.size() >= options_.max_connections + kRejectSlack) continue;  // closes it
     net::set_no_delay(fd);
+    net::set_dead_after(fd, options_.dead_after);
     const std::uint64_t id = next_id_++;
     Connection& c = connections_[id];
     c.id = id;
@@ -968,6 +970,7 @@ ServerOptions server_options_at(std::string_view host_port, std::string token) {
   options.bind_host = std::move(at.host);
   options.port = at.port;
   options.token = std::move(token);
+  options.dead_after = std::chrono::milliseconds(config::get_int("registry_dead_after_ms"));
   return options;
 }
 

@@ -89,6 +89,26 @@ TEST_P(ReplicateCluster, SlowTargetCausesNoGapsAtTheOthers) {
   EXPECT_TRUE(contains(run.out, "slow target: no false gaps, identical sequences")) << run.all();
 }
 
+// The flow_faults setting (flow/detail/faults.hpp): drops at one target are gaps there only; a
+// delay below the gap timeout holds a target back without a gap.
+TEST_P(ReplicateCluster, InjectedDropsAreGapsAndDelaysHoldBack) {
+  RunOptions options;
+  options.env = {{"DFI_FLOW_FAULTS",
+                  "flow=rep-inj*,from=1,to=2,drop,first=10,every=25,count=3; flow=rep-injected,from=1,to=0,delay=300,first=20,count=1"}};
+  auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "injected"}, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "injected: rank 2 saw 3 gaps, rank 0's targets none")) << run.all();
+}
+
+// A drop rule that matches a reliable flow is refused when the flow opens, naming the rule.
+TEST_P(ReplicateCluster, InjectedDropOnAReliableFlowIsRefused) {
+  RunOptions options;
+  options.env = {{"DFI_FLOW_FAULTS", "flow=rep-victim-*,drop"}, {"DFI_REGISTRY_TIMEOUT_MS", "5000"}};
+  auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "kill-source"}, options);
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.all(), "rule 'flow=rep-victim-*,drop': drop matches flow 'rep-victim-source' (replicate), which never loses a segment")) << run.all();
+}
+
 TEST_P(ReplicateCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "kill-source"});
   EXPECT_NE(run.code, 0) << run.all();

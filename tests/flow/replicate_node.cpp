@@ -8,6 +8,9 @@
 //   replicate_node gap-delay REPLICATION     ordered: a segment is delayed past the timeout;
 //                                            targets report the gap and drop it when it comes
 //   replicate_node slow-target               ordered: a slow target causes no gaps elsewhere
+//   replicate_node injected                  ordered, with the test's flow_faults rules: segments
+//                                            dropped at rank 2 are gaps there only, a delay at
+//                                            rank 0 holds its targets back without a gap
 //   replicate_node kill-source               naive: a dead source fails consume naming it
 //   replicate_node kill-relay                a relaying target dies: below it, the failure is named
 //   replicate_node errors                    every user error gives a clear error
@@ -388,6 +391,7 @@ struct OrderedLog {
   std::uint64_t digest = 0;
   std::uint64_t gaps = 0, missing = 0, late = 0, failures_seen = 0;
   std::uint64_t gap_at = 0;
+  double longest_pause_ms = 0;  // between two segments handed out
   std::vector<std::uint64_t> per_source;
   std::string failure_text;
 };
@@ -398,6 +402,7 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
   log.per_source.assign(sources, 0);
   std::uint64_t expected = 1;
   ReplicateBatch batch;
+  auto last = std::chrono::steady_clock::time_point{};
   for (;;) {
     Status s = target.consume(batch, std::chrono::seconds(20));
     if (!s && s.code() == Errc::peer_failed) {
@@ -430,6 +435,11 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
       break;
     }
     ++expected;
+    const auto now = std::chrono::steady_clock::now();
+    if (last != std::chrono::steady_clock::time_point{}) {
+      log.longest_pause_ms = std::max(log.longest_pause_ms, std::chrono::duration<double, std::milli>(now - last).count());
+    }
+    last = now;
     for (const Pair& p : batch.as<Pair>()) {
       const std::size_t source = p.key >> 32;
       if (source >= sources || (p.key & 0xffffffff) != log.per_source[source] + 1) {
@@ -443,6 +453,27 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
   }
   log.late = target.counters().late;
   return log;
+}
+
+// The targets of the three-target ordered flows below (targets 0 and 1 on rank 0, target 2 on
+// rank 2): starts this rank's, each consuming the flow into logs[t] on a thread of `threads`.
+void start_three_targets(cluster::Node& node, const FlowSpec& spec, std::vector<std::thread>& threads,
+                         std::vector<OrderedLog>& logs) {
+  auto target_thread = [&](std::size_t t) {
+    threads.emplace_back([&node, &spec, &logs, t] {
+      try {
+        ReplicateTarget target(node, spec.name, spec.targets[t].id);
+        logs[t] = consume_ordered(target, 2, "target " + std::to_string(t));
+      } catch (const std::exception& e) {
+        fail(std::string("target: ") + e.what());
+      }
+    });
+  };
+  if (node.rank() == 0) {
+    target_thread(0);
+    target_thread(1);
+  }
+  if (node.rank() == 2) target_thread(2);
 }
 
 // Ranks: 0 hosts targets 0 and 1 and the sequencer, 1 the victim source, 2 a second source and
@@ -462,21 +493,7 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
   std::vector<OrderedLog> logs(3);
-  auto target_thread = [&](std::size_t t) {
-    threads.emplace_back([&, t] {
-      try {
-        ReplicateTarget target(node, name, spec.targets[t].id);
-        logs[t] = consume_ordered(target, 2, "target " + std::to_string(t));
-      } catch (const std::exception& e) {
-        fail(std::string("target: ") + e.what());
-      }
-    });
-  };
-  if (node.rank() == 0) {
-    target_thread(0);
-    target_thread(1);
-  }
-  if (node.rank() == 2) target_thread(2);
+  start_three_targets(node, spec, threads, logs);
   if (node.rank() == 1 || node.rank() == 2) {
     threads.emplace_back([&] {
       try {
@@ -536,6 +553,64 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
   }
   std::fflush(stdout);
   if (kill) std::_Exit(failures == 0 ? 0 : 1);  // rank 1 is gone: no final barrier
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
+// Faults injected by the flow_faults setting (the test sets DFI_FLOW_FAULTS): sources on ranks 1
+// and 2, targets 0 and 1 on rank 0, target 2 on rank 2. The test's rules drop 3 segments of rank
+// 1's ring at rank 2 and delay one of rank 1's segments by 300 ms at rank 0. Rank 2 must report
+// exactly 3 gaps of one number; rank 0's targets no gap (the delay is below the gap timeout) but a
+// pause of at least the delay.
+int injected_faults(cluster::Node& node) {
+  constexpr std::uint64_t kPerSegment = 4, kSegments = 120;
+  FlowSpec spec = pair_spec("rep-injected", {{1, 0}, {2, 0}}, {{0, 0}, {0, 1}, {2, 1}});
+  spec.type_options = ReplicateOptions{.ordered = true, .gap_timeout = std::chrono::milliseconds(800)};
+  spec.options.segments = 8;
+  spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + kPerSegment * sizeof(Pair));
+  spec.options.stall_timeout = std::chrono::seconds(20);
+  if (node.rank() == 0) create_flow(node, spec);
+  std::vector<std::thread> threads;
+  std::vector<OrderedLog> logs(3);
+  start_three_targets(node, spec, threads, logs);
+  if (node.rank() == 1 || node.rank() == 2) {
+    threads.emplace_back([&] {
+      try {
+        fabric::Worker worker(node.fabric(), "source");
+        const std::size_t index = node.rank() == 1 ? 0 : 1;
+        ReplicateSource source(node, worker, spec.name, 0);
+        for (std::uint64_t seq = 1; seq <= kSegments * kPerSegment; ++seq) {
+          if (Status s = source.push(Pair{key_of(index, seq), seq}); !s) return fail("push: " + s.message());
+          if (seq % kPerSegment == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (Status s = source.close(); !s) fail("close: " + s.message());
+      } catch (const std::exception& e) {
+        fail(std::string("source: ") + e.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  if (node.rank() == 2) {
+    const OrderedLog& l = logs[2];
+    node.registry().publish(spec.name + "/log", std::to_string(l.gaps) + " " + std::to_string(l.missing));
+  }
+  if (node.rank() == 0) {
+    std::istringstream in(node.wait_for(spec.name + "/log", std::chrono::seconds(20)));
+    in >> logs[2].gaps >> logs[2].missing;
+    if (logs[2].gaps != 3 || logs[2].missing != 3)
+      fail("rank 2 reported " + std::to_string(logs[2].gaps) + " gaps, " + std::to_string(logs[2].missing) +
+           " numbers missing (want 3, 3: the dropped segments)");
+    for (std::size_t t = 0; t < 2; ++t) {
+      if (logs[t].gaps != 0) fail("target " + std::to_string(t) + " on rank 0 reported a gap: only rank 2 drops");
+      if (logs[t].longest_pause_ms < 290)
+        fail("target " + std::to_string(t) + "'s longest pause was " + std::to_string(logs[t].longest_pause_ms) +
+             " ms: the 300 ms delay did not hold it back");
+    }
+    if (logs[0].digest != logs[1].digest) fail("rank 0's targets consumed different sequences");
+    std::printf("injected: rank 2 saw 3 gaps, rank 0's targets none and a pause of %.0f ms\n",
+                std::min(logs[0].longest_pause_ms, logs[1].longest_pause_ms));
+  }
+  std::fflush(stdout);
   node.finish();
   return failures == 0 ? 0 : 1;
 }
@@ -970,7 +1045,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: replicate_node property MODE SEED COUNT | gap-kill REPL | gap-delay REPL "
-                 "| kill-source | "
+                 "| injected | kill-source | "
                  "kill-relay | errors | bench-bw MODE [MIB] | bench-lat MODE [ROUNDS]\n");
     return 2;
   }
@@ -986,6 +1061,7 @@ int main(int argc, char** argv) {
     if (scenario == "gap-delay") return gap_scenario(node, false, replication(2));
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "slow-target") return slow_target(node);
+    if (scenario == "injected") return injected_faults(node);
     if (scenario == "kill-relay") return kill_relay(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "bench-bw" && argc >= 3)

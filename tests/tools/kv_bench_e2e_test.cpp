@@ -85,6 +85,27 @@ TEST(BenchKvJepsen, QuickOverShm) {
   for (const json& point : (*bad)["points"]) EXPECT_EQ(point["value"].get<double>(), 0) << point["x"];
 }
 
+// kv-jepsen with injected faults (flow_faults): NOPaxos with drops and a slow follower, 2 runs,
+// both linearizable.
+TEST(BenchKvJepsen, InjectedDropAndDelayOverShm) {
+  if (!go_binary()) GTEST_SKIP() << "no Go: no Porcupine checker (README set-up installs Go)";
+  const json r = testing::run_quick("kv-jepsen", "shm",
+                                    {"--set", "histories=2", "--set", "seconds=1.2", "--set", "protocol=nopaxos", "--set",
+                                     "faults=drop,delay"},
+                                    180s);
+  ASSERT_TRUE(r.is_object());
+  const json* p = find_by_id(r["panels"], "histories");
+  ASSERT_NE(p, nullptr);
+  const json* ok = find_by_id((*p)["series"], "linearizable");
+  ASSERT_NE(ok, nullptr);
+  std::vector<std::string> faults;
+  for (const json& point : (*ok)["points"]) {
+    faults.push_back(point["x"].get<std::string>());
+    EXPECT_EQ(point["value"].get<double>(), 1) << point["x"];
+  }
+  EXPECT_EQ(faults, (std::vector<std::string>{"drop", "delay"}));
+}
+
 TEST(BenchKvEtcd, QuickOverShm) {
   if (std::string why = etcd_unavailable(); !why.empty()) GTEST_SKIP() << "the etcd baseline cannot run: " << why;
   check_series(testing::run_quick("kv-etcd", "shm", kCutDown, 300s), {"paxos", "nopaxos", "etcd-tmpfs"}, 2);

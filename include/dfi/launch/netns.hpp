@@ -44,6 +44,14 @@ std::vector<std::string> netns_owned_by_this_process();
 // anonymous network namespace in a short-lived child process. Thread-safe.
 std::string netns_unavailable_reason();
 
+// Cuts (up = false) or restores (up = true) the link of the rank namespace this process runs in:
+// its device netns_rank_device() goes down or up, as a pulled cable would, so that the rank can
+// reach nobody and nobody reaches it (a partition). Meant for a process that the launcher started
+// in its rank's namespace (e.g. a test or bench harness around the rank's real work). Throws
+// dfi::Error(Errc::invalid_argument) when this process is not in a rank namespace (no such
+// device), Errc::io naming the `ip` command that failed. Thread-safe.
+void netns_set_own_link(bool up);
+
 // Owns the namespaces of one local cluster. At most one instance may exist per process at a time,
 // which keeps the per-process names unique. Not thread-safe: one thread owns the object.
 class NetnsTopology {

@@ -45,10 +45,16 @@ struct ServerOptions {
   // this long after its first byte, is answered with a `protocol` error and closed.
   std::chrono::milliseconds hello_timeout{10'000};
   std::chrono::milliseconds frame_timeout{10'000};
+  // A connection whose peer stops answering — TCP keepalive probes (from 1 s of silence, one a
+  // second) or data unacknowledged this long — is closed by the kernel after about this long, so
+  // that a member cut off from the network (a partition) leaves the membership as a dead one does;
+  // a member that dies is noticed at once (its connection closes). 0: the kernel's defaults.
+  std::chrono::milliseconds dead_after{3'000};
 };
 
 // Options for a server listening at `host_port` ("host:port" or "[v6-host]:port", as DFI_REGISTRY)
-// with `token`; the other fields keep their defaults. Throws dfi::Error(invalid_argument) naming
+// with `token`; dead_after from the setting registry_dead_after_ms, the other fields keep their
+// defaults. Throws dfi::Error(invalid_argument) naming
 // the text when it is not host:port.
 ServerOptions server_options_at(std::string_view host_port, std::string token);
 

@@ -258,7 +258,7 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
   std::uint64_t resent = 0, stale = 0;
   struct Replica {
     int rank;
-    std::uint64_t writes, reads, rounds, slots, keys, digest, answered, view, noops;
+    std::uint64_t writes, reads, rounds, slots, keys, digest, answered, view, noops, filled;
   };
   std::vector<Replica> replicas;
   std::vector<int> dead;
@@ -273,7 +273,7 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
     if (kind == "r") {
       Replica r{};
       r.rank = static_cast<int>(rank);
-      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest >> r.answered >> r.view >> r.noops;
+      in >> r.writes >> r.reads >> r.rounds >> r.slots >> r.keys >> r.digest >> r.answered >> r.view >> r.noops >> r.filled;
       replicas.push_back(r);
     } else {
       std::uint64_t n = 0, g = 0, p = 0, d = 0, c = 0, w = 0, re = 0, st = 0;
@@ -303,9 +303,11 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
     for (int r : dead) out << ' ' << r;
     out << " died; the longest wait of a client for a completion: " << fmt_us(longest_wait) << "\n";
   }
-  if (first.noops != 0 || resent != 0) {
+  std::uint64_t filled = 0;
+  for (const Replica& r : replicas) filled += r.filled;
+  if (first.noops != 0 || resent != 0 || filled != 0) {
     out << "kv: gap agreement: " << first.noops << " sequence number(s) became NO-OPs; the clients sent " << resent
-        << " request(s) again\n";
+        << " request(s) again; the followers filled " << filled << " gap(s) from the leader\n";
   }
   // Every request a client completed was answered by a leader, and so was every copy of a request
   // sent again that the leader executed before the copy the client took (NOPaxos); with a dead
@@ -360,7 +362,7 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
       const ReplicaStats r = run_replica(node, o.service);
       std::ostringstream line;
       line << "r " << r.writes << ' ' << r.reads << ' ' << r.rounds << ' ' << r.slots << ' ' << r.keys << ' ' << r.digest
-           << ' ' << r.answered << ' ' << r.view << ' ' << r.noops;
+           << ' ' << r.answered << ' ' << r.view << ' ' << r.noops << ' ' << r.filled;
       report = line.str();
     } catch (const Error& e) {
       failure = e.what();

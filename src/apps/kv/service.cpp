@@ -1495,6 +1495,7 @@ class NopaxosReplica {
     if (fill_.size() < count) return;
     check_segment(fill_, names_.accept);
     waiting_ = false;
+    ++stats_.filled;
     hold(fill_);
   }
 

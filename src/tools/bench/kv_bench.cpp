@@ -38,6 +38,7 @@
 #include "dfi/apps/kv/bench.hpp"
 #include "dfi/launch/child_process.hpp"
 #include "dfi/launch/environment.hpp"
+#include "dfi/launch/netns.hpp"
 #include "cluster_job.hpp"
 #include "etcd_baseline.hpp"
 #include "go_tool.hpp"
@@ -81,16 +82,35 @@ KvLoad make_load(int threads, std::uint64_t window, std::uint64_t keys, double s
   return load;
 }
 
-// A rank (replica or client) to kill in the middle of a run (kv-failover, kv-jepsen).
+// A rank (replica or client) to kill in the middle of a run (kv-failover, kv-jepsen). With
+// cut_seconds > 0 (netns hosts only) its link is cut at after_seconds instead (a partition:
+// launch::netns_set_own_link), and it is killed cut_seconds later, long after the others declared
+// it dead; an isolated replica runs on meanwhile, as a partitioned one would.
 struct KvKill {
   int rank = 0;
   double after_seconds = 0;
+  double cut_seconds = 0;
 };
+
+// What a kv run injects besides kills (kv-jepsen): the flow_faults rules (drop or delay chosen
+// segments, flow/detail/faults.hpp), NOPaxos' timeouts, and with netns the registry served by
+// the rank `registry_rank` (not rank 0, so that a partitioned leader does not take it along).
+struct KvFaults {
+  std::string flow_rules;
+  std::chrono::milliseconds gap_timeout{0};    // 0: the service's default
+  std::chrono::milliseconds retry_timeout{0};  // 0: the service's default
+  int registry_rank = -1;
+};
+
+// The port the registry listens on in registry_rank's own network namespace (nothing else
+// listens there).
+constexpr int kNetnsRegistryPort = 7420;
 
 // One `dfi kv bench` cluster run: the summary of the rank that summarized (the lowest that
 // reported; fails when the replicas disagree).
 json run_dfi_kv(RunContext& context, const std::string& scenario, const std::string& protocol, int replicas,
-                const KvLoad& load, std::string& command, const std::vector<KvKill>& kills = {}) {
+                const KvLoad& load, std::string& command, const std::vector<KvKill>& kills = {},
+                const KvFaults& faults = {}) {
   RankJob job;
   job.nodes = replicas + kClientRanks;
   job.scenario = scenario;
@@ -102,9 +122,19 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
   if (!kills.empty()) {
     json list = json::array();
-    for (const KvKill& k : kills) list.push_back({{"rank", k.rank}, {"after_s", k.after_seconds}});
+    for (const KvKill& k : kills) list.push_back({{"rank", k.rank}, {"after_s", k.after_seconds}, {"cut_s", k.cut_seconds}});
     job.params["kills"] = list;
-    job.registry_apart = true;
+    job.registry_apart = faults.registry_rank < 0;
+  }
+  if (!faults.flow_rules.empty()) job.env.emplace_back("DFI_FLOW_FAULTS", faults.flow_rules);
+  if (faults.gap_timeout.count() > 0) job.params["gap_timeout_ms"] = faults.gap_timeout.count();
+  if (faults.retry_timeout.count() > 0) job.params["retry_timeout_ms"] = faults.retry_timeout.count();
+  if (faults.registry_rank >= 0) {
+    if (!context.netns) throw Error(Errc::invalid_argument, "bench " + scenario + ": a registry on another rank needs --netns");
+    job.params["registry_rank"] = faults.registry_rank;
+    job.env.emplace_back("DFI_REGISTRY", launch::netns_rank_address(faults.registry_rank) + ":" +
+                                             std::to_string(kNetnsRegistryPort));
+    job.env.emplace_back("DFI_REGISTRY_EXTERNAL", "1");
   }
   command = rank_job_command(job, context);
   std::map<int, json> reports = run_rank_job(job, context);
@@ -119,13 +149,32 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
 
 // Every rank of a `dfi kv bench` run of any kv scenario. A rank named in "kills" runs its part as
 // a child process and kills it (SIGKILL to its process group) "after_s" after every rank started.
+int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err);
+
 int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
+  if (params.value("registry_rank", -1) != launch::discover_launch().rank) return run_kv_rank_part(params, out, err);
+  // This rank serves the registry (netns partitions), until every rank has left it.
+  launch::ChildProcess registry = launch::ChildProcess::start(
+      {{"/proc/self/exe", "registry", "serve", "--ranks", std::to_string(launch::discover_launch().size), "--timeout", "60"},
+       {}});
+  const int status = run_kv_rank_part(params, out, err);
+  const launch::ChildResult served = registry.wait(std::chrono::seconds(90));
+  if (served.exit_code != 0) {
+    err << "bench kv rank: the registry this rank served ended with exit " << served.exit_code << ":\n" << served.output;
+    return status != 0 ? status : 1;
+  }
+  return status;
+}
+
+// This rank's part of a kv run: a replica or client, or (a rank named in "kills") its parent.
+int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
   const int me = launch::discover_launch().rank;
   const json kills = params.value("kills", json::array());
   const auto mine = std::find_if(kills.begin(), kills.end(), [&](const json& k) { return k.at("rank").get<int>() == me; });
   if (mine != kills.end()) {
     json rest = params;
     rest.erase("kills");
+    rest.erase("registry_rank");
     launch::ChildProcess victim =
         // Every kv scenario's ranks run this function: scenario kv's rank program will do.
         launch::ChildProcess::start({{"/proc/self/exe", "bench-rank", "kv", rest.dump()}, {}});
@@ -145,6 +194,15 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
       err << "bench kv rank: rank " << me << ", to be killed, ended before it was killed:\n" << victim.output();
       return 1;
     }
+    if (const double cut = mine->value("cut_s", 0.0); cut > 0) {
+      try {
+        launch::netns_set_own_link(false);
+      } catch (const Error& e) {
+        err << "bench kv rank: rank " << me << ": " << e.what() << "\n";
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(cut));
+    }
     return 0;  // ~ChildProcess: SIGKILL
   }
   apps::kv::BenchOptions options;
@@ -159,6 +217,8 @@ int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
   options.rate = params.value("rate", 0.0);
   options.zipf = params.value("zipf", 0.0);
   options.history_dir = params.value("history", std::string());
+  if (params.contains("gap_timeout_ms")) options.service.gap_timeout = std::chrono::milliseconds(params.at("gap_timeout_ms").get<long>());
+  if (params.contains("retry_timeout_ms")) options.service.retry_timeout = std::chrono::milliseconds(params.at("retry_timeout_ms").get<long>());
   options.progress = false;
   try {
     cluster::Node node;
@@ -439,7 +499,7 @@ class KvFailoverScenario : public Scenario {
         auto killed = [&] {
           context.say(round);
           std::string command;
-          const KvKill kill{victim == "leader" ? 0 : replicas - 1, kill_after};
+          const KvKill kill{victim == "leader" ? 0 : replicas - 1, kill_after, 0};
           const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, {kill});
           if (r.at("view").get<std::uint64_t>() == 0) {
             throw Error(Errc::protocol, "bench kv-failover: the run ended in view 0 although a replica was killed");
@@ -484,7 +544,11 @@ class KvJepsenScenario : public Scenario {
            "and a fault taking turns: none, the leader killed, a follower killed, a client rank killed (its "
            "journaled history, operations in flight with unknown outcome, is checked with the others), and with "
            "5 replicas the leader and then a follower — each kill (SIGKILL) at a random time while the clients "
-           "run, the registry served by the launcher. Every run's client histories go to Porcupine "
+           "run, the registry served by the launcher. `faults` picks the faults that take turns, also: drop "
+           "(NOPaxos: chosen segments of the ordered requests flow dropped at one or two random replicas, "
+           "flow_faults), delay (a slow follower: chosen segments to and from a random follower held back "
+           "20-300 ms), partition (with --netns: a random replica's link cut at a random time, the replica "
+           "killed 5 s later; the registry then runs on the last client rank). Every run's client histories go to Porcupine "
            "(tests/porcupine/kvcheck, partitioned by key); every run also checks that the surviving replicas agree.";
   }
   std::vector<Parameter> parameters() const override {
@@ -495,6 +559,9 @@ class KvJepsenScenario : public Scenario {
         {"rate", 500, 500, "requests per second each of the 4 clients offers (keeps histories checkable)"},
         {"seed", 1, 1, "seed of the randomized loads and faults"},
         {"protocol", "paxos", "paxos", "replication protocol: paxos or nopaxos"},
+        {"faults", "none,leader,follower,client,leader+follower", "none,leader,follower,client,leader+follower",
+         "faults taking turns: none, leader, follower, client, leader+follower (5 replicas), drop (nopaxos), delay, "
+         "partition (--netns)"},
         {"timeout_s", 60, 120, "bound of each cluster run"},
     };
   }
@@ -524,8 +591,27 @@ class KvJepsenScenario : public Scenario {
         (fs::path(bench_source_dir()).parent_path() / "tests" / "porcupine" / "kvcheck").string(),
         (fs::path(bench_build_dir()) / "porcupine" / "kvcheck").string(), "the Porcupine checker kvcheck", kGoHint);
     const fs::path work = fs::path(bench_build_dir()) / "kv-jepsen";
-    std::vector<std::string> faults = {"none", "leader", "follower", "client"};
-    if (replicas >= 5) faults.push_back("leader+follower");
+    std::vector<std::string> faults;
+    const std::string fault_list = context.param("faults").get<std::string>();
+    for (std::string_view rest = fault_list; !rest.empty();) {
+      const std::size_t comma = rest.find(',');
+      const std::string fault(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      const auto bad = [&](const std::string& why) {
+        return Error(Errc::invalid_argument, "bench kv-jepsen: fault '" + fault + "' " + why);
+      };
+      if (fault != "none" && fault != "leader" && fault != "follower" && fault != "client" &&
+          fault != "leader+follower" && fault != "drop" && fault != "delay" && fault != "partition") {
+        throw bad("is unknown (none, leader, follower, client, leader+follower, drop, delay, partition)");
+      }
+      if (fault == "leader+follower" && replicas < 5) continue;  // the default list's: needs 5 replicas
+      if (fault == "drop" && protocol != "nopaxos") {
+        throw bad("needs protocol=nopaxos: only its ordered requests flow may lose a segment (Multi-Paxos' flows are reliable)");
+      }
+      if (fault == "partition" && !context.netns) throw bad("needs --netns (a replica's link is cut)");
+      faults.push_back(fault);
+    }
+    if (faults.empty()) throw Error(Errc::invalid_argument, "bench kv-jepsen: no fault in faults=");
     Panel& checked = result.panel("histories", "Histories checked by Porcupine", {"fault", "", "category"},
                                   {"histories", "", "linear"}, Better::higher);
     checked.series("linearizable", Role::dfi, "linearizable");
@@ -556,17 +642,69 @@ class KvJepsenScenario : public Scenario {
       load.history_dir = dir.string();
       std::uniform_real_distribution<double> when(0.3, std::max(0.4, seconds - 0.5));
       std::vector<KvKill> kills;
-      if (fault == "leader" || fault == "leader+follower") kills.push_back({0, when(rng)});
-      if (fault == "follower") kills.push_back({1 + static_cast<int>(rng() % static_cast<unsigned>(replicas - 1)), when(rng)});
-      if (fault == "client") kills.push_back({replicas + static_cast<int>(rng() % kClientRanks), when(rng)});
-      if (fault == "leader+follower") kills.push_back({replicas - 1, kills[0].after_seconds + 0.3 * (static_cast<double>(rng() % 100) / 100.0)});
+      KvFaults injected;
+      // With netns the registry cannot live in the launcher: the last client rank serves it (and
+      // is never killed), so that the leader may be killed or cut off.
+      if (context.netns) injected.registry_rank = replicas + kClientRanks - 1;
+      const int clients_to_kill = context.netns ? kClientRanks - 1 : kClientRanks;
+      const auto any_follower = [&] { return 1 + static_cast<int>(rng() % static_cast<unsigned>(replicas - 1)); };
+      if (fault == "leader" || fault == "leader+follower") kills.push_back({0, when(rng), 0});
+      if (fault == "follower") kills.push_back({any_follower(), when(rng), 0});
+      if (fault == "client") kills.push_back({replicas + static_cast<int>(rng() % static_cast<unsigned>(clients_to_kill)), when(rng), 0});
+      if (fault == "leader+follower") kills.push_back({replicas - 1, kills[0].after_seconds + 0.3 * (static_cast<double>(rng() % 100) / 100.0), 0});
+      if (fault == "partition") kills.push_back({static_cast<int>(rng() % static_cast<unsigned>(replicas)), when(rng), 5.0});
+      std::string detail;
+      if (fault == "drop") {
+        // Segments of the ordered requests flow lost at one replica (the leader too: a NO-OP), or at
+        // two; each gap costs gap_timeout, a request the leader lost retry_timeout.
+        const int first = static_cast<int>(rng() % static_cast<unsigned>(replicas));
+        const int every = static_cast<int>(pick({7, 20, 50}));
+        std::ostringstream rules;
+        rules << "flow=kv.v*.requests,to=" << first << ",drop,first=" << 3 + rng() % 20 << ",every=" << every;
+        std::ostringstream what;
+        what << " (drops at rank " << first;
+        if (rng() % 2 == 0) {
+          const int second = (first + 1 + static_cast<int>(rng() % static_cast<unsigned>(replicas - 1))) % replicas;
+          rules << ";flow=kv.v*.requests,to=" << second << ",drop,first=" << 3 + rng() % 20 << ",every=" << every * 2;
+          what << " and " << second;
+        }
+        what << ", every " << every << ")";
+        detail = what.str();
+        injected.flow_rules = rules.str();
+        injected.gap_timeout = std::chrono::milliseconds(100);
+        injected.retry_timeout = std::chrono::milliseconds(300);
+      }
+      if (fault == "delay") {
+        // A slow follower: chosen segments to it (and, Multi-Paxos, its answers) held back; a link
+        // is FIFO, so the follower lags. NOPaxos: a delay beyond gap_timeout makes a gap there.
+        const int slow = any_follower();
+        const int delay_ms = static_cast<int>(pick({20, 100, 300}));
+        const int every = static_cast<int>(pick({3, 10, 30}));
+        std::ostringstream rules;
+        rules << "flow=kv.v*." << (protocol == "paxos" ? "accept" : "requests") << ",to=" << slow << ",delay=" << delay_ms
+              << ",every=" << every;
+        if (protocol == "paxos") rules << ";flow=kv.v*.accepted,from=" << slow << ",delay=" << delay_ms << ",every=" << every;
+        injected.flow_rules = rules.str();
+        if (protocol == "nopaxos") {
+          injected.gap_timeout = std::chrono::milliseconds(100);
+          injected.retry_timeout = std::chrono::milliseconds(300);
+        }
+        std::ostringstream what;
+        what << " (rank " << slow << ", " << delay_ms << " ms every " << every << ")";
+        detail = what.str();
+      }
+      if (fault == "partition") {
+        std::ostringstream what;
+        what << " (rank " << kills[0].rank << ")";
+        detail = what.str();
+      }
       std::ostringstream round;
-      round << "history " << i + 1 << "/" << histories << ": " << fault << ", window " << load.window << ", "
+      round << "history " << i + 1 << "/" << histories << ": " << fault << detail << ", window " << load.window << ", "
             << load.keys << " keys, " << load.reads * 100 << " % reads";
       std::string command;
       json r;
       try {
-        r = run_dfi_kv(context, name(), protocol, replicas, load, command, kills);
+        r = run_dfi_kv(context, name(), protocol, replicas, load, command, kills, injected);
       } catch (const Error& e) {
         // A run that ends in an error is a finding too, not the end of the bench: counted and
         // shown with its history kept (replicas that disagree count as a violation).

@@ -225,6 +225,7 @@ struct ReplicaStats {
   std::uint64_t answered = 0; // requests answered as leader (in every view it led)
   std::uint64_t view = 0;     // the view the service ended in (Multi-Paxos)
   std::uint64_t noops = 0;    // NOPaxos: sequence numbers that gap agreement made NO-OPs
+  std::uint64_t filled = 0;   // NOPaxos follower: gaps it filled with the leader's requests (kGapFill)
 };
 
 // Runs this rank's replica (leader or follower in each view, see above) on the calling thread

@@ -17,6 +17,7 @@
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
+#include "dfi/flow/detail/faults.hpp"
 #include "dfi/flow/spec.hpp"
 #include "dfi/memory/segment_reader.hpp"
 #include "dfi/memory/segment_receiver.hpp"
@@ -140,8 +141,10 @@ class SourceRings {
 
 class TargetRings {
  public:
-  // Allocates one ring per source in one registered region and publishes it.
-  TargetRings(cluster::Node& node, FlowSpec spec, std::size_t target_index);
+  // Allocates one ring per source in one registered region and publishes it. Resolves the faults
+  // this target injects (setting flow_faults, faults.hpp); `lossy`: the flow's contract allows a
+  // lost segment (ordered replicate flows), so drop rules may apply to it.
+  TargetRings(cluster::Node& node, FlowSpec spec, std::size_t target_index, bool lossy = false);
   ~TargetRings();
   TargetRings(const TargetRings&) = delete;
   TargetRings& operator=(const TargetRings&) = delete;
@@ -180,6 +183,18 @@ class TargetRings {
   // Direct access to the ring written for source `ring`, for flows that read the rings their own
   // way (replicate flows) instead of through next(); do not mix the two on one object.
   RingReader& reader(std::size_t ring) { return readers_[ring]; }
+  // The head segment of ring `ring` as reader(ring).peek() sees it, after the injected faults
+  // (flow_faults): nullopt when the ring is empty or its head is held back by a delay (then
+  // `held` is true: the ring is not empty, whatever its writer's fate); a dropped segment is
+  // released here. Flows that read through reader() peek with this.
+  std::optional<memory::SegmentView> peek(std::size_t ring, bool& held) {
+    held = false;
+    std::optional<memory::SegmentView> segment = readers_[ring].peek();
+    if (!faults_ || !segment) [[likely]] return segment;
+    return peek_faulty(ring, std::move(segment), held);
+  }
+  // The faults this target injects, or nullptr (no flow_faults rule matches it).
+  const RingFaults* faults() const noexcept { return faults_.get(); }
   std::size_t ring_count() const noexcept { return readers_.size(); }
   const FlowSpec& spec() const noexcept { return spec_; }
   const std::string& label() const noexcept { return label_; }
@@ -187,6 +202,8 @@ class TargetRings {
 
  private:
   bool poll(memory::SegmentView& view, std::size_t& source);
+  std::optional<memory::SegmentView> peek_faulty(std::size_t ring, std::optional<memory::SegmentView> segment,
+                                                 bool& held);
   Status check_sources_alive();
 
   cluster::Node& node_;
@@ -204,6 +221,7 @@ class TargetRings {
   std::vector<bool> dying_;  // end_dead_sources: declared dead, its ring not read to the end yet
   std::vector<std::size_t> dead_;
   bool end_dead_ = false;
+  std::unique_ptr<RingFaults> faults_;  // null unless flow_faults matches this target
   std::size_t open_sources_ = 0;
   std::size_t cursor_ = 0;
   std::optional<std::size_t> held_;  // ring whose segment the caller holds
