@@ -455,6 +455,17 @@ OrderedLog consume_ordered(ReplicateTarget& target, std::size_t sources, const s
   return log;
 }
 
+// The three-target ordered flows below: sources on ranks 1 and 2, targets 0 and 1 on rank 0,
+// target 2 on rank 2; 8 small segments of `per_segment` pairs each.
+FlowSpec three_target_spec(const std::string& name, const ReplicateOptions& options, std::uint64_t per_segment) {
+  FlowSpec spec = pair_spec(name, {{1, 0}, {2, 0}}, {{0, 0}, {0, 1}, {2, 1}});
+  spec.type_options = options;
+  spec.options.segments = 8;
+  spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + per_segment * sizeof(Pair));
+  spec.options.stall_timeout = std::chrono::seconds(20);
+  return spec;
+}
+
 // The targets of the three-target ordered flows below (targets 0 and 1 on rank 0, target 2 on
 // rank 2): starts this rank's, each consuming the flow into logs[t] on a thread of `threads`.
 void start_three_targets(cluster::Node& node, const FlowSpec& spec, std::vector<std::thread>& threads,
@@ -484,12 +495,9 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
   constexpr std::uint64_t kPerSegment = 4;  // tuples per segment
   const std::string name =
       std::string(kill ? "gap-kill-" : "gap-delay-") + std::string(replication_name(replication));
-  FlowSpec spec = pair_spec(name, {{1, 0}, {2, 0}}, {{0, 0}, {0, 1}, {2, 1}});
-  spec.type_options = ReplicateOptions{
-      .replication = replication, .fanout = 1, .ordered = true, .gap_timeout = std::chrono::milliseconds(300)};
-  spec.options.segments = 8;
-  spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + kPerSegment * sizeof(Pair));
-  spec.options.stall_timeout = std::chrono::seconds(20);
+  const FlowSpec spec = three_target_spec(
+      name, {.replication = replication, .fanout = 1, .ordered = true, .gap_timeout = std::chrono::milliseconds(300)},
+      kPerSegment);
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
   std::vector<OrderedLog> logs(3);
@@ -564,11 +572,8 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
 // pause of at least the delay.
 int injected_faults(cluster::Node& node) {
   constexpr std::uint64_t kPerSegment = 4, kSegments = 120;
-  FlowSpec spec = pair_spec("rep-injected", {{1, 0}, {2, 0}}, {{0, 0}, {0, 1}, {2, 1}});
-  spec.type_options = ReplicateOptions{.ordered = true, .gap_timeout = std::chrono::milliseconds(800)};
-  spec.options.segments = 8;
-  spec.options.segment_bytes = static_cast<std::uint32_t>(16 + 8 + kPerSegment * sizeof(Pair));
-  spec.options.stall_timeout = std::chrono::seconds(20);
+  const FlowSpec spec =
+      three_target_spec("rep-injected", {.ordered = true, .gap_timeout = std::chrono::milliseconds(800)}, kPerSegment);
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
   std::vector<OrderedLog> logs(3);
