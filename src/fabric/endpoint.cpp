@@ -44,8 +44,9 @@ Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   bool forced = false;
   unsigned spins = 0;
   ucs_status_t status;
+  Backoff backoff(worker->wait_backoff, reinterpret_cast<std::uintptr_t>(request));
   while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    ucp_worker_progress(worker->worker);
+    progress_or_pause(backoff);
     if ((++spins & 1023u) != 0 || forced) continue;
     if (!check_peer().is_ok()) {
       forced = true;  // check_peer closed the endpoint; the request completes with an error
@@ -62,6 +63,18 @@ Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   ucp_request_free(request);
   if (status != UCS_OK) return fail(Errc::peer_failed, what, ucx_error_text(status));
   return {};
+}
+
+void EndpointState::progress_or_pause(Backoff& backoff) {
+  const unsigned progressed = ucp_worker_progress(worker->worker);
+  if (!worker->wait_blocks) return;
+  // The completion may need the peer's CPU (tcp: the reply to an emulated put, a flush, a
+  // close): after a few empty polls, block on the worker's events, woken by the completion.
+  if (progressed != 0) {
+    backoff.reset();
+  } else {
+    backoff.pause([this](std::chrono::microseconds d) { (void)worker->wait_for_event(d); });
+  }
 }
 
 bool EndpointState::native_rma() {
@@ -270,16 +283,14 @@ void EndpointState::close() noexcept {
   ucs_status_ptr_t request = ucp_ep_close_nbx(closing, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
   Deadline deadline(worker->op_timeout);
-  while (ucp_request_check_status(request) == UCS_INPROGRESS && !deadline.expired()) {
-    ucp_worker_progress(worker->worker);
-  }
+  Backoff backoff(worker->wait_backoff, serial);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && !deadline.expired()) progress_or_pause(backoff);
   if (ucp_request_check_status(request) == UCS_INPROGRESS) {
     // A flush-close that cannot finish (peer gone silent): force it, which never waits on the peer.
     ucp_request_cancel(worker->worker, request);
     Deadline cancelled(worker->op_timeout);
-    while (ucp_request_check_status(request) == UCS_INPROGRESS && !cancelled.expired()) {
-      ucp_worker_progress(worker->worker);
-    }
+    backoff.reset();
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && !cancelled.expired()) progress_or_pause(backoff);
     if (ucp_request_check_status(request) == UCS_INPROGRESS) {
       std::fprintf(stderr, "dfi fabric: closing the endpoint to %s (worker '%s') did not finish; left to UCX\n",
                    peer_name.c_str(), worker->name.c_str());

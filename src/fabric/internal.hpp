@@ -98,6 +98,12 @@ struct Worker::Impl {
   // word_wait_yield_rounds for the yielding phase (a reply is microseconds away once the peer's
   // thread runs; a blocked waiter pays a wake-up per operation).
   BackoffSettings word_backoff;
+  // How EndpointState::wait waits for a request (a put, get, send or flush), resolved with the
+  // worker: where every poll is a system call and a request may need the peer's CPU (emulated
+  // one-sided operations: tcp), a few polls, then sleeps on the worker's event fd (woken at once
+  // by the completion) instead of burning the core the peer may need; elsewhere (shm) it polls.
+  bool wait_blocks = false;
+  BackoffSettings wait_backoff;
 
   // Blocks until the worker's event fd signals or `timeout` passed (Worker::wait_for_event with
   // idle = true); true when something arrived.
@@ -156,6 +162,10 @@ struct EndpointState {
 
   // Waits for `request` from an operation described by `what`; bounded by the op timeout.
   Status wait(ucs_status_ptr_t request, std::string_view what);
+  // Progresses the worker once for a waiter of one of its requests; then, where a completion may
+  // need the peer's CPU (Worker::Impl::wait_blocks), pauses with `backoff` on the worker's events
+  // when the poll found nothing, so that a waiter does not spin the core the peer may need.
+  void progress_or_pause(Backoff& backoff);
   // Picks up a failure declared through Context::mark_peer_failed; returns the endpoint's status.
   // One atomic load when nothing changed.
   const Status& check_peer();
