@@ -144,6 +144,7 @@ struct Aggregation::State {
     for (Countdown& w : writing) w.abandon();
     stopped.abandon();
     done.abandon();
+    released.abandon();
   }
 
   void check(const Status& status, const char* action) const {
@@ -193,7 +194,8 @@ struct Aggregation::State {
       if (options.sink) options.sink(t, batch);
     }
     add(part);
-    done.count_down();  // `in` closes its rings after run() returned (see `done`)
+    done.count_down();
+    released.wait();  // then `in` closes its rings (see `released`)
   }
 
   // post_aggregate's lazy poll: true once the target should consume() (rows stream in, every
@@ -205,8 +207,8 @@ struct Aggregation::State {
     Clock::time_point changed = Clock::now();
     for (;;) {
       if (!own_closed) {
-        if (const std::optional<bool> released = own.wait_for(kIdleCheck)) {
-          if (!*released) return false;
+        if (const std::optional<bool> first_write = own.wait_for(kIdleCheck)) {
+          if (!*first_write) return false;
           // Written by aggregation thread t before it counted `own` down.
           if (streamed[static_cast<std::size_t>(t)] != 0) return true;
           own_closed = true;
@@ -257,7 +259,8 @@ struct Aggregation::State {
     part.shipped_rows = out.counters().rows;
     part.passed_tuples = out.counters().passed;
     add(part);
-    done.count_down();  // `out` and `worker` close their connections after run() returned
+    done.count_down();
+    released.wait();  // then `out` and `worker` close their connections (see `released`)
   }
 
   cluster::Node& node;
@@ -279,6 +282,13 @@ struct Aggregation::State {
   // memory deregistered: a few ms per target over tcp), which ~Aggregation waits for, as the
   // constructor did their open.
   Countdown done;
+  // Counted down by run() once this rank's result is complete: only then do the threads destroy
+  // their flow ends. A thread whose part is done sooner (a source that closed while other ranks
+  // still aggregate) waits blocked, so its teardown does not take CPU from the ranks still
+  // aggregating: over tcp the flush-closes of rdma's four connections per source were a few ms
+  // of CPU per rank inside the other ranks' run. No wait is circular: run() waits for `done`
+  // only, and a teardown that waits for a peer still in its run is bounded by that run.
+  Countdown released{1};
   std::mutex mutex;
   AggregationResult result;  // guarded by mutex
   ThreadGroup threads;       // last: joined before what its threads use is destroyed
@@ -321,6 +331,7 @@ AggregationResult Aggregation::run(std::span<const Fragment> input) {
     throw Error(Errc::fatal, "aggregation '" + state.spec.name + "': abandoned without an error");
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  state.released.count_down();
   AggregationResult result;
   {
     std::lock_guard lock(state.mutex);
