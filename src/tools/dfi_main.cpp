@@ -172,6 +172,8 @@ int main(int argc, char** argv) {
   kv_bench->add_option("--threads", kv_options.service.client_threads, "Client threads on every other rank")
       ->check(CLI::Range(1, 64));
   kv_bench->add_option("--window", kv_options.service.window, "Outstanding requests per client thread");
+  kv_bench->add_option("--value-bytes", kv_options.service.value_bytes,
+                       "Width of every value (a multiple of 8, 8..4096; every rank must use the same)");
   kv_bench->add_option("--keys", kv_options.keys, "Keys the requests draw from");
   kv_bench->add_option("--zipf", kv_options.zipf, "Zipf exponent of the keys (0: uniform; YCSB: 0.99)");
   kv_bench->add_option("--reads", kv_options.read_ratio, "Share of gets (YCSB B: 0.95)");
