@@ -198,6 +198,44 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   kv_bench->add_option("--fault-delay-ms", kv_fault_delay_ms, "Test seam: how long --fault delay waits")->check(CLI::PositiveNumber);
 
+  auto* kv_serve = kv->add_subcommand(
+      "serve", "Serve the replicated store until SIGINT/SIGTERM, as every rank of a cluster (under dfi cluster run): "
+               "replicas on ranks 0..N-1, a gateway socket per client thread on the others for dfi kv put/get/delete");
+  dfi::tools::KvServeOptions kv_serve_options;
+  std::string kv_serve_protocol = "paxos";
+  double kv_serve_timeout_s = 30, kv_serve_gap_timeout_ms = 500, kv_serve_retry_timeout_ms = 1500;
+  kv_serve->add_option("--protocol", kv_serve_protocol, "paxos, nopaxos or unreplicated")
+      ->check(CLI::IsMember({"paxos", "nopaxos", "unreplicated"}));
+  kv_serve->add_option("--replicas", kv_serve_options.service.replicas, "Replicas: ranks 0..N-1 (rank 0 leads)");
+  kv_serve->add_option("--threads", kv_serve_options.service.client_threads,
+                       "Gateways (client threads, one socket each) on every other rank")
+      ->check(CLI::Range(1, 64));
+  kv_serve->add_option("--window", kv_serve_options.service.window, "Outstanding requests per client thread");
+  kv_serve->add_option("--value-bytes", kv_serve_options.service.value_bytes,
+                       "Width of every value (a multiple of 8, 8..4096; every rank must use the same)");
+  kv_serve->add_option("--socket-dir", kv_serve_options.socket_dir,
+                       "Existing directory for the gateways' sockets (kv-<rank>-<thread>.sock)")
+      ->required();
+  kv_serve->add_option("--name", kv_serve_options.service.name, "Service name (its flows are <name>.v<view>.requests, ...)");
+  kv_serve->add_option("--timeout", kv_serve_timeout_s, "Seconds to wait for set-up and for a silent peer");
+  kv_serve->add_option("--gap-timeout-ms", kv_serve_gap_timeout_ms, "NOPaxos: how long a sequence number may be missing before it is a gap")
+      ->check(CLI::PositiveNumber);
+  kv_serve->add_option("--retry-timeout-ms", kv_serve_retry_timeout_ms, "NOPaxos: how long a client waits for a majority before it sends a request again")
+      ->check(CLI::PositiveNumber);
+  dfi::tools::KvRequestOptions kv_request;
+  std::vector<CLI::App*> kv_requests;
+  for (const char* op : {"put", "get", "delete"}) {
+    const std::string what = std::string(op) == "put"   ? "Put VALUE (text, at most the service's value width) under KEY"
+                             : std::string(op) == "get" ? "Print the value of KEY (exit status 2: not found)"
+                                                        : "Delete KEY (exit status 2: not found)";
+    auto* c = kv->add_subcommand(op, what + " through a gateway of dfi kv serve");
+    c->add_option("--socket", kv_request.socket, "A gateway's socket (<socket-dir>/kv-<rank>-<thread>.sock)")->required();
+    c->add_option("key", kv_request.key, "The key (an unsigned 64-bit number)")->required();
+    if (std::string(op) == "put") c->add_option("value", kv_request.value, "The value")->required();
+    c->add_option("--timeout", kv_request.timeout_seconds, "Seconds to wait for the gateway's answer");
+    kv_requests.push_back(c);
+  }
+
   auto* commtier = app.add_subcommand(
       "commtier", "002's throughput or consuming test between an SU and a CU rank, as every rank of a cluster (under dfi cluster run)");
   dfi::apps::commtier::TestOptions commtier_options;
@@ -297,6 +335,22 @@ int main(int argc, char** argv) {
         throw dfi::Error(dfi::Errc::invalid_argument, "dfi kv bench: --fault is a seam of the NOPaxos requests flow (--protocol nopaxos)");
       }
       return dfi::tools::run_kv_bench(kv_options, std::cout, std::cerr);
+    }
+    if (*kv_serve) {
+      kv_serve_options.service.protocol = dfi::apps::kv::parse_protocol(kv_serve_protocol);
+      if (kv_serve_options.service.protocol == dfi::apps::kv::Protocol::unreplicated &&
+          kv_serve->count("--replicas") == 0) {
+        kv_serve_options.service.replicas = 1;
+      }
+      kv_serve_options.service.timeout = std::chrono::milliseconds(static_cast<long long>(kv_serve_timeout_s * 1000));
+      kv_serve_options.service.gap_timeout = std::chrono::milliseconds(static_cast<long long>(kv_serve_gap_timeout_ms));
+      kv_serve_options.service.retry_timeout = std::chrono::milliseconds(static_cast<long long>(kv_serve_retry_timeout_ms));
+      return dfi::tools::run_kv_serve(kv_serve_options, std::cout, std::cerr);
+    }
+    for (CLI::App* c : kv_requests) {
+      if (!*c) continue;
+      kv_request.op = c->get_name();
+      return dfi::tools::run_kv_request(kv_request, std::cout, std::cerr);
     }
     if (*commtier) {
       commtier_options.test = dfi::apps::commtier::parse_test(commtier_test);
