@@ -11,7 +11,6 @@
 #include "dfi/common/deadline.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
-#include "fifo.hpp"
 #include "names.hpp"
 #include "records.hpp"
 #include "views.hpp"

@@ -98,8 +98,9 @@ class Record {
   std::vector<std::uint64_t> words_;
 };
 
-// A first-in first-out queue of records (as Fifo, fifo.hpp: one power-of-two ring that doubles
-// when full; amortized, nothing allocated per record).
+// A first-in first-out queue of records in one power-of-two ring that doubles when full: the
+// replicas' logs and pending reads, the client's completions. Amortized, it allocates nothing per
+// record (std::deque allocates a block every few 100-byte items). value_bytes 0: plain items.
 template <class T>
 class RecordFifo {
   static_assert(std::is_trivially_copyable_v<T>);
@@ -126,6 +127,8 @@ class RecordFifo {
     }
     ++size_;
   }
+  // Appends an item without a value (a queue of value_bytes 0).
+  void push_back(const T& head) { push_back(head, nullptr); }
   const T& front() const noexcept { return (*this)[0]; }
   T& front() noexcept { return (*this)[0]; }
   T& back() noexcept { return (*this)[size_ - 1]; }

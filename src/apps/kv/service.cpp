@@ -20,7 +20,6 @@
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "dfi/registry/client.hpp"
-#include "fifo.hpp"
 #include "names.hpp"
 #include "records.hpp"
 #include "views.hpp"
@@ -757,8 +756,8 @@ class Leader {
   std::uint64_t round_ = 0;
   std::uint64_t chosen_ = 0;
   std::uint64_t commit_ = 0;
-  detail::Fifo<PendingRead> reads_{1024};
-  detail::Fifo<RoundEnd> rounds_{64};
+  detail::RecordFifo<PendingRead> reads_{0, 1024};  // no value: a read needs none
+  detail::RecordFifo<RoundEnd> rounds_{0, 64};
   std::vector<std::uint64_t> follower_round_;
   std::vector<std::uint64_t> scratch_;
 };
