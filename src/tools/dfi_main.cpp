@@ -224,14 +224,15 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   dfi::tools::KvRequestOptions kv_request;
   std::vector<CLI::App*> kv_requests;
-  for (const char* op : {"put", "get", "delete"}) {
-    const std::string what = std::string(op) == "put"   ? "Put VALUE (text, at most the service's value width) under KEY"
-                             : std::string(op) == "get" ? "Print the value of KEY (exit status 2: not found)"
-                                                        : "Delete KEY (exit status 2: not found)";
+  for (const std::string op : {"put", "get", "delete", "stop"}) {
+    const std::string what = op == "put"      ? "Put VALUE (text, at most the service's value width) under KEY"
+                             : op == "get"    ? "Print the value of KEY (exit status 2: not found)"
+                             : op == "delete" ? "Delete KEY (exit status 2: not found)"
+                                              : "Stop the whole service (every rank leaves with status 0)";
     auto* c = kv->add_subcommand(op, what + " through a gateway of dfi kv serve");
     c->add_option("--socket", kv_request.socket, "A gateway's socket (<socket-dir>/kv-<rank>-<thread>.sock)")->required();
-    c->add_option("key", kv_request.key, "The key (an unsigned 64-bit number)")->required();
-    if (std::string(op) == "put") c->add_option("value", kv_request.value, "The value")->required();
+    if (op != "stop") c->add_option("key", kv_request.key, "The key (an unsigned 64-bit number)")->required();
+    if (op == "put") c->add_option("value", kv_request.value, "The value")->required();
     c->add_option("--timeout", kv_request.timeout_seconds, "Seconds to wait for the gateway's answer");
     kv_requests.push_back(c);
   }

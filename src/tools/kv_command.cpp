@@ -205,9 +205,18 @@ void run_gateway(ServeState& state, int thread) {
       }
       bool open = read_some(connection.get(), buffer);
       for (std::size_t end; open && (end = buffer.find('\n')) != std::string::npos;) {
-        const std::string answer = execute(client, std::string_view(buffer).substr(0, end), value);
+        const std::string_view line = std::string_view(buffer).substr(0, end);
+        std::string answer;
+        if (line == "stop") {
+          state.say("kv serve: rank " + std::to_string(node.rank()) + " thread " + std::to_string(thread) +
+                    " was asked to stop the service");
+          state.request_stop();
+          answer = "ok\n";
+        } else {
+          answer = execute(client, line, value);
+          ++served;
+        }
         buffer.erase(0, end + 1);
-        ++served;
         open = write_all(connection.get(), answer);
       }
       if (!open) connection.reset();
@@ -278,14 +287,21 @@ int run_kv_serve(const KvServeOptions& options, std::ostream& out, std::ostream&
 
 int run_kv_request(const KvRequestOptions& options, std::ostream& out, std::ostream& err) {
   try {
-    if (options.op != "put" && options.op != "get" && options.op != "delete") {
-      throw Error(Errc::invalid_argument, "unknown operation '" + options.op + "' (put, get or delete)");
+    if (options.op != "put" && options.op != "get" && options.op != "delete" && options.op != "stop") {
+      throw Error(Errc::invalid_argument, "unknown operation '" + options.op + "' (put, get, delete or stop)");
     }
     if (options.value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos) {
       throw Error(Errc::invalid_argument, "a value holds text only: no newline or NUL byte");
     }
-    std::string line = options.op + " " + std::to_string(options.key);
-    if (options.op == "put") line += " " + options.value;
+    std::string line = options.op;  // appends, not "literal" + string: GCC 12's false -Wrestrict
+    if (options.op != "stop") {
+      line += ' ';
+      line += std::to_string(options.key);
+    }
+    if (options.op == "put") {
+      line += ' ';
+      line += options.value;
+    }
     line += '\n';
     const sockaddr_un address = unix_address(options.socket);
     Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -11,7 +11,7 @@
 // clients, apps/kv/client.hpp) each listen on a Unix socket, <socket-dir>/kv-<rank>-<thread>.sock,
 // and run the requests that `dfi kv put/get/delete` processes send there, one connection at a
 // time, one request at a time. SIGINT or SIGTERM to any rank (`dfi cluster run` passes its own on
-// to every rank) stops the service cleanly: the rank publishes a stop record, every gateway
+// to every rank), or `dfi kv stop` to any gateway, stops the service cleanly: the rank publishes a stop record, every gateway
 // finishes the request it runs, closes its client and removes its socket, the replicas end once
 // every client closed, and every rank leaves the cluster with status 0.
 //
@@ -30,6 +30,7 @@
 //   put <key> <value>   ->  ok
 //   get <key>           ->  ok <value, its trailing zero bytes removed>  |  not_found
 //   delete <key>        ->  ok  |  not_found
+//   stop                ->  ok  (and the service stops, as on a signal)
 //   anything else, or a failed request  ->  error <message>
 #pragma once
 
@@ -58,14 +59,14 @@ int run_kv_serve(const KvServeOptions& options, std::ostream& out, std::ostream&
 
 struct KvRequestOptions {
   std::string socket;  // a gateway's socket
-  std::string op;      // put, get or delete
+  std::string op;      // put, get, delete or stop
   std::uint64_t key = 0;
   std::string value;   // put
   double timeout_seconds = 30;  // for the gateway's answer
 };
 
-// `dfi kv put/get/delete`: one request through a gateway of `dfi kv serve`. Prints the value of a
-// get that found its key. Returns 0 (done, found), 2 (get or delete: the key was not there), 1
+// `dfi kv put/get/delete/stop`: one request through a gateway of `dfi kv serve` (stop: the whole
+// service stops, every rank with status 0). Prints the value of a get that found its key. Returns 0 (done, found), 2 (get or delete: the key was not there), 1
 // (the error on `err`: no gateway at the socket, a value with a newline or NUL byte, the
 // gateway's error — e.g. a value wider than the service's).
 int run_kv_request(const KvRequestOptions& options, std::ostream& out, std::ostream& err);

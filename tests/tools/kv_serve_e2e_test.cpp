@@ -1,7 +1,8 @@
 // `dfi kv serve` end to end: a cluster of 3 replicas and one gateway rank (dfi cluster run) serves
 // puts, gets and deletes sent by separate `dfi kv put/get/delete` processes through the gateway's
-// socket, refuses a value wider than the service's, and stops cleanly on SIGTERM: every rank ends
-// on its own, well before the launcher's SIGKILL, and the gateway removes its socket.
+// socket, refuses a value wider than the service's, and stops cleanly on SIGTERM (every rank ends
+// on its own, well before the launcher's SIGKILL, and the gateway removes its socket) or on
+// `dfi kv stop` (every rank and the launcher end with status 0).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -21,53 +23,65 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-class KvServe : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-
-TEST_P(KvServe, ServesRequestsFromOtherProcessesAndStopsCleanlyOnSigterm) {
-  const auto& [transport, protocol] = GetParam();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("dfi-kvserve-" + std::to_string(::getpid()) + "-" + transport + "-" + protocol);
+// `dfi cluster run -n 4 ... dfi kv serve --replicas 3 --value-bytes 16` in `dir`, started and
+// waited for until its gateway (rank 3, thread 0) listens at `socket`.
+std::optional<launch::ChildProcess> start_service(const std::string& transport, const std::string& protocol,
+                                                  const std::filesystem::path& dir, const std::string& socket) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string socket = (dir / "kv-3-0.sock").string();
   launch::ChildProcess cluster = launch::ChildProcess::start(
       {{DFI_BINARY, "cluster", "run", "-n", "4", "--transport", transport, "--timeout", "90", "--", DFI_BINARY, "kv",
         "serve", "--protocol", protocol, "--replicas", "3", "--value-bytes", "16", "--socket-dir", dir.string()},
        {}});
   const auto start = std::chrono::steady_clock::now();
   while (!contains(cluster.output(), "serves at " + socket)) {
-    ASSERT_TRUE(cluster.running()) << cluster.output();
-    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60)) << cluster.output();
+    if (!cluster.running() || std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
+      ADD_FAILURE() << "the service did not start:\n" << cluster.output();
+      return std::nullopt;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // `dfi kv <op> --socket <socket> <args...>`, a process of its own.
-  auto kv = [&](const std::string& op, std::vector<std::string> args) {
-    std::vector<std::string> argv = {DFI_BINARY, "kv", op, "--socket", socket};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return launch::ChildProcess::start({argv, {}}).wait(std::chrono::seconds(40));
-  };
-  launch::ChildResult r = kv("put", {"7", "hello"});
+  return cluster;
+}
+
+// `dfi kv <op> --socket <socket> <args...>`, a process of its own.
+launch::ChildResult kv(const std::string& socket, const std::string& op, std::vector<std::string> args) {
+  std::vector<std::string> argv = {DFI_BINARY, "kv", op, "--socket", socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return launch::ChildProcess::start({argv, {}}).wait(std::chrono::seconds(40));
+}
+
+class KvServe : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(KvServe, ServesRequestsFromOtherProcessesAndStopsCleanlyOnSigterm) {
+  const auto& [transport, protocol] = GetParam();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("dfi-kvserve-" + std::to_string(::getpid()) + "-" + transport + "-" + protocol);
+  const std::string socket = (dir / "kv-3-0.sock").string();
+  std::optional<launch::ChildProcess> cluster = start_service(transport, protocol, dir, socket);
+  ASSERT_TRUE(cluster.has_value());
+  launch::ChildResult r = kv(socket, "put", {"7", "hello"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  r = kv("get", {"7"});
+  r = kv(socket, "get", {"7"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "hello\n");
-  r = kv("put", {"7", "0123456789abcdef"});  // exactly the width
+  r = kv(socket, "put", {"7", "0123456789abcdef"});  // exactly the width
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  r = kv("get", {"7"});
+  r = kv(socket, "get", {"7"});
   EXPECT_EQ(r.output, "0123456789abcdef\n");
-  r = kv("put", {"8", "0123456789abcdefX"});
+  r = kv(socket, "put", {"8", "0123456789abcdefX"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "a value of 17 bytes for a service of 16-byte values")) << r.output;
-  r = kv("delete", {"7"});
+  r = kv(socket, "delete", {"7"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  r = kv("get", {"7"});
+  r = kv(socket, "get", {"7"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "key 7 not found")) << r.output;
-  r = kv("delete", {"7"});
+  r = kv(socket, "delete", {"7"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
 
-  ASSERT_EQ(::kill(cluster.pid(), SIGTERM), 0);
-  const launch::ChildResult end = cluster.wait(std::chrono::seconds(30));
+  ASSERT_EQ(::kill(cluster->pid(), SIGTERM), 0);
+  const launch::ChildResult end = cluster->wait(std::chrono::seconds(30));
   EXPECT_EQ(end.exit_code, 128 + SIGTERM) << end.output;  // the launcher reports the signal it got
   EXPECT_FALSE(contains(end.output, "SIGKILL")) << end.output;
   EXPECT_FALSE(contains(end.output, "exited with status")) << end.output;  // every rank: status 0
@@ -80,6 +94,33 @@ TEST_P(KvServe, ServesRequestsFromOtherProcessesAndStopsCleanlyOnSigterm) {
   EXPECT_FALSE(std::filesystem::exists(socket));
   std::filesystem::remove_all(dir);
 }
+
+// `dfi kv stop` through a gateway: the gateway's rank publishes the stop, every rank stops on its
+// own and leaves with status 0, so the launcher does too.
+class KvServeStop : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KvServeStop, AGatewayStopEndsEveryRankWithStatusZero) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("dfi-kvserve-stop-" + std::to_string(::getpid()) + "-" + GetParam());
+  const std::string socket = (dir / "kv-3-0.sock").string();
+  std::optional<launch::ChildProcess> cluster = start_service(GetParam(), "paxos", dir, socket);
+  ASSERT_TRUE(cluster.has_value());
+  launch::ChildResult r = kv(socket, "put", {"1", "one"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = kv(socket, "stop", {});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const launch::ChildResult end = cluster->wait(std::chrono::seconds(30));
+  EXPECT_EQ(end.exit_code, 0) << end.output;
+  EXPECT_TRUE(contains(end.output, "kv serve: rank 3 thread 0 was asked to stop the service")) << end.output;
+  EXPECT_TRUE(contains(end.output, "kv serve: rank 3 thread 0 stopped after 1 request(s)")) << end.output;
+  for (const char* rank : {"0", "1", "2"}) {
+    EXPECT_TRUE(contains(end.output, std::string("kv serve: rank ") + rank + " (replica) stopped in view 0: 1 write(s) applied, 1 key(s)"))
+        << end.output;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, KvServeStop, ::testing::Values("shm", "tcp"));
 
 INSTANTIATE_TEST_SUITE_P(TransportsAndProtocols, KvServe,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values("paxos", "nopaxos")),
