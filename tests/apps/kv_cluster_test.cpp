@@ -147,13 +147,16 @@ TEST_P(KvCluster, NOPaxosValuesOf8And64And1024BytesRoundTrip) {
   expect_value_sizes_round_trip(GetParam(), "nopaxos", dir_);
 }
 
-// A client started with another value width than the service's is refused with both widths and
-// the rank that created the service named (not corrupt data).
+// A replica and a client started with other value widths than the service's are refused, each
+// with both widths and the rank that created the service named (not corrupt data).
 TEST_P(KvCluster, AValueWidthMismatchIsNamed) {
   const std::string kv = std::string(DFI_BINARY) + " kv bench --replicas 3 --requests 10 --no-progress";
   auto run = run_cluster(4, GetParam(),
-                         {"/bin/sh", "-c", "if [ \"$DFI_RANK\" = 3 ]; then exec " + kv + " --value-bytes 128; else exec " + kv + "; fi"});
+                         {"/bin/sh", "-c", "case $DFI_RANK in 1) exec " + kv + " --value-bytes 32;; 3) exec " + kv +
+                                               " --value-bytes 128;; *) exec " + kv + ";; esac"});
   EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.all(), "kv service 'kv': rank 1 uses 32-byte values, the service (created by rank 0) 64-byte values"))
+      << run.all();
   EXPECT_TRUE(contains(run.all(), "kv service 'kv': rank 3 uses 128-byte values, the service (created by rank 0) 64-byte values"))
       << run.all();
 }
