@@ -43,6 +43,38 @@ int print_config() {
   return 0;
 }
 
+// The options of the kv service that `dfi kv bench` and `dfi kv serve` share, and what their
+// values become in apps::kv::ServiceOptions once parsed.
+struct KvServiceCli {
+  std::string protocol = "paxos";
+  double timeout_s = 30, gap_timeout_ms = 500, retry_timeout_ms = 1500;
+
+  void add(CLI::App* app, dfi::apps::kv::ServiceOptions& service, const std::string& threads_help) {
+    app->add_option("--protocol", protocol, "paxos, nopaxos or unreplicated")
+        ->check(CLI::IsMember({"paxos", "nopaxos", "unreplicated"}));
+    app->add_option("--replicas", service.replicas, "Replicas: ranks 0..N-1 (rank 0 leads)");
+    app->add_option("--threads", service.client_threads, threads_help)->check(CLI::Range(1, 64));
+    app->add_option("--window", service.window, "Outstanding requests per client thread");
+    app->add_option("--value-bytes", service.value_bytes,
+                    "Width of every value (a multiple of 8, 8..4096; every rank must use the same)");
+    app->add_option("--name", service.name, "Service name (its flows are <name>.v<view>.requests, ...)");
+    app->add_option("--timeout", timeout_s, "Seconds to wait for set-up and for a silent peer");
+    app->add_option("--gap-timeout-ms", gap_timeout_ms, "NOPaxos: how long a sequence number may be missing before it is a gap")
+        ->check(CLI::PositiveNumber);
+    app->add_option("--retry-timeout-ms", retry_timeout_ms,
+                    "NOPaxos: how long a client waits for a majority before it sends a request again")
+        ->check(CLI::PositiveNumber);
+  }
+
+  void apply(const CLI::App* app, dfi::apps::kv::ServiceOptions& service) const {
+    service.protocol = dfi::apps::kv::parse_protocol(protocol);
+    if (service.protocol == dfi::apps::kv::Protocol::unreplicated && app->count("--replicas") == 0) service.replicas = 1;
+    service.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+    service.gap_timeout = std::chrono::milliseconds(static_cast<long long>(gap_timeout_ms));
+    service.retry_timeout = std::chrono::milliseconds(static_cast<long long>(retry_timeout_ms));
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,13 +197,8 @@ int main(int argc, char** argv) {
   auto* kv_bench = kv->add_subcommand(
       "bench", "YCSB-style load on the replicated store, as every rank of a cluster (under dfi cluster run)");
   dfi::apps::kv::BenchOptions kv_options;
-  std::string kv_protocol = "paxos";
-  double kv_timeout_s = 30;
-  kv_bench->add_option("--protocol", kv_protocol, "paxos, nopaxos or unreplicated")->check(CLI::IsMember({"paxos", "nopaxos", "unreplicated"}));
-  kv_bench->add_option("--replicas", kv_options.service.replicas, "Replicas: ranks 0..N-1 (rank 0 leads)");
-  kv_bench->add_option("--threads", kv_options.service.client_threads, "Client threads on every other rank")
-      ->check(CLI::Range(1, 64));
-  kv_bench->add_option("--window", kv_options.service.window, "Outstanding requests per client thread");
+  KvServiceCli kv_bench_service;
+  kv_bench_service.add(kv_bench, kv_options.service, "Client threads on every other rank");
   kv_bench->add_option("--keys", kv_options.keys, "Keys the requests draw from");
   kv_bench->add_option("--zipf", kv_options.zipf, "Zipf exponent of the keys (0: uniform; YCSB: 0.99)");
   kv_bench->add_option("--reads", kv_options.read_ratio, "Share of gets (YCSB B: 0.95)");
@@ -181,20 +208,38 @@ int main(int argc, char** argv) {
   kv_bench->add_option("--rate", kv_options.rate, "Requests per second each client offers at most (0: as the window allows)");
   kv_bench->add_option("--history", kv_options.history_dir, "Directory for the clients' histories (kv-<rank>.history)");
   kv_bench->add_option("--seed", kv_options.seed, "Seed of the workload");
-  kv_bench->add_option("--name", kv_options.service.name, "Service name (its flows are <name>.requests, ...)");
-  kv_bench->add_option("--timeout", kv_timeout_s, "Seconds to wait for set-up and for a silent peer");
   kv_bench->add_flag("!--no-progress", kv_options.progress, "No progress line per second");
-  double kv_gap_timeout_ms = 500, kv_retry_timeout_ms = 1500, kv_fault_delay_ms = 2000;
+  double kv_fault_delay_ms = 2000;
   std::string kv_fault = "none";
-  kv_bench->add_option("--gap-timeout-ms", kv_gap_timeout_ms, "NOPaxos: how long a sequence number may be missing before it is a gap")
-      ->check(CLI::PositiveNumber);
-  kv_bench->add_option("--retry-timeout-ms", kv_retry_timeout_ms, "NOPaxos: how long a client waits for a majority before it sends a request again")
-      ->check(CLI::PositiveNumber);
   kv_bench->add_option("--fault", kv_fault, "Test seam (NOPaxos): the last client dies (kill) or waits (delay) holding a sequence number")
       ->check(CLI::IsMember({"none", "kill", "delay"}));
   kv_bench->add_option("--fault-segment", kv_options.fault_segment, "Test seam: at the last client's N-th sequence number")
       ->check(CLI::PositiveNumber);
   kv_bench->add_option("--fault-delay-ms", kv_fault_delay_ms, "Test seam: how long --fault delay waits")->check(CLI::PositiveNumber);
+
+  auto* kv_serve = kv->add_subcommand(
+      "serve", "Serve the replicated store until SIGINT/SIGTERM, as every rank of a cluster (under dfi cluster run): "
+               "replicas on ranks 0..N-1, a gateway socket per client thread on the others for dfi kv put/get/delete");
+  dfi::tools::KvServeOptions kv_serve_options;
+  KvServiceCli kv_serve_service;
+  kv_serve_service.add(kv_serve, kv_serve_options.service, "Gateways (client threads, one socket each) on every other rank");
+  kv_serve->add_option("--socket-dir", kv_serve_options.socket_dir,
+                       "Existing directory for the gateways' sockets (kv-<rank>-<thread>.sock)")
+      ->required();
+  dfi::tools::KvRequestOptions kv_request;
+  std::vector<CLI::App*> kv_requests;
+  for (const std::string op : {"put", "get", "delete", "stop"}) {
+    const std::string what = op == "put"      ? "Put VALUE (text, at most the service's value width) under KEY"
+                             : op == "get"    ? "Print the value of KEY (exit status 2: not found)"
+                             : op == "delete" ? "Delete KEY (exit status 2: not found)"
+                                              : "Stop the whole service (every rank leaves with status 0)";
+    auto* c = kv->add_subcommand(op, what + " through a gateway of dfi kv serve");
+    c->add_option("--socket", kv_request.socket, "A gateway's socket (<socket-dir>/kv-<rank>-<thread>.sock)")->required();
+    if (op != "stop") c->add_option("key", kv_request.key, "The key (an unsigned 64-bit number)")->required();
+    if (op == "put") c->add_option("value", kv_request.value, "The value")->required();
+    c->add_option("--timeout", kv_request.timeout_seconds, "Seconds to wait for the gateway's answer");
+    kv_requests.push_back(c);
+  }
 
   auto* commtier = app.add_subcommand(
       "commtier", "002's throughput or consuming test between an SU and a CU rank, as every rank of a cluster (under dfi cluster run)");
@@ -280,14 +325,7 @@ int main(int argc, char** argv) {
       return dfi::tools::run_txn(txn_options, std::cout, std::cerr);
     }
     if (*kv_bench) {
-      kv_options.service.protocol = dfi::apps::kv::parse_protocol(kv_protocol);
-      if (kv_options.service.protocol == dfi::apps::kv::Protocol::unreplicated &&
-          kv_bench->count("--replicas") == 0) {
-        kv_options.service.replicas = 1;
-      }
-      kv_options.service.timeout = std::chrono::milliseconds(static_cast<long long>(kv_timeout_s * 1000));
-      kv_options.service.gap_timeout = std::chrono::milliseconds(static_cast<long long>(kv_gap_timeout_ms));
-      kv_options.service.retry_timeout = std::chrono::milliseconds(static_cast<long long>(kv_retry_timeout_ms));
+      kv_bench_service.apply(kv_bench, kv_options.service);
       kv_options.fault_delay = std::chrono::milliseconds(static_cast<long long>(kv_fault_delay_ms));
       using Fault = dfi::apps::kv::BenchOptions::Fault;
       kv_options.fault = kv_fault == "kill" ? Fault::kill : kv_fault == "delay" ? Fault::delay : Fault::none;
@@ -295,6 +333,15 @@ int main(int argc, char** argv) {
         throw dfi::Error(dfi::Errc::invalid_argument, "dfi kv bench: --fault is a seam of the NOPaxos requests flow (--protocol nopaxos)");
       }
       return dfi::tools::run_kv_bench(kv_options, std::cout, std::cerr);
+    }
+    if (*kv_serve) {
+      kv_serve_service.apply(kv_serve, kv_serve_options.service);
+      return dfi::tools::run_kv_serve(kv_serve_options, std::cout, std::cerr);
+    }
+    for (CLI::App* c : kv_requests) {
+      if (!*c) continue;
+      kv_request.op = c->get_name();
+      return dfi::tools::run_kv_request(kv_request, std::cout, std::cerr);
     }
     if (*commtier) {
       commtier_options.test = dfi::apps::commtier::parse_test(commtier_test);

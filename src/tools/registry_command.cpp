@@ -1,7 +1,5 @@
 #include "registry_command.hpp"
 
-#include <signal.h>
-
 #include <chrono>
 #include <ctime>
 #include <memory>
@@ -13,6 +11,7 @@
 #include "dfi/common/error.hpp"
 #include "dfi/registry/client.hpp"
 #include "dfi/registry/server.hpp"
+#include "stop_signals.hpp"
 
 namespace dfi::tools {
 
@@ -39,11 +38,7 @@ int run_registry_serve(const RegistryServeOptions& options, std::ostream& out, s
     const std::string token = options.token.empty() ? config::get_string("registry_token") : options.token;
     if (options.ranks < 0) throw Error(Errc::invalid_argument, "--ranks must not be negative");
     // SIGINT and SIGTERM end the loop below instead of the process, so the server stops cleanly.
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    StopSignals stop;
     registry::Server server(registry::server_options_at(address, token));
     out << "dfi registry: serving at " << server.address() << '\n' << std::flush;
     std::unique_ptr<registry::Client> watch;
@@ -53,8 +48,7 @@ int run_registry_serve(const RegistryServeOptions& options, std::ostream& out, s
     const auto start = std::chrono::steady_clock::now();
     std::size_t most = 0;
     for (;;) {
-      const timespec poll_interval{0, 100'000'000};
-      if (sigtimedwait(&stop, nullptr, &poll_interval) > 0) return 0;
+      if (stop.wait(std::chrono::milliseconds(100)) != 0) return 0;
       if (!watch) continue;
       const std::size_t members = watch->members().size();
       most = std::max(most, members);

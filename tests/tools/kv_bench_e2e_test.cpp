@@ -45,6 +45,15 @@ TEST(BenchKv, QuickOverTcp) {
   check_series(testing::run_quick("kv", "tcp", kCutDown, 120s), {"nopaxos", "paxos", "unreplicated"}, 3);
 }
 
+// value_bytes reaches every run (each checks every value it reads against its put's pattern).
+TEST(BenchKv, QuickWith1KiBValuesOverTcp) {
+  std::vector<std::string> args = kCutDown;
+  args.insert(args.end(), {"--set", "value_bytes=1024"});
+  const json r = testing::run_quick("kv", "tcp", args, 120s);
+  check_series(r, {"nopaxos", "paxos", "unreplicated"}, 3);
+  EXPECT_EQ(r["parameters"]["value_bytes"], json(1024)) << r["parameters"].dump();
+}
+
 // kv-failover: the leader and then a follower killed mid-run, each next to a run where none is;
 // every run's survivors must agree (the scenario fails otherwise) and end in a view after 0.
 void check_failover(const json& r) {

@@ -160,6 +160,7 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       std::size_t entry = 0;  // in the journal
     };
     std::vector<Pending> pending(o.service.window);
+    std::string value(o.service.value_bytes, '\0');  // a put's value, rewritten in place
     std::uint64_t put_count = 0;
     std::optional<HistoryJournal> journal;
     if (!o.history_dir.empty()) journal.emplace(HistoryJournal::path(o.history_dir, node.rank(), thread));
@@ -185,17 +186,16 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
         if (coin(rng) >= o.read_ratio) op = coin(rng) < o.delete_ratio ? Op::del : Op::put;
         const std::uint64_t key = key_of(rng);
         std::uint64_t input = 0;
-        Value value{};
         if (op == Op::put) {
           input = ((index + 1) << 40) | ++put_count;  // unique over the run
-          value = value_of(input);
+          value_of(input, value);
         }
         std::uint64_t seq = 0;
         const std::int64_t call = now_ns();
         // Journaled before it is sent: a client killed right after sending leaves the operation
         // in its history, outcome unknown.
         const std::size_t entry = journal ? journal->invoked(index, op, key, input, call) : 0;
-        client.submit(op, key, op == Op::put ? &value : nullptr, seq).throw_if_error();
+        client.submit(op, key, op == Op::put ? std::string_view(value) : std::string_view(), seq).throw_if_error();
         for (Pending& p : pending) {
           if (p.seq != 0) continue;
           p = {seq, input, call, entry};
@@ -286,9 +286,9 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
   }
   char line[256];
   std::snprintf(line, sizeof line, "kv: %s, %d replica(s), %" PRIu64 " client(s) (window %zu): %" PRIu64
-                " requests (%" PRIu64 " get, %" PRIu64 " put, %" PRIu64 " del), %.0f req/s\n",
+                " requests (%" PRIu64 " get, %" PRIu64 " put, %" PRIu64 " del), %.0f req/s, %zu-byte values\n",
                 std::string(protocol_name(s.protocol)).c_str(), s.replicas, clients, s.window, ops, gets, puts, dels,
-                rate);
+                rate, s.value_bytes);
   out << line;
   out << "kv: latency p50 " << fmt_us(latency.percentile_ns(50)) << ", p95 " << fmt_us(latency.percentile_ns(95))
       << ", p99 " << fmt_us(latency.percentile_ns(99)) << "\n";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,8 +11,8 @@
 #include "dfi/common/deadline.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
-#include "fifo.hpp"
 #include "names.hpp"
+#include "records.hpp"
 #include "views.hpp"
 
 namespace dfi::apps::kv {
@@ -46,8 +47,16 @@ struct Client::State {
     std::size_t answers = 0;  // replies to the current copy so far
     std::uint32_t epoch = 0;  // NOPaxos: the current copy (Request::pad)
     std::chrono::steady_clock::time_point sent{};  // NOPaxos: when the current copy was flushed
-    Reply reply{};
-    Request request{};        // sent again in a new view until answered
+    Reply reply{};            // the leader's (its value: reply_value)
+    Request request{};        // sent again in a new view until answered (its value: request_value)
+  };
+
+  // A completion waiting to be handed out; its value follows it (records.hpp).
+  struct Done {
+    std::uint64_t seq = 0;
+    std::uint64_t key = 0;
+    Op op = Op::get;
+    std::uint32_t found = 0;
   };
 
   State(cluster::Node& n, fabric::Worker& w, const ServiceOptions& options, int t, std::size_t i)
@@ -62,7 +71,10 @@ struct Client::State {
         answers_all(nopaxos ? static_cast<std::size_t>(options.replicas) : 1),
         view(detail::first_view(options)),
         entries(options.window),
-        ready(options.window) {
+        request_values(options.window * options.value_bytes),
+        reply_values(options.window * options.value_bytes),
+        ready(options.value_bytes, options.window),
+        out(options.value_bytes) {
     overdue.reserve(options.window);
     try {
       open_flows();
@@ -84,16 +96,16 @@ struct Client::State {
     replies.reset();
     names = Names(o.name, view.number);
     requests_closed = false;
-    replies.emplace(node, names.replies, thread, reply_schema(), o.timeout);
+    replies.emplace(node, names.replies, thread, reply_schema(o.value_bytes), o.timeout);
     if (nopaxos) {
       flow::ReplicateSourceOptions s;
-      s.expected_schema = request_schema();
+      s.expected_schema = request_schema(o.value_bytes);
       s.open_timeout = o.timeout;
       s.on_sequence = o.on_sequence;
       multicast.emplace(node, worker, names.requests, thread, s);
     } else {
       flow::SourceOptions s;
-      s.expected_schema = request_schema();
+      s.expected_schema = request_schema(o.value_bytes);
       s.open_timeout = o.timeout;
       requests.emplace(node, worker, names.requests, thread, s);
     }
@@ -171,7 +183,7 @@ struct Client::State {
       }
       if (next == nullptr) break;
       if (nopaxos && sent != 0 && next->seq != sent + 1 && !flush_requests()) return false;
-      if (!push(next->request)) return false;
+      if (!push(*next)) return false;
       sent = next->seq;
     }
     return static_cast<bool>(flush_requests());
@@ -183,8 +195,15 @@ struct Client::State {
     return true;
   }
 
-  Status push(const Request& r) {
-    return nopaxos ? multicast->push(&r, sizeof r) : requests->push_to(0, &r, sizeof r);
+  // The value storage of entry `e`'s request and of the leader's reply to it.
+  char* request_value(const Entry& e) { return request_values.data() + place_of(e) * o.value_bytes; }
+  char* reply_value(const Entry& e) { return reply_values.data() + place_of(e) * o.value_bytes; }
+  std::size_t place_of(const Entry& e) const { return static_cast<std::size_t>(&e - entries.data()); }
+
+  // Pushes entry `e`'s request (the current copy) with its value.
+  Status push(const Entry& e) {
+    out.set(e.request, request_value(e));
+    return nopaxos ? multicast->push(out.data(), out.bytes()) : requests->push_to(0, out.data(), out.bytes());
   }
   Status flush_requests() { return nopaxos ? multicast->flush() : requests->flush(); }
   Status close_requests() { return nopaxos ? multicast->close() : requests->close(); }
@@ -241,7 +260,7 @@ struct Client::State {
         return {};  // the next call takes the next view's replies
       }
     }
-    const Reply& reply = batch.as<Reply>()[next_reply++];
+    const Reply& reply = detail::records<Reply>(batch, o.value_bytes)[next_reply++];
     if (reply.status == static_cast<std::uint32_t>(ReplyStatus::ack)) return take_ack(reply);
     Entry& e = entries[reply.seq % entries.size()];
     if (!e.used || e.seq != reply.seq || e.epoch != reply.epoch) [[unlikely]] {
@@ -257,6 +276,7 @@ struct Client::State {
     if (batch.source == 0) {  // the leader (rank 0) is source 0 of the replies flow
       e.leader = true;
       e.reply = reply;
+      std::memcpy(reply_value(e), value_of(reply), o.value_bytes);
     }
     booked(e);
     return {};
@@ -318,7 +338,7 @@ struct Client::State {
       e.answers = 0;
       e.leader = false;
       e.sent = now;
-      if (Status p = push(e.request); !p) return p;
+      if (Status p = push(e); !p) return p;
       ++resent;
       if (i + 1 == overdue.size() || overdue[i + 1] != overdue[i] + 1) {
         if (Status f = flush_requests(); !f) return f;
@@ -334,13 +354,8 @@ struct Client::State {
   void booked(Entry& e) {
     if (!e.completed && e.leader && e.answers >= answers_needed) {
       e.completed = true;
-      Completion done;
-      done.seq = e.seq;
-      done.op = e.op;
-      done.key = e.key;
-      done.found = e.op == Op::put || e.reply.status == static_cast<std::uint32_t>(ReplyStatus::ok);
-      done.value = e.reply.value;
-      ready.push_back(done);
+      const bool found = e.op == Op::put || e.reply.status == static_cast<std::uint32_t>(ReplyStatus::ok);
+      ready.push_back({.seq = e.seq, .key = e.key, .op = e.op, .found = found ? 1u : 0u}, reply_value(e));
     }
     if (e.completed && e.answers == answers_all) {
       e.used = false;
@@ -364,7 +379,10 @@ struct Client::State {
   std::optional<flow::ReplicateSource> multicast;   // NOPaxos
   std::optional<flow::ShuffleTarget> replies;
   std::vector<Entry> entries;  // the window
-  detail::Fifo<Completion> ready;  // completions not handed out yet, oldest first
+  std::vector<char> request_values;  // the window's request values, value_bytes per place
+  std::vector<char> reply_values;    // the leader's reply values, value_bytes per place
+  detail::RecordFifo<Done> ready;    // completions not handed out yet, oldest first, with their values
+  detail::Record<Request> out;       // the request tuple being pushed
   std::size_t outstanding = 0;  // submitted, not handed out
   std::size_t held = 0;         // places of the window in use
   std::uint64_t next_seq = 1;
@@ -389,6 +407,7 @@ Client::Client(cluster::Node& node, fabric::Worker& worker, const ServiceOptions
                                             std::to_string(options.replicas - 1) + ", " +
                                             std::to_string(options.client_threads) + " client threads per rank)");
   }
+  check_value_bytes(node, options);
   const std::size_t index = static_cast<std::size_t>(node.rank() - options.replicas) *
                                 static_cast<std::size_t>(options.client_threads) +
                             static_cast<std::size_t>(thread);
@@ -407,11 +426,17 @@ std::size_t Client::outstanding() const noexcept { return state_->outstanding; }
 std::uint64_t Client::resent() const noexcept { return state_->resent; }
 std::uint64_t Client::stale_replies() const noexcept { return state_->stale; }
 std::size_t Client::index() const noexcept { return state_->index; }
+std::size_t Client::value_bytes() const noexcept { return state_->o.value_bytes; }
 
-Status Client::submit(Op op, std::uint64_t key, const Value* value, std::uint64_t& seq) {
+Status Client::submit(Op op, std::uint64_t key, std::string_view value, std::uint64_t& seq) {
   State& s = *state_;
-  if (s.closed || s.outstanding == s.entries.size() || op < Op::get || op > Op::del) [[unlikely]] {
+  if (s.closed || s.outstanding == s.entries.size() || op < Op::get || op > Op::del || value.size() > s.o.value_bytes)
+      [[unlikely]] {
     std::string why = "bad op " + std::to_string(static_cast<std::uint32_t>(op));
+    if (value.size() > s.o.value_bytes) {
+      why = "a value of " + std::to_string(value.size()) + " bytes for a service of " + std::to_string(s.o.value_bytes) +
+            "-byte values";
+    }
     if (s.closed) why = "closed";
     if (s.outstanding == s.entries.size()) why = "window of " + std::to_string(s.entries.size()) + " requests full";
     return s.error(Errc::invalid_argument, why);
@@ -424,7 +449,6 @@ Status Client::submit(Op op, std::uint64_t key, const Value* value, std::uint64_
     if (Status t = s.take_reply(); !t) return t;
   }
   Request r{.client = s.index, .seq = s.next_seq++, .key = key, .op = static_cast<std::uint32_t>(op), .pad = s.epoch};
-  if (op == Op::put && value != nullptr) r.value = *value;
   e = {};
   e.seq = r.seq;
   e.key = key;
@@ -432,12 +456,17 @@ Status Client::submit(Op op, std::uint64_t key, const Value* value, std::uint64_
   e.used = true;
   e.epoch = s.epoch;
   e.request = r;
+  // The value, padded with zeros to the service's width (a get or delete sends zeros).
+  char* v = s.request_value(e);
+  const std::size_t n = op == Op::put ? value.size() : 0;
+  if (n > 0) std::memcpy(v, value.data(), n);
+  std::memset(v + n, 0, s.o.value_bytes - n);
   ++s.outstanding;
   ++s.held;
   s.unflushed = true;
   seq = r.seq;
   // A view that broke: recover() sends every unanswered request, this one too, in the next.
-  if (Status pushed = s.push(r); !pushed) return s.recover(pushed);
+  if (Status pushed = s.push(e); !pushed) return s.recover(pushed);
   return {};
 }
 
@@ -457,32 +486,37 @@ Status Client::poll(Completion& done) {
   while (s.ready.empty()) {
     if (Status t = s.take_reply(); !t) return t;
   }
-  done = s.ready.front();
+  const State::Done& front = s.ready.front();
+  done.seq = front.seq;
+  done.op = front.op;
+  done.key = front.key;
+  done.found = front.found != 0;
+  done.value = std::string_view(value_of(front), s.o.value_bytes);  // readable until the next push_back
   s.ready.pop_front();
   --s.outstanding;
   return {};
 }
 
-Status Client::get(std::uint64_t key, Value& value, bool& found) {
+Status Client::get(std::uint64_t key, std::string& value, bool& found) {
   std::uint64_t seq = 0;
-  if (Status s = submit(Op::get, key, nullptr, seq); !s) return s;
+  if (Status s = submit(Op::get, key, {}, seq); !s) return s;
   Completion done;
   if (Status s = poll(done); !s) return s;
-  value = done.value;
+  value.assign(done.value);  // reuses value's capacity: no allocation once it held one
   found = done.found;
   return {};
 }
 
-Status Client::put(std::uint64_t key, const Value& value) {
+Status Client::put(std::uint64_t key, std::string_view value) {
   std::uint64_t seq = 0;
-  if (Status s = submit(Op::put, key, &value, seq); !s) return s;
+  if (Status s = submit(Op::put, key, value, seq); !s) return s;
   Completion done;
   return poll(done);
 }
 
 Status Client::del(std::uint64_t key, bool& found) {
   std::uint64_t seq = 0;
-  if (Status s = submit(Op::del, key, nullptr, seq); !s) return s;
+  if (Status s = submit(Op::del, key, {}, seq); !s) return s;
   Completion done;
   if (Status s = poll(done); !s) return s;
   found = done.found;

@@ -103,14 +103,17 @@ void HistoryJournal::returned(std::size_t index, std::uint64_t output, std::int6
   std::atomic_ref<std::uint32_t>(r->state).store(2, std::memory_order_release);
 }
 
-Value value_of(std::uint64_t id) {
-  Value v{};
-  std::memcpy(v.data(), &id, sizeof id);
-  for (std::size_t at = sizeof id; at < v.size(); ++at) v[at] = pattern(id, at);
-  return v;
+void value_of(std::uint64_t id, std::span<char> value) {
+  if (value.size() < sizeof id) {
+    throw Error(Errc::invalid_argument, "kv history: a value of " + std::to_string(value.size()) +
+                                            " bytes cannot hold an 8-byte id");
+  }
+  std::memcpy(value.data(), &id, sizeof id);
+  for (std::size_t at = sizeof id; at < value.size(); ++at) value[at] = pattern(id, at);
 }
 
-std::uint64_t id_of(const Value& value) {
+std::uint64_t id_of(std::string_view value) {
+  if (value.size() < sizeof(std::uint64_t)) return 0;
   std::uint64_t id = 0;
   std::memcpy(&id, value.data(), sizeof id);
   for (std::size_t at = sizeof id; at < value.size(); ++at) {

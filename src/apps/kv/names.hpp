@@ -15,7 +15,8 @@ struct Names {
         accepted(flow(service, view, "accepted")),
         reports("kv/" + service + "/report/"),
         view_record("kv/" + service + "/view/" + std::to_string(view)),
-        view_states(view_record + "/state/") {}
+        view_states(view_record + "/state/"),
+        value_bytes("kv/" + service + "/value_bytes") {}
 
   std::string requests;
   std::string replies;
@@ -24,6 +25,7 @@ struct Names {
   std::string reports;      // + rank: what a rank reports after the run (cluster::exchange_records)
   std::string view_record;  // the view's leader and members, published once its flows exist
   std::string view_states;  // + rank: a replica's log length as it enters the view
+  std::string value_bytes;  // "<value bytes> <rank>": the service's value width, and who created it
 
  private:
   static std::string flow(const std::string& service, std::uint64_t view, const char* what) {

@@ -19,8 +19,9 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
-#include "fifo.hpp"
+#include "dfi/registry/client.hpp"
 #include "names.hpp"
+#include "records.hpp"
 #include "views.hpp"
 
 namespace dfi::apps::kv {
@@ -47,29 +48,29 @@ namespace {
 using flow::Column;
 using flow::Type;
 
-std::vector<Column> request_columns() {
+std::vector<Column> request_columns(std::size_t value_bytes) {
   return {{"client", Type::uint64}, {"seq", Type::uint64}, {"key", Type::uint64},
-          {"op", Type::uint32},     {"pad", Type::uint32}, {"value", Type::chars, kValueBytes}};
+          {"op", Type::uint32},     {"pad", Type::uint32}, {"value", Type::chars, static_cast<std::uint32_t>(value_bytes)}};
 }
 
 }  // namespace
 
-flow::Schema request_schema() { return flow::Schema(request_columns()); }
+flow::Schema request_schema(std::size_t value_bytes) { return flow::Schema(request_columns(value_bytes)); }
 
-flow::Schema reply_schema() {
+flow::Schema reply_schema(std::size_t value_bytes) {
   return flow::Schema({{"client", Type::uint64},
                        {"seq", Type::uint64},
                        {"status", Type::uint32},
                        {"count", Type::uint32},
                        {"epoch", Type::uint32},
                        {"pad", Type::uint32},
-                       {"value", Type::chars, kValueBytes}});
+                       {"value", Type::chars, static_cast<std::uint32_t>(value_bytes)}});
 }
 
-flow::Schema accept_schema() {
+flow::Schema accept_schema(std::size_t value_bytes) {
   std::vector<Column> columns = {
       {"view", Type::uint64}, {"round", Type::uint64}, {"slot", Type::uint64}, {"commit", Type::uint64}};
-  for (Column c : request_columns()) {
+  for (Column c : request_columns(value_bytes)) {
     c.name = "request_" + c.name;
     columns.push_back(c);
   }
@@ -112,6 +113,10 @@ void check_options(const ServiceOptions& o, int cluster_size) {
   if (o.window < 1 || o.window > 4096) throw bad("window must be 1 .. 4096 (got " + std::to_string(o.window) + ")");
   if (o.max_rounds_in_flight < 1) throw bad("rounds in flight must be at least 1");
   if (o.round_requests < 1) throw bad("round requests must be at least 1");
+  if (o.value_bytes < kMinValueBytes || o.value_bytes > kMaxValueBytes || o.value_bytes % 8 != 0) {
+    throw bad("value bytes must be a multiple of 8 in " + std::to_string(kMinValueBytes) + " .. " +
+              std::to_string(kMaxValueBytes) + " (got " + std::to_string(o.value_bytes) + ")");
+  }
   if (o.gap_timeout.count() < 1 || o.retry_timeout.count() < 1) {
     throw bad("the gap and retry timeouts must be at least 1 ms (got " + std::to_string(o.gap_timeout.count()) +
               " and " + std::to_string(o.retry_timeout.count()) + ")");
@@ -120,50 +125,111 @@ void check_options(const ServiceOptions& o, int cluster_size) {
 
 void create_service(cluster::Node& node, const ServiceOptions& o) {
   check_options(o, node.size());
+  // Before the flows: whoever finds a flow of the service finds its width.
+  node.registry().publish(Names(o.name).value_bytes, std::to_string(o.value_bytes) + " " + std::to_string(node.rank()),
+                          /*replace=*/true);
   detail::open_view(node, o, detail::first_view(o));
 }
+
+void check_value_bytes(cluster::Node& node, const ServiceOptions& o) {
+  const std::string record = Names(o.name).value_bytes;
+  std::string text;
+  try {
+    text = node.wait_for(record, o.timeout);
+  } catch (const Error& e) {
+    if (e.code() != Errc::timeout) throw;
+    throw Error(Errc::timeout, "kv service '" + o.name + "' (rank " + std::to_string(node.rank()) +
+                                   "): the service was not created within " + std::to_string(o.timeout.count()) +
+                                   " ms (no record '" + record + "')");
+  }
+  std::istringstream in(text);
+  std::size_t bytes = 0;
+  int creator = -1;
+  if (!(in >> bytes >> creator)) {
+    throw Error(Errc::protocol, "kv service '" + o.name + "': malformed record '" + record + "': '" + text + "'");
+  }
+  if (bytes != o.value_bytes) {
+    throw Error(Errc::invalid_argument, "kv service '" + o.name + "': rank " + std::to_string(node.rank()) + " uses " +
+                                            std::to_string(o.value_bytes) + "-byte values, the service (created by rank " +
+                                            std::to_string(creator) + ") " + std::to_string(bytes) +
+                                            "-byte values: start every replica and client with the same value size");
+  }
+}
+
+namespace detail {
+void throw_record_width(std::size_t tuple_bytes, std::size_t expected) {
+  throw Error(Errc::protocol, "kv: a tuple of " + std::to_string(tuple_bytes) + " bytes where " +
+                                  std::to_string(expected) + " were due (a flow of another value width)");
+}
+}  // namespace detail
 
 namespace {
 
 constexpr const char* kKind = "kv service";
 
-// The replica's copy of the data: key -> value. std::unordered_map with reserved buckets: a put
-// of a new key allocates its node (the store grows), nothing else on the apply path does.
+// The replica's copy of the data: key -> value. The values live in one arena of value_bytes-wide
+// places (freed places are reused); the index is a std::unordered_map with reserved buckets. A
+// put of a new key allocates its index node (the store grows) and, now and then, a bigger arena;
+// nothing else on the apply path allocates.
 class Store {
  public:
-  Store() { map_.reserve(1 << 16); }
+  explicit Store(std::size_t value_bytes) : value_bytes_(value_bytes) { index_.reserve(1 << 16); }
 
-  // Applies a write; returns whether the key existed before.
-  bool apply(const Request& r) {
-    if (r.op == static_cast<std::uint32_t>(Op::put)) {
-      auto [it, inserted] = map_.try_emplace(r.key, r.value);
-      if (!inserted) it->second = r.value;
+  // Applies a write (put: `value`, value_bytes long); returns whether the key existed before.
+  bool apply(std::uint32_t op, std::uint64_t key, const char* value) {
+    if (op == static_cast<std::uint32_t>(Op::put)) {
+      auto [it, inserted] = index_.try_emplace(key, 0);
+      if (inserted) it->second = place();
+      std::memcpy(at(it->second), value, value_bytes_);
       return !inserted;
     }
-    return map_.erase(r.key) > 0;
+    auto it = index_.find(key);
+    if (it == index_.end()) return false;
+    free_.push_back(it->second);
+    index_.erase(it);
+    return true;
   }
-  const Value* find(std::uint64_t key) const {
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : &it->second;
+  // Applies write `r` (its value follows it: value_of).
+  bool apply(const Request& r) { return apply(r.op, r.key, value_of(r)); }
+  // The value of `key` (value_bytes long), null when absent.
+  const char* find(std::uint64_t key) const {
+    auto it = index_.find(key);
+    return it == index_.end() ? nullptr : at(it->second);
   }
   // An order-independent digest of the contents (FNV-1a of each pair, summed).
   std::uint64_t digest() const {
     std::uint64_t sum = 0;
-    for (const auto& [key, value] : map_) {
+    for_each([&](std::uint64_t key, const char* value) {
       std::uint64_t h = 0xcbf29ce484222325ull ^ key;
-      for (char c : value) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+      for (std::size_t i = 0; i < value_bytes_; ++i) h = (h ^ static_cast<unsigned char>(value[i])) * 0x100000001b3ull;
       sum += h;
-    }
+    });
     return sum;
   }
-  std::size_t size() const noexcept { return map_.size(); }
+  std::size_t size() const noexcept { return index_.size(); }
+  // f(key, value) for every pair.
   template <class F>
   void for_each(F&& f) const {
-    for (const auto& [key, value] : map_) f(key, value);
+    for (const auto& [key, where] : index_) f(key, at(where));
   }
 
  private:
-  std::unordered_map<std::uint64_t, Value> map_;
+  std::size_t place() {
+    if (!free_.empty()) {
+      const std::size_t p = free_.back();
+      free_.pop_back();
+      return p;
+    }
+    arena_.resize(arena_.size() + value_bytes_);
+    return arena_.size() / value_bytes_ - 1;
+  }
+  char* at(std::size_t p) noexcept { return arena_.data() + p * value_bytes_; }
+  const char* at(std::size_t p) const noexcept { return arena_.data() + p * value_bytes_; }
+
+  std::size_t value_bytes_;
+  std::unordered_map<std::uint64_t, std::size_t> index_;
+  std::vector<char> arena_;
+  std::vector<std::size_t> free_;
 };
 
 bool is_write(std::uint32_t op) {
@@ -181,8 +247,12 @@ bool is_write(std::uint32_t op) {
 // proposed again keeps its order), so no copy of s arrives after s + window was applied.
 class ClientTable {
  public:
-  ClientTable(std::size_t clients, std::size_t window)
-      : window_(window), seq_(clients * window, 0), missing_(clients * window, 0) {}
+  ClientTable(std::size_t clients, std::size_t window, std::size_t value_bytes)
+      : window_(window),
+        places_per_chunk_(std::min<std::size_t>(value_bytes / sizeof(std::uint64_t), 64)),
+        value_bytes_(value_bytes),
+        seq_(clients * window, 0),
+        missing_(clients * window, 0) {}
 
   bool applied(const Request& r) const { return seq_[place(r.client, r.seq)] == r.seq; }
   // The reply status of the applied write `r`.
@@ -196,23 +266,23 @@ class ClientTable {
 
   std::size_t clients() const noexcept { return seq_.size() / window_; }
   std::size_t window() const noexcept { return window_; }
-  // The state transfer of a new view moves the places of client `c` in chunks of 8: their
-  // numbers in `seqs` (8 x 8 bytes), their results in the low 8 bits of `bits`.
-  static constexpr std::size_t kPlacesPerChunk = kValueBytes / sizeof(std::uint64_t);
-  std::size_t chunks() const noexcept { return (window_ + kPlacesPerChunk - 1) / kPlacesPerChunk; }
-  void chunk(std::size_t c, std::size_t chunk, Value& seqs, std::uint64_t& bits) const {
-    seqs = {};
+  // The state transfer of a new view moves the places of client `c` in chunks of as many as a
+  // value holds numbers (value_bytes / 8, at most 64): their numbers in `seqs` (a value), their
+  // results in the low bits of `bits`.
+  std::size_t chunks() const noexcept { return (window_ + places_per_chunk_ - 1) / places_per_chunk_; }
+  void chunk(std::size_t c, std::size_t chunk, char* seqs, std::uint64_t& bits) const {
+    std::memset(seqs, 0, value_bytes_);
     bits = 0;
-    for (std::size_t i = 0; i < kPlacesPerChunk && chunk * kPlacesPerChunk + i < window_; ++i) {
-      const std::size_t at = c * window_ + chunk * kPlacesPerChunk + i;
-      std::memcpy(seqs.data() + i * sizeof(std::uint64_t), &seq_[at], sizeof(std::uint64_t));
+    for (std::size_t i = 0; i < places_per_chunk_ && chunk * places_per_chunk_ + i < window_; ++i) {
+      const std::size_t at = c * window_ + chunk * places_per_chunk_ + i;
+      std::memcpy(seqs + i * sizeof(std::uint64_t), &seq_[at], sizeof(std::uint64_t));
       if (missing_[at] != 0) bits |= std::uint64_t{1} << i;
     }
   }
-  void load(std::size_t c, std::size_t chunk, const Value& seqs, std::uint64_t bits) {
-    for (std::size_t i = 0; i < kPlacesPerChunk && chunk * kPlacesPerChunk + i < window_; ++i) {
-      const std::size_t at = c * window_ + chunk * kPlacesPerChunk + i;
-      std::memcpy(&seq_[at], seqs.data() + i * sizeof(std::uint64_t), sizeof(std::uint64_t));
+  void load(std::size_t c, std::size_t chunk, const char* seqs, std::uint64_t bits) {
+    for (std::size_t i = 0; i < places_per_chunk_ && chunk * places_per_chunk_ + i < window_; ++i) {
+      const std::size_t at = c * window_ + chunk * places_per_chunk_ + i;
+      std::memcpy(&seq_[at], seqs + i * sizeof(std::uint64_t), sizeof(std::uint64_t));
       missing_[at] = static_cast<std::uint8_t>((bits >> i) & 1);
     }
   }
@@ -221,6 +291,8 @@ class ClientTable {
   std::size_t place(std::uint64_t client, std::uint64_t seq) const { return client * window_ + seq % window_; }
 
   std::size_t window_;
+  std::size_t places_per_chunk_;
+  std::size_t value_bytes_;
   std::vector<std::uint64_t> seq_;
   std::vector<std::uint8_t> missing_;
 };
@@ -241,7 +313,8 @@ std::uint32_t apply_once(Store& store, ClientTable& table, ReplicaStats& stats, 
 }
 
 struct ReplicaState {
-  ReplicaState(std::size_t clients, std::size_t window) : table(clients, window) {}
+  ReplicaState(std::size_t clients, std::size_t window, std::size_t value_bytes)
+      : store(value_bytes), table(clients, window, value_bytes), log(value_bytes, 1024) {}
 
   // Applies the oldest log entry (which the caller then pops); returns its reply status.
   std::uint32_t apply_front() {
@@ -251,7 +324,7 @@ struct ReplicaState {
 
   Store store;
   ClientTable table;
-  detail::Fifo<Request> log{1024};
+  detail::RecordFifo<Request> log;  // each request with its value
   std::uint64_t applied = 0;
   std::uint64_t last_slot = 0;
   ReplicaStats stats;
@@ -273,61 +346,67 @@ enum class Outcome { finished, broken };
 // Multi-Paxos's round 0 and NOPaxos's START-VIEW. `extra` travels in kStateBegin's seq (NOPaxos:
 // the NO-OPs so far).
 template <class Push>
-void push_state(const Store& store, const ClientTable& table, std::uint64_t applied, std::uint64_t extra, Push&& push) {
-  Request r{};
-  r.op = kStateBegin;
-  r.key = applied;
-  r.seq = extra;
-  push(r);
-  store.for_each([&](std::uint64_t key, const Value& value) {
-    r = {};
-    r.op = kStatePair;
-    r.key = key;
-    r.value = value;
-    push(r);
+void push_state(const Store& store, const ClientTable& table, std::uint64_t applied, std::uint64_t extra,
+                std::size_t value_bytes, Push&& push) {
+  detail::Record<Request> r(value_bytes);  // once per state transfer
+  Request h{};
+  h.op = kStateBegin;
+  h.key = applied;
+  h.seq = extra;
+  r.set(h, nullptr);
+  push(r.head());
+  store.for_each([&](std::uint64_t key, const char* value) {
+    h = {};
+    h.op = kStatePair;
+    h.key = key;
+    r.set(h, value);
+    push(r.head());
   });
   for (std::size_t c = 0; c < table.clients(); ++c) {
     for (std::size_t chunk = 0; chunk < table.chunks(); ++chunk) {
-      r = {};
-      r.op = kStateClient;
-      r.client = c;
-      r.key = chunk;
-      table.chunk(c, chunk, r.value, r.seq);
-      push(r);
+      h = {};
+      h.op = kStateClient;
+      h.client = c;
+      h.key = chunk;
+      table.chunk(c, chunk, r.value(), h.seq);
+      r.head() = h;
+      push(r.head());
     }
   }
-  r = {};
-  r.op = kStateEnd;
-  r.key = applied;
-  push(r);
+  h = {};
+  h.op = kStateEnd;
+  h.key = applied;
+  r.set(h, nullptr);
+  push(r.head());
 }
 
 // Collects a state that push_state sent, aside: the receiver takes it only once it arrived whole
 // (a leader that dies halfway leaves the receiver's state as it was).
 class StateReceiver {
  public:
-  StateReceiver(std::size_t clients, std::size_t window) : clients_(clients), window_(window) {}
+  StateReceiver(std::size_t clients, std::size_t window, std::size_t value_bytes)
+      : clients_(clients), window_(window), value_bytes_(value_bytes) {}
 
-  // Takes one state operation; true when it completed a state (then store(), table() and
+  // Takes one state operation (its value follows it: value_of); true when it completed a state (then store(), table() and
   // applied() hold it). Throws dfi::Error(protocol) through `malformed(what)` on a broken one.
   template <class Malformed>
   bool take(const Request& r, Malformed&& malformed) {
     switch (r.op) {
       case kStateBegin:
-        store_.emplace();
-        table_.emplace(clients_, window_);
+        store_.emplace(value_bytes_);
+        table_.emplace(clients_, window_, value_bytes_);
         applied_ = r.key;
         extra_ = r.seq;
         return false;
       case kStatePair:
         if (!store_) malformed("state before its beginning");
-        store_->apply({.client = 0, .seq = 0, .key = r.key, .op = static_cast<std::uint32_t>(Op::put), .pad = 0, .value = r.value});
+        (void)store_->apply(static_cast<std::uint32_t>(Op::put), r.key, value_of(r));
         return false;
       case kStateClient:
         if (!table_ || r.client >= table_->clients() || r.key >= table_->chunks()) {
           malformed("client state of client " + std::to_string(r.client));
         }
-        table_->load(r.client, r.key, r.value, r.seq);
+        table_->load(r.client, r.key, value_of(r), r.seq);
         return false;
       case kStateEnd:
         if (!store_ || r.key != applied_) malformed("end of a state that did not begin");
@@ -347,7 +426,7 @@ class StateReceiver {
   }
 
  private:
-  std::size_t clients_, window_;
+  std::size_t clients_, window_, value_bytes_;
   std::optional<Store> store_;
   std::optional<ClientTable> table_;
   std::uint64_t applied_ = 0;
@@ -364,12 +443,12 @@ flow::SourceOptions source_options(const flow::Schema& schema, const ServiceOpti
 // The leader's end of the accept flow, and a follower's.
 flow::ReplicateSourceOptions accept_source_options(const ServiceOptions& o) {
   flow::ReplicateSourceOptions options;
-  options.expected_schema = accept_schema();
+  options.expected_schema = accept_schema(o.value_bytes);
   options.open_timeout = o.timeout;
   return options;
 }
 flow::ReplicateTargetOptions accept_target_options(const ServiceOptions& o, fabric::Worker& worker) {
-  return {.expected_schema = accept_schema(), .open_timeout = o.timeout, .worker = &worker};
+  return {.expected_schema = accept_schema(o.value_bytes), .open_timeout = o.timeout, .worker = &worker};
 }
 
 // How long a replica or client waits for the failure detector to confirm that a flow call which
@@ -409,8 +488,10 @@ class Leader {
         clients_(client_threads(o, node.size()).size()),
         state_(state),
         worker_(node.fabric(), "kv-leader"),
-        requests_(node, names_.requests, 0, request_schema(), o.timeout),
-        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(), o)) {
+        requests_(node, names_.requests, 0, request_schema(o.value_bytes), o.timeout),
+        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(o.value_bytes), o)),
+        accept_out_(o.value_bytes),
+        reply_out_(o.value_bytes) {
     // A client that dies is its own loss, not the service's: its requests that arrived are
     // still served (a write it sent may be applied), then its stream ends; replies to it are
     // dropped.
@@ -478,7 +559,11 @@ class Leader {
                                     "): " + what + " on flow '" + flow + "'");
   }
 
-  void push_accept(const Accept& a) { check(accept_->push(&a, sizeof a), "push to", names_.accept); }
+  // Pushes accept `a` with the value of its request (null: zeros).
+  void push_accept(const Accept& a, const char* value) {
+    accept_out_.set(a, value);
+    check(accept_->push(accept_out_.data(), accept_out_.bytes()), "push to", names_.accept);
+  }
 
   // Round 0: the state after the applied slots; round 1: the log after them, proposed again in
   // this view (the requests in it were received in an earlier view: their clients send them
@@ -486,21 +571,21 @@ class Leader {
   void open_rounds() {
     const std::uint64_t applied = state_.applied;
     Accept a{.view = view_.number, .round = 0, .slot = 0, .commit = applied, .request = {}};
-    push_state(state_.store, state_.table, applied, 0, [&](const Request& r) {
+    push_state(state_.store, state_.table, applied, 0, o_.value_bytes, [&](const Request& r) {
       a.request = r;
-      push_accept(a);
+      push_accept(a, value_of(r));
     });
     a.round = 1;
     for (std::size_t i = 0; i < state_.log.size(); ++i) {
       state_.log[i].pad = 0;
       a.slot = applied + 1 + i;
       a.request = state_.log[i];
-      push_accept(a);
+      push_accept(a, value_of(state_.log[i]));
     }
     if (state_.log.empty()) {
       a.slot = 0;
       a.request = {};
-      push_accept(a);
+      push_accept(a, nullptr);
     }
     check(accept_->flush(), "flush", names_.accept);
     round_ = 1;
@@ -522,7 +607,7 @@ class Leader {
       if (s.code() == Errc::retry) break;
       check(s, "consume from", names_.requests);
       if (batch.empty()) break;  // every client closed
-      for (const Request& r : batch.as<Request>()) {
+      for (const Request& r : detail::records<Request>(batch, o_.value_bytes)) {
         if (r.client >= clients_ || r.op < 1 || r.op > 3) [[unlikely]] {
           malformed("request with client " + std::to_string(r.client) + " and op " + std::to_string(r.op),
                     names_.requests);
@@ -537,7 +622,7 @@ class Leader {
         }
         Request entry = r;
         entry.pad = 1;  // received in this view: answered once applied
-        state_.log.push_back(entry);
+        state_.log.push_back(entry, value_of(r));
         ++state_.last_slot;
         if (!paxos_) {
           apply_log(state_.last_slot);
@@ -545,13 +630,13 @@ class Leader {
         }
         Accept a{.view = view_.number, .round = round, .slot = state_.last_slot, .commit = commit_, .request = r};
         a.request.pad = 0;
-        push_accept(a);
+        push_accept(a, value_of(r));
         wrote = true;
       }
       took += batch.count;
     }
     if (took == 0 || !paxos_) return took > 0;
-    if (!wrote) push_accept({.view = view_.number, .round = round, .slot = 0, .commit = commit_, .request = {}});
+    if (!wrote) push_accept({.view = view_.number, .round = round, .slot = 0, .commit = commit_, .request = {}}, nullptr);
     check(accept_->flush(), "flush", names_.accept);
     round_ = round;
     rounds_.push_back({round, state_.last_slot});
@@ -612,15 +697,15 @@ class Leader {
   }
 
   void answer_read(const Request& r) {
-    const Value* v = state_.store.find(r.key);
+    const char* v = state_.store.find(r.key);
     ++state_.stats.reads;
     reply(r, static_cast<std::uint32_t>(v != nullptr ? ReplyStatus::ok : ReplyStatus::not_found), v);
   }
 
-  void reply(const Request& r, std::uint32_t status, const Value* value) {
-    Reply reply{.client = r.client, .seq = r.seq, .status = status};
-    if (value != nullptr) reply.value = *value;
-    check(replies_.push_to(r.client, &reply, sizeof reply), "push to", names_.replies);
+  // Answers `r` with `value` (null: zeros).
+  void reply(const Request& r, std::uint32_t status, const char* value) {
+    reply_out_.set({.client = r.client, .seq = r.seq, .status = status, .count = 0, .epoch = 0, .pad = 0}, value);
+    check(replies_.push_to(r.client, reply_out_.data(), reply_out_.bytes()), "push to", names_.replies);
     ++state_.stats.answered;
     replied_ = true;
   }
@@ -634,7 +719,7 @@ class Leader {
   // After the last request: a heartbeat carrying the final commit slot, the end of the accept
   // flow, and the followers' last answers up to the end of theirs.
   void finish_followers() {
-    push_accept({.view = view_.number, .round = round_ + 1, .slot = 0, .commit = commit_, .request = {}});
+    push_accept({.view = view_.number, .round = round_ + 1, .slot = 0, .commit = commit_, .request = {}}, nullptr);
     check(accept_->close(), "close", names_.accept);
     for (;;) {
       flow::TupleBatch batch;
@@ -664,13 +749,15 @@ class Leader {
   flow::ShuffleSource replies_;
   std::optional<flow::ShuffleTarget> accepted_;
   std::optional<flow::ReplicateSource> accept_;
+  detail::Record<Accept> accept_out_;  // the tuple being pushed
+  detail::Record<Reply> reply_out_;
   bool replied_ = false;
   bool finished_ = false;
   std::uint64_t round_ = 0;
   std::uint64_t chosen_ = 0;
   std::uint64_t commit_ = 0;
-  detail::Fifo<PendingRead> reads_{1024};
-  detail::Fifo<RoundEnd> rounds_{64};
+  detail::RecordFifo<PendingRead> reads_{0, 1024};  // no value: a read needs none
+  detail::RecordFifo<RoundEnd> rounds_{0, 64};
   std::vector<std::uint64_t> follower_round_;
   std::vector<std::uint64_t> scratch_;
 };
@@ -701,7 +788,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
 
   // The leader's state (round 0) is collected aside and replaces ours only once it is whole and
   // ahead of ours: a leader that dies halfway leaves this replica's state as it was.
-  StateReceiver staged(state.table.clients(), state.table.window());
+  StateReceiver staged(state.table.clients(), state.table.window(), o.value_bytes);
   std::uint64_t last_round = 0, commit = 0, answered_round = 0;
   const auto idle_wait = std::chrono::milliseconds(20);
   for (;;) {
@@ -715,7 +802,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
     check(s, "consume from", names.accept);
     if (batch.end) break;
     if (batch.gap()) malformed("a gap (the flow is not ordered)");
-    for (const Accept& a : batch.as<Accept>()) {
+    for (const Accept& a : detail::records<Accept>(batch, o.value_bytes)) {
       if (a.view != view.number || a.round < last_round) [[unlikely]] {
         malformed("accept of view " + std::to_string(a.view) + ", round " + std::to_string(a.round) + " in view " +
                   std::to_string(view.number) + " after round " + std::to_string(last_round));
@@ -747,7 +834,7 @@ Outcome run_follower(cluster::Node& node, const ServiceOptions& o, const detail:
           if (a.request.client >= state.table.clients() || !is_write(a.request.op)) [[unlikely]] {
             malformed("write of client " + std::to_string(a.request.client) + " with op " + std::to_string(a.request.op));
           }
-          state.log.push_back(a.request);
+          state.log.push_back(a.request, value_of(a.request));
           state.last_slot = a.slot;
         }
       }
@@ -801,7 +888,7 @@ detail::View enter_next_view(cluster::Node& node, const ServiceOptions& o, std::
 
 // A Multi-Paxos or unreplicated replica, through every view until the service ends.
 ReplicaStats run_paxos_replica(cluster::Node& node, const ServiceOptions& o) {
-  ReplicaState state(client_threads(o, node.size()).size(), o.window);
+  ReplicaState state(client_threads(o, node.size()).size(), o.window, o.value_bytes);
   detail::View view = detail::first_view(o);
   for (;;) {
     const Outcome outcome = run_view(node, view, [&] {
@@ -836,7 +923,8 @@ constexpr std::uint64_t kSyncEvery = 64;
 // follower's) and `noops` every number of the session it knows to be a NO-OP (decided, held or
 // not reached yet).
 struct NopaxosState {
-  NopaxosState(std::size_t clients, std::size_t window) : table(clients, window) {}
+  NopaxosState(std::size_t clients, std::size_t window, std::size_t value_bytes)
+      : store(value_bytes), table(clients, window, value_bytes), log(value_bytes, 1024) {}
 
   std::uint32_t apply_write(const Request& r) { return apply_once(store, table, stats, r); }
 
@@ -857,7 +945,7 @@ struct NopaxosState {
   ReplicaStats stats;
   std::uint64_t session = 0;
   std::uint64_t held = 0;
-  detail::Fifo<SlotRequest> log{1024};
+  detail::RecordFifo<SlotRequest> log;  // each request with its value
   std::vector<std::uint64_t> noops;
 };
 
@@ -944,8 +1032,12 @@ class NopaxosReplica {
         log_(state.log),
         worker_(node.fabric(), "kv-replica"),
         requests_(node, names_.requests, 0,
-                  {.expected_schema = request_schema(), .open_timeout = o.timeout, .worker = &worker_}),
-        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(), o)) {
+                  {.expected_schema = request_schema(o.value_bytes), .open_timeout = o.timeout, .worker = &worker_}),
+        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(o.value_bytes), o)),
+        accept_out_(o.value_bytes),
+        reply_out_(o.value_bytes),
+        held_(o.value_bytes, 1024),
+        fill_(o.value_bytes, 64) {
     // A client that dies is its own loss: its replies are dropped (its requests stream ends).
     replies_.drop_for_dead_targets();
     if (leader_) {
@@ -1021,7 +1113,7 @@ class NopaxosReplica {
 
   // A segment is one client's consecutive requests, sent as one copy (one epoch): the
   // follower's acknowledgement covers them as a range.
-  void check_segment(std::span<const Request> segment, const std::string& flow) {
+  void check_segment(detail::Records<Request> segment, const std::string& flow) {
     for (std::size_t i = 0; i < segment.size(); ++i) {
       const Request& r = segment[i];
       if (r.client >= clients_ || r.op < 1 || r.op > 3 || r.client != segment[0].client ||
@@ -1097,9 +1189,9 @@ class NopaxosReplica {
   // reports the same counts at the end).
   void start_view() {
     Accept a{.view = view_.number, .round = kStartView, .slot = 0, .commit = 0, .request = {}};
-    push_state(store_, table_, stats_.writes, stats_.noops, [&](const Request& r) {
+    push_state(store_, table_, stats_.writes, stats_.noops, o_.value_bytes, [&](const Request& r) {
       a.request = r;
-      push_decision(a);
+      push_decision(a, value_of(r));
     });
     check(accept_->flush(), "flush", names_.accept);
   }
@@ -1107,24 +1199,23 @@ class NopaxosReplica {
   // Executes the segment due next and answers every request in it.
   void execute(const flow::ReplicateBatch& batch) {
     expect_next(batch.sequence);
-    const std::span<const Request> segment = batch.as<Request>();
+    const detail::Records<Request> segment = detail::records<Request>(batch, o_.value_bytes);
     check_segment(segment, names_.requests);
-    if (segment.empty()) [[unlikely]] held_.push_back({next_, Request{}});  // nothing to hold: as a NO-OP
+    if (segment.empty()) [[unlikely]] held_.push_back({next_, Request{}}, nullptr);  // nothing to hold: as a NO-OP
     for (const Request& r : segment) {
-      Reply reply{.client = r.client, .seq = r.seq, .status = 0, .count = 0, .epoch = r.pad, .pad = 0, .value = {}};
+      const Reply reply{.client = r.client, .seq = r.seq, .status = 0, .count = 0, .epoch = r.pad, .pad = 0};
       if (is_write(r.op)) {
-        reply.status = apply_write(r);
+        reply_out_.set(reply, nullptr);
+        reply_out_.head().status = apply_write(r);
       } else {
-        if (const Value* v = store_.find(r.key)) {
-          reply.value = *v;
-        } else {
-          reply.status = static_cast<std::uint32_t>(ReplyStatus::not_found);
-        }
+        const char* v = store_.find(r.key);
+        reply_out_.set(reply, v);
+        if (v == nullptr) reply_out_.head().status = static_cast<std::uint32_t>(ReplyStatus::not_found);
         ++stats_.reads;
       }
-      check(replies_.push_to(r.client, &reply, sizeof reply), "push to", names_.replies);
+      check(replies_.push_to(r.client, reply_out_.data(), reply_out_.bytes()), "push to", names_.replies);
       ++stats_.answered;
-      held_.push_back({next_, r});
+      held_.push_back({next_, r}, value_of(r));
     }
     replied_ = true;
     decided_ = next_++;
@@ -1134,9 +1225,9 @@ class NopaxosReplica {
 
   // Gap agreement at sequence number n (due next), which the leader does not have: a NO-OP.
   void commit_gap(std::uint64_t n) {
-    push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}});
+    push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}}, nullptr);
     check(accept_->flush(), "flush", names_.accept);
-    held_.push_back({n, Request{}});
+    held_.push_back({n, Request{}}, nullptr);
     state_.noops.push_back(n);
     decided_ = next_++;
     ++stats_.noops;
@@ -1165,11 +1256,15 @@ class NopaxosReplica {
     }
   }
 
-  void push_decision(const Accept& a) { check(accept_->push(&a, sizeof a), "push to", names_.accept); }
+  // Pushes decision `a` with the value of its request (null: zeros).
+  void push_decision(const Accept& a, const char* value) {
+    accept_out_.set(a, value);
+    check(accept_->push(accept_out_.data(), accept_out_.bytes()), "push to", names_.accept);
+  }
 
   // Every sequence number up to decided_ is decided: the followers may apply them.
   void send_sync() {
-    push_decision({.view = view_.number, .round = kGapSync, .slot = decided_, .commit = 0, .request = {}});
+    push_decision({.view = view_.number, .round = kGapSync, .slot = decided_, .commit = 0, .request = {}}, nullptr);
     check(accept_->flush(), "flush", names_.accept);
     synced_sent_ = decided_;
   }
@@ -1232,7 +1327,7 @@ class NopaxosReplica {
                 names_.accepted);
     }
     if (held_[lo].request.op == 0) {
-      push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}});
+      push_decision({.view = view_.number, .round = kGapCommit, .slot = n, .commit = 0, .request = {}}, nullptr);
       return true;
     }
     std::size_t count = 0;
@@ -1242,7 +1337,8 @@ class NopaxosReplica {
                      .round = kGapFill,
                      .slot = n,
                      .commit = (static_cast<std::uint64_t>(count) << 32) | i,
-                     .request = held_[lo + i].request});
+                     .request = held_[lo + i].request},
+                    value_of(held_[lo + i].request));
     }
     return true;
   }
@@ -1298,7 +1394,7 @@ class NopaxosReplica {
           } else if (take_noop_ahead(next_)) {
             ++next_;  // its NO-OP decision came first
           } else {
-            const std::span<const Request> segment = batch.as<Request>();
+            const detail::Records<Request> segment = detail::records<Request>(batch, o_.value_bytes);
             check_segment(segment, names_.requests);
             hold(segment);
           }
@@ -1345,7 +1441,7 @@ class NopaxosReplica {
   // which only a replica of the new session can keep). It replaces this replica's state and
   // log: the leader merged every survivor's log into it.
   void take_start_view(Backoff& backoff) {
-    StateReceiver staged(table_.clients(), table_.window());
+    StateReceiver staged(table_.clients(), table_.window(), o_.value_bytes);
     const Deadline deadline(o_.timeout);
     for (;;) {
       flow::ReplicateBatch batch;
@@ -1363,7 +1459,7 @@ class NopaxosReplica {
       check(s, "consume from", names_.accept);
       if (batch.end || batch.gap()) [[unlikely]] malformed("the end or a gap before START-VIEW", names_.accept);
       backoff.reset();
-      const std::span<const Accept> decisions = batch.as<Accept>();
+      const detail::Records<Accept> decisions = detail::records<Accept>(batch, o_.value_bytes);
       for (std::size_t i = 0; i < decisions.size(); ++i) {
         const Accept& a = decisions[i];
         if (a.view != view_.number || a.round != kStartView) [[unlikely]] {
@@ -1407,19 +1503,19 @@ class NopaxosReplica {
   }
 
   // Logs the writes of segment next_ and acknowledges it to its client.
-  void hold(std::span<const Request> segment) {
+  void hold(detail::Records<Request> segment) {
     for (const Request& r : segment) {
-      if (is_write(r.op)) log_.push_back({next_, r});
+      if (is_write(r.op)) log_.push_back({next_, r}, value_of(r));
     }
     if (!segment.empty()) {
-      const Reply ack{.client = segment.back().client,
+      reply_out_.set({.client = segment.back().client,
                       .seq = segment.back().seq,
                       .status = static_cast<std::uint32_t>(ReplyStatus::ack),
                       .count = static_cast<std::uint32_t>(segment.size()),
                       .epoch = segment.front().pad,
-                      .pad = 0,
-                      .value = {}};
-      check(replies_.push_to(ack.client, &ack, sizeof ack), "push to", names_.replies);
+                      .pad = 0},
+                     nullptr);
+      check(replies_.push_to(reply_out_.head().client, reply_out_.data(), reply_out_.bytes()), "push to", names_.replies);
       replied_ = true;
     }
     ++next_;
@@ -1437,7 +1533,7 @@ class NopaxosReplica {
       check(s, "consume from", names_.accept);
       if (batch.end || batch.gap()) [[unlikely]] malformed("the end or a gap before this follower's end", names_.accept);
       any = true;
-      for (const Accept& a : batch.as<Accept>()) {
+      for (const Accept& a : detail::records<Accept>(batch, o_.value_bytes)) {
         if (a.view != view_.number || a.slot == 0) [[unlikely]] {
           malformed("decision " + std::to_string(a.round) + " of view " + std::to_string(a.view) +
                         " about sequence number " + std::to_string(a.slot),
@@ -1491,12 +1587,12 @@ class NopaxosReplica {
     const std::uint64_t count = a.commit >> 32, index = a.commit & 0xffffffffu;
     if (index == 0) fill_.clear();
     if (index != fill_.size()) return;  // a series it joined half-way; the one it asked for follows
-    fill_.push_back(a.request);
+    fill_.push_back(a.request, value_of(a.request));
     if (fill_.size() < count) return;
-    check_segment(fill_, names_.accept);
+    check_segment(fill_.records(), names_.accept);
     waiting_ = false;
     ++stats_.filled;
-    hold(fill_);
+    hold(fill_.records());
   }
 
   void apply_committed() {
@@ -1526,10 +1622,12 @@ class NopaxosReplica {
   Store& store_;
   ClientTable& table_;
   ReplicaStats& stats_;
-  detail::Fifo<SlotRequest>& log_;  // writes not applied yet (a follower's)
+  detail::RecordFifo<SlotRequest>& log_;  // writes not applied yet (a follower's)
   fabric::Worker worker_;
   flow::ReplicateTarget requests_;
   flow::ShuffleSource replies_;
+  detail::Record<Accept> accept_out_;  // the tuple being pushed
+  detail::Record<Reply> reply_out_;
   bool replied_ = false;
   bool finished_ = false;
   std::uint64_t next_ = 1;  // the sequence number due next
@@ -1538,7 +1636,7 @@ class NopaxosReplica {
   std::optional<flow::ReplicateSource> accept_;
   std::uint64_t decided_ = 0;      // every number up to it is decided
   std::uint64_t synced_sent_ = 0;  // the last kGapSync
-  detail::Fifo<SlotRequest> held_{1024};
+  detail::RecordFifo<SlotRequest> held_;  // each request with its value
   std::vector<std::uint64_t> wanted_;  // numbers followers asked for before the leader got there
   std::vector<std::uint64_t> follower_synced_;
   std::vector<std::uint64_t> follower_committed_;
@@ -1553,12 +1651,12 @@ class NopaxosReplica {
   std::uint64_t gap_end_ = 0;              // a gap event's numbers next_ .. gap_end_-1
   bool waiting_ = false;                   // for the leader's decision about next_
   Deadline waiting_since_{std::chrono::milliseconds(0)};
-  std::vector<Request> fill_;  // the leader's requests of next_ so far
+  detail::RecordFifo<Request> fill_;  // the leader's requests of next_ so far, with their values
 };
 
 // A NOPaxos replica, through every view until the service ends.
 ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o) {
-  NopaxosState state(client_threads(o, node.size()).size(), o.window);
+  NopaxosState state(client_threads(o, node.size()).size(), o.window, o.value_bytes);
   detail::View view = detail::first_view(o);
   for (;;) {
     const Outcome outcome = run_view(node, view, [&] { return NopaxosReplica(node, o, view, state).run(); });
@@ -1577,6 +1675,7 @@ ReplicaStats run_replica(cluster::Node& node, const ServiceOptions& options) {
     throw Error(Errc::invalid_argument, std::string(kKind) + " '" + options.name + "': rank " +
                                             std::to_string(node.rank()) + " is a client, not a replica");
   }
+  check_value_bytes(node, options);
   if (options.protocol == Protocol::nopaxos) return run_nopaxos_replica(node, options);
   return run_paxos_replica(node, options);
 }

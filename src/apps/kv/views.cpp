@@ -114,7 +114,7 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
   // larger: the leader then waits for ring space while the followers consume.)
   const bool nopaxos = o.protocol == Protocol::nopaxos;
   flow::FlowSpec requests = spec(names.requests, nopaxos ? flow::FlowType::replicate : flow::FlowType::shuffle,
-                                 request_schema());
+                                 request_schema(o.value_bytes));
   requests.sources = clients;
   requests.targets = {leader_target};
   if (nopaxos) {
@@ -127,18 +127,18 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
   // first copy, so its rings hold twice the window.
   const std::uint32_t window_segments = static_cast<std::uint32_t>(nopaxos ? 2 * o.window + 2 : o.window + 1);
   requests.options.segments = window_segments;
-  requests.options.segment_bytes = segment_for(o.window, sizeof(Request)) + (nopaxos ? 8 : 0);  // + sequence word
+  requests.options.segment_bytes = segment_for(o.window, request_bytes(o.value_bytes)) + (nopaxos ? 8 : 0);  // + sequence word
   requests.options.stall_timeout = o.timeout;
   flow::create_flow(node, requests);
 
-  flow::FlowSpec replies = spec(names.replies, flow::FlowType::shuffle, reply_schema());
+  flow::FlowSpec replies = spec(names.replies, flow::FlowType::shuffle, reply_schema(o.value_bytes));
   replies.sources = {leader_source};
   for (int r : view.followers) {
     if (nopaxos) replies.sources.push_back({r, 0});
   }
   for (const flow::SourceRef& c : clients) replies.targets.push_back({c.rank, c.thread});
   replies.options.segments = window_segments;
-  replies.options.segment_bytes = segment_for(o.window, sizeof(Reply));
+  replies.options.segment_bytes = segment_for(o.window, reply_bytes(o.value_bytes));
   replies.options.stall_timeout = o.timeout;
   flow::create_flow(node, replies);
 
@@ -156,12 +156,12 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
     accepted_tuples_per_segment = 1;
   }
   if (o.protocol != Protocol::unreplicated) {
-    flow::FlowSpec accept = spec(names.accept, flow::FlowType::replicate, accept_schema());
+    flow::FlowSpec accept = spec(names.accept, flow::FlowType::replicate, accept_schema(o.value_bytes));
     accept.sources = {leader_source};
     for (int r : view.followers) accept.targets.push_back({r, 0});
     accept.options.segments = static_cast<std::uint32_t>(accept_segments);
     // The replicate segment header (one word) comes on top of the tuples.
-    accept.options.segment_bytes = segment_for(accept_tuples_per_segment, sizeof(Accept)) + 8;
+    accept.options.segment_bytes = segment_for(accept_tuples_per_segment, accept_bytes(o.value_bytes)) + 8;
     accept.options.stall_timeout = o.timeout;
     flow::create_flow(node, accept);
 

@@ -67,13 +67,15 @@ struct KvLoad {
   double rate = 0;          // per client, 0: as the window allows
   double zipf = 0;          // key skew, 0: uniform
   std::string history_dir;  // non-empty: the clients write their histories there
+  std::uint64_t value_bytes = apps::kv::kDefaultValueBytes;  // width of every value
 };
 
 // The load of the kv and kv-etcd scenarios: the rest at its defaults. (A function, not a brace
 // list: -Wmissing-field-initializers.)
 KvLoad make_load(int threads, std::uint64_t window, std::uint64_t keys, double seconds,
-                 std::chrono::milliseconds timeout) {
+                 std::chrono::milliseconds timeout, std::uint64_t value_bytes) {
   KvLoad load;
+  load.value_bytes = value_bytes;
   load.threads = threads;
   load.window = window;
   load.keys = keys;
@@ -118,7 +120,7 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
                 {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds},
                 {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate},
-                {"zipf", load.zipf}};
+                {"zipf", load.zipf},      {"value_bytes", load.value_bytes}};
   if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
   if (!kills.empty()) {
     json list = json::array();
@@ -210,6 +212,7 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
   options.service.replicas = params.at("replicas");
   options.service.client_threads = params.at("threads");
   options.service.window = params.at("window");
+  options.service.value_bytes = params.value("value_bytes", std::uint64_t{apps::kv::kDefaultValueBytes});
   options.keys = params.at("keys");
   options.seconds = params.at("seconds");
   options.read_ratio = params.value("reads", 0.95);
@@ -250,7 +253,7 @@ class KvScenario : public Scenario {
     return "Replicated key-value store: NOPaxos and Multi-Paxos on flows vs unreplicated, YCSB 95/5, 64 B values";
   }
   std::string description() const override {
-    return "apps/kv under a YCSB-B-like load (95 % gets, 5 % puts, 64 B values, keys uniform or Zipf-distributed "
+    return "apps/kv under a YCSB-B-like load (95 % gets, 5 % puts, `value_bytes` values (64 B by default), keys uniform or Zipf-distributed "
            "with exponent `zipf`): "
            "`replicas` replica ranks (rank 0 leads) and 2 client ranks of `threads` client threads, "
            "each keeping `window` requests outstanding (the offered load). paxos: Multi-Paxos over "
@@ -268,6 +271,7 @@ class KvScenario : public Scenario {
         {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
         {"keys", 100000, 1000000, "keys the requests draw from"},
         {"zipf", 0.0, 0.0, "Zipf exponent of the keys (0: uniform; YCSB's skew: 0.99)"},
+        {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
@@ -285,6 +289,7 @@ class KvScenario : public Scenario {
     const std::uint64_t keys = context.param("keys");
     const double zipf = context.param("zipf");
     const double seconds = context.param("seconds");
+    const std::uint64_t value_bytes = context.param("value_bytes");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("unreplicated", baselines()[0].description);
@@ -312,7 +317,7 @@ class KvScenario : public Scenario {
                                     ", window " + std::to_string(window) + ", " + protocol;
           context.say(round);
           std::string command;
-          KvLoad load = make_load(threads, window, keys, seconds, timeout);
+          KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
           load.zipf = zipf;
           const json r = run_dfi_kv(context, name(), protocol, n, load, command);
           const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
@@ -340,7 +345,7 @@ class KvEtcdScenario : public Scenario {
     return "Replicated key-value store: Multi-Paxos and NOPaxos on flows vs etcd, YCSB 95/5, 64 B values";
   }
   std::string description() const override {
-    return "The kv scenario's load (95 % gets, 5 % puts, 64 B values, uniform keys, linearizable reads) "
+    return "The kv scenario's load (95 % gets, 5 % puts, `value_bytes` values (64 B by default), uniform keys, linearizable reads) "
            "on DFI's store (Multi-Paxos and NOPaxos) with `replicas` replicas and on an etcd cluster of as many members "
            "on loopback (Debian's etcd-server 3.4, driven by the Go client go.etcd.io/etcd/client/v3: "
            "bench/etcd/ycsb), its log on tmpfs (fsync free) and, when data includes disk, on disk. Same "
@@ -352,6 +357,7 @@ class KvEtcdScenario : public Scenario {
         {"threads", 2, 2, "client threads per client rank (etcd: 2 x threads client connections)"},
         {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
         {"keys", 10000, 100000, "keys the requests draw from (etcd preloads them)"},
+        {"value_bytes", 64, 64, "width of every value in bytes (DFI and etcd; a multiple of 8, 8..4096)"},
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"data", json::array({"tmpfs"}), json::array({"tmpfs", "disk"}), "where etcd keeps its log: tmpfs, disk"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
@@ -372,6 +378,7 @@ class KvEtcdScenario : public Scenario {
     const std::vector<std::uint64_t> windows = context.param("windows");
     const std::uint64_t keys = context.param("keys");
     const double seconds = context.param("seconds");
+    const std::uint64_t value_bytes = context.param("value_bytes");
     const std::vector<std::string> data = context.param("data");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
@@ -403,7 +410,7 @@ class KvEtcdScenario : public Scenario {
           for (const std::string protocol : {"paxos", "nopaxos"}) {
             context.say(round + ", " + protocol);
             std::string command;
-            const json r = run_dfi_kv(context, name(), protocol, replicas, make_load(threads, window, keys, seconds, timeout), command);
+            const json r = run_dfi_kv(context, name(), protocol, replicas, make_load(threads, window, keys, seconds, timeout, value_bytes), command);
             const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
             context.say(round + ", " + protocol + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
             tput.add(protocol, window, kreq);
@@ -418,7 +425,7 @@ class KvEtcdScenario : public Scenario {
             std::string command;
             const json r = run_etcd_ycsb(cluster,
                                          {.clients = kClientRanks * threads, .window = window, .keys = keys,
-                                          .reads = 0.95, .value_bytes = 64, .seconds = seconds},
+                                          .reads = 0.95, .value_bytes = static_cast<int>(value_bytes), .seconds = seconds},
                                          &command);
             const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
             context.say(round + ", etcd (" + d + "): " + std::to_string(kreq) + " k req/s, p99 " +
@@ -456,6 +463,7 @@ class KvFailoverScenario : public Scenario {
         {"threads", 2, 2, "client threads per client rank"},
         {"window", 4, 16, "requests outstanding per client"},
         {"keys", 1000, 100000, "keys the requests draw from"},
+        {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
         {"seconds", 2.5, 4.0, "run length of every client"},
         {"kill_after_s", 1.0, 1.5, "when the replica is killed, after every rank started"},
         {"victims", json::array({"leader", "follower"}), json::array({"leader", "follower"}), "which replica is killed"},
@@ -473,6 +481,7 @@ class KvFailoverScenario : public Scenario {
     const std::uint64_t window = context.param("window");
     const std::uint64_t keys = context.param("keys");
     const double seconds = context.param("seconds");
+    const std::uint64_t value_bytes = context.param("value_bytes");
     const double kill_after = context.param("kill_after_s");
     const std::vector<std::string> victims = context.param("victims");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
@@ -488,7 +497,7 @@ class KvFailoverScenario : public Scenario {
       p->series("no-failure", Role::baseline, "Multi-Paxos, no replica killed");
     }
     tput.compare("paxos", "no-failure");
-    const KvLoad load = make_load(threads, window, keys, seconds, timeout);
+    const KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (const std::string& victim : victims) {
         if (victim != "leader" && victim != "follower") {
@@ -557,6 +566,7 @@ class KvJepsenScenario : public Scenario {
         {"replicas", 3, 5, "replica ranks"},
         {"seconds", 1.5, 2.0, "run length of every client"},
         {"rate", 500, 500, "requests per second each of the 4 clients offers (keeps histories checkable)"},
+        {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
         {"seed", 1, 1, "seed of the randomized loads and faults"},
         {"protocol", "paxos", "paxos", "replication protocol: paxos or nopaxos"},
         {"faults", "none,leader,follower,client,leader+follower", "none,leader,follower,client,leader+follower",
@@ -577,6 +587,7 @@ class KvJepsenScenario : public Scenario {
     const int histories = context.param("histories");
     const int replicas = context.param("replicas");
     const double seconds = context.param("seconds");
+    const std::uint64_t value_bytes = context.param("value_bytes");
     const double rate = context.param("rate");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     const std::string protocol = context.param("protocol").get<std::string>();
@@ -636,6 +647,7 @@ class KvJepsenScenario : public Scenario {
       load.deletes = pick({0.0, 0.2});
       load.seconds = seconds;
       load.timeout = timeout;
+      load.value_bytes = value_bytes;
       const fs::path dir = work / std::to_string(i);
       fs::remove_all(dir);
       fs::create_directories(dir);

@@ -5,9 +5,14 @@
 // poll(); the synchronous calls do both for one request.
 //
 //   kv::Client client(node, worker, options, thread);
-//   client.put(42, value).throw_if_error();
-//   kv::Value out; bool found = false;
-//   client.get(42, out, found).throw_if_error();
+//   client.put(42, "hello").throw_if_error();     // padded with zeros to options.value_bytes
+//   std::string out; bool found = false;
+//   client.get(42, out, found).throw_if_error();  // out: options.value_bytes bytes
+//
+// Values are ServiceOptions::value_bytes wide, the service's width (the client checks that its
+// options say the same as the service's creator when it opens: invalid_argument otherwise). A put
+// takes a value of at most that many bytes and stores it padded with zero bytes; a get returns
+// the whole width.
 //   client.close().throw_if_error();          // when done: lets the service end
 //
 // Multi-Paxos: when a replica dies, the client follows the service into its next view (it learns
@@ -22,13 +27,16 @@
 // Errors of every call name the service, the flow and the
 // peer: peer_failed (fewer than a majority of the replicas left; NOPaxos and unreplicated: a
 // replica died), timeout (no reply within ServiceOptions::timeout), invalid_argument (window
-// full, bad op), protocol (a reply to no outstanding request). Nothing on the request path
-// allocates; a view change does.
+// full, bad op, a value wider than the service's), protocol (a reply to no outstanding request).
+// Nothing on the request path allocates (get() into a std::string: once it has the capacity); a
+// view change does.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "dfi/apps/kv/service.hpp"
@@ -46,7 +54,9 @@ struct Completion {
   Op op = Op::get;
   std::uint64_t key = 0;
   bool found = false;     // get: the key had a value; delete: the key existed
-  Value value{};          // get: the value read
+  // get: the value read (value_bytes bytes; zeros when not found). Points into the client: valid
+  // until the next call on it.
+  std::string_view value;
 };
 
 class Client {
@@ -59,21 +69,25 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Sends one request (value: for put, else ignored; may be null) and returns its number in
-  // `seq`. Buffered until flush() or poll(). invalid_argument when window requests are
-  // outstanding. Waits (taking replies) while request seq - window still holds its place.
-  Status submit(Op op, std::uint64_t key, const Value* value, std::uint64_t& seq);
+  // Sends one request (value: for put, at most value_bytes() bytes, padded with zeros; else
+  // ignored) and returns its number in `seq`. Buffered until flush() or poll().
+  // invalid_argument when window requests are outstanding or the value is too wide. Waits
+  // (taking replies) while request seq - window still holds its place.
+  Status submit(Op op, std::uint64_t key, std::string_view value, std::uint64_t& seq);
   // Sends what submit() buffered.
   Status flush();
   // Flushes, then waits for one completion (up to the service timeout).
   Status poll(Completion& done);
-  // One request, synchronously.
-  Status get(std::uint64_t key, Value& value, bool& found);
-  Status put(std::uint64_t key, const Value& value);
+  // One request, synchronously. get: `value` becomes the value (value_bytes() bytes) when found.
+  Status get(std::uint64_t key, std::string& value, bool& found);
+  // put: `value` at most value_bytes() bytes, stored padded with zeros.
+  Status put(std::uint64_t key, std::string_view value);
+  // del: `found` tells whether the key existed.
   Status del(std::uint64_t key, bool& found);
 
   std::size_t outstanding() const noexcept;
   std::size_t index() const noexcept;  // this client's index
+  std::size_t value_bytes() const noexcept;  // the service's value width
   // NOPaxos: requests sent again because the leader did not answer within retry_timeout (their
   // slot may have become a NO-OP), and the leader's replies to older copies that were ignored.
   std::uint64_t resent() const noexcept;

@@ -32,7 +32,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "dfi/apps/kv/service.hpp"
 
@@ -66,9 +68,11 @@ class HistoryJournal {
   std::size_t size_ = 0;      // records used
 };
 
-// The value a put with id `id` writes: the id in the first 8 bytes, then a pattern derived from it.
-Value value_of(std::uint64_t id);
-// The id of `value` if it is one value_of made, else 0 (a torn or foreign value).
-std::uint64_t id_of(const Value& value);
+// The value a put with id `id` writes, over all of `value` (the service's width, at least 8 bytes):
+// the id in the first 8 bytes, then a pattern derived from it. Throws dfi::Error(invalid_argument)
+// for a value narrower than 8 bytes.
+void value_of(std::uint64_t id, std::span<char> value);
+// The id of `value` if it is one value_of made (at any width), else 0 (a torn or foreign value).
+std::uint64_t id_of(std::string_view value);
 
 }  // namespace dfi::apps::kv

@@ -1,8 +1,13 @@
 // apps::kv service — a key-value store replicated over flows (003 §4.3.2, Fig 3).
 //
 // Ranks 0 .. replicas-1 are the replicas (rank 0 leads view 0); clients are threads of the other
-// ranks. A request is one fixed-width tuple (key, operation, 64 B value); so is a reply. Every
-// view v of the service has four flows of its own, the first created by create_service:
+// ranks. A request is one fixed-width tuple (key, operation, value); so is a reply. Every value of
+// a service has the same width, ServiceOptions::value_bytes (64 B by default), chosen when the
+// service starts: a tuple is its header struct below (Request, Reply, Accept) followed at once by
+// value_bytes bytes of value (value_of). create_service publishes the width; every replica and
+// client checks its own against it before it opens a flow (a mismatch is invalid_argument naming
+// both widths and the rank that created the service). Every view v of the service has four flows
+// of its own, the first created by create_service:
 //
 //   <name>.v<v>.requests   shuffle  every client thread -> the leader          (Request)
 //   <name>.v<v>.accept     replicate the leader -> every follower   (Accept; NOPaxos: gap agreement)
@@ -79,7 +84,6 @@
 // timeout), NOPaxos view change. A dead client is its own loss: the service goes on without it.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -97,8 +101,11 @@ class Node;
 
 namespace dfi::apps::kv {
 
-inline constexpr std::size_t kValueBytes = 64;
-using Value = std::array<char, kValueBytes>;
+// The width of a value when ServiceOptions::value_bytes is not set (the issue's 64 B).
+inline constexpr std::size_t kDefaultValueBytes = 64;
+// value_bytes must be a multiple of 8 (the headers' alignment) in kMinValueBytes .. kMaxValueBytes.
+inline constexpr std::size_t kMinValueBytes = 8;
+inline constexpr std::size_t kMaxValueBytes = 4096;
 
 enum class Op : std::uint32_t { get = 1, put = 2, del = 3 };
 enum class Protocol { unreplicated, paxos, nopaxos };
@@ -108,8 +115,9 @@ std::string_view protocol_name(Protocol protocol) noexcept;
 // Parses the names above; throws dfi::Error(invalid_argument) naming the accepted values.
 Protocol parse_protocol(std::string_view name);
 
-// A client's request. `client` is the client's index (its target in <name>.replies), `seq` its
-// request counter; `value` is used by put.
+// A client's request (the header of a request tuple; its value follows it: value_of). `client`
+// is the client's index (its target in <name>.replies), `seq` its request counter; the value is
+// used by put.
 struct Request {
   std::uint64_t client = 0;
   std::uint64_t seq = 0;
@@ -119,15 +127,15 @@ struct Request {
   // higher after each resend), echoed in the replies. Multi-Paxos: 0 on the wire; in the
   // leader's log, 1 marks a request received in the current view.
   std::uint32_t pad = 0;
-  Value value{};
 };
-static_assert(sizeof(Request) == 96);
+static_assert(sizeof(Request) == 32);
 
 // ack: a NOPaxos follower's acknowledgement of the `count` requests seq-count+1 .. seq of one
 // client, which arrived together in one segment (one tuple per segment, not per request).
 enum class ReplyStatus : std::uint32_t { ok = 0, not_found = 1, ack = 2 };
 
-// The answer to request (client, seq): for get, the value or not_found; put and delete: ok
+// The answer to request (client, seq) (the header of a reply tuple; its value follows it): for
+// get, the value or not_found; put and delete: ok
 // (delete of an absent key: not_found). NOPaxos: `epoch` is the copy of the request it answers
 // (Request::pad): a client counts only the answers to the copy it sent last.
 struct Reply {
@@ -137,13 +145,13 @@ struct Reply {
   std::uint32_t count = 0;   // ack: the requests it covers
   std::uint32_t epoch = 0;   // NOPaxos: the copy answered
   std::uint32_t pad = 0;
-  Value value{};
 };
-static_assert(sizeof(Reply) == 96);
+static_assert(sizeof(Reply) == 32);
 
 // Multi-Paxos: the leader's proposal of one write for `slot` in `round` (slot 0: a heartbeat,
 // no write), with the leader's commit slot. NOPaxos (gap agreement, see above): `round` is a
-// GapMessage, `slot` the sequence number it is about.
+// GapMessage, `slot` the sequence number it is about. The header of an accept tuple: the value of
+// `request` follows it (the request is its last member, so value_of(accept.request) is that value).
 struct Accept {
   std::uint64_t view = 0;
   std::uint64_t round = 0;
@@ -151,7 +159,7 @@ struct Accept {
   std::uint64_t commit = 0;
   Request request;
 };
-static_assert(sizeof(Accept) == 128);
+static_assert(sizeof(Accept) == 64);
 
 // Multi-Paxos: follower `follower` (its index among the followers) holds every round up to
 // `round` and every slot up to `slot`. NOPaxos: `round` is a GapAnswer about sequence number
@@ -179,15 +187,34 @@ enum GapAnswer : std::uint64_t {
   kGapSynced = 3,    // it holds every sequence number up to `slot` (after a kGapSync)
 };
 
-// The flows' schemas (C layout of the structs above).
-flow::Schema request_schema();
-flow::Schema reply_schema();
-flow::Schema accept_schema();
+// The value of a tuple whose header `h` is (a Request, Reply or Accept::request inside a tuple, or
+// inside storage laid out as one): the value_bytes bytes right after the header.
+template <class Header>
+const char* value_of(const Header& h) noexcept {
+  return reinterpret_cast<const char*>(&h + 1);
+}
+template <class Header>
+char* value_of(Header& h) noexcept {
+  return reinterpret_cast<char*>(&h + 1);
+}
+
+// A tuple's width for values of `value_bytes`: its header and the value.
+constexpr std::size_t request_bytes(std::size_t value_bytes) noexcept { return sizeof(Request) + value_bytes; }
+constexpr std::size_t reply_bytes(std::size_t value_bytes) noexcept { return sizeof(Reply) + value_bytes; }
+constexpr std::size_t accept_bytes(std::size_t value_bytes) noexcept { return sizeof(Accept) + value_bytes; }
+
+// The flows' schemas (C layout of the structs above, then a chars column of value_bytes).
+flow::Schema request_schema(std::size_t value_bytes = kDefaultValueBytes);
+flow::Schema reply_schema(std::size_t value_bytes = kDefaultValueBytes);
+flow::Schema accept_schema(std::size_t value_bytes = kDefaultValueBytes);
 flow::Schema accepted_schema();
 
 struct ServiceOptions {
   std::string name = "kv";        // flows "<name>.requests" ...; a name per run
   Protocol protocol = Protocol::paxos;
+  // Width of every value (put, get), a multiple of 8 in kMinValueBytes .. kMaxValueBytes. Every
+  // replica and client of a service must use the same (checked when they start).
+  std::size_t value_bytes = kDefaultValueBytes;
   int replicas = 3;               // ranks 0 .. replicas-1; rank 0 leads (unreplicated: 1)
   int client_threads = 1;         // client threads on every rank >= replicas
   std::size_t window = 16;        // outstanding requests per client thread (sizes the rings)
@@ -207,12 +234,19 @@ struct ServiceOptions {
 std::vector<flow::SourceRef> client_threads(const ServiceOptions& options, int cluster_size);
 // Throws dfi::Error(invalid_argument, "kv service '<name>': <problem>") for bad options on a
 // cluster of `cluster_size` ranks (at least one client rank, replicas 1..size-1, unreplicated with
-// one replica, a non-empty name, window and round sizes >= 1).
+// one replica, a non-empty name, window and round sizes >= 1, value_bytes as above).
 void check_options(const ServiceOptions& options, int cluster_size);
 
-// Creates the service's flows. Call once, from any one rank (the bench calls it on rank 0).
-// Throws what flow::create_flow throws, and invalid_argument as check_options.
+// Creates the service's flows and publishes its value width. Call once, from any one rank (the
+// bench calls it on rank 0). Throws what flow::create_flow throws, and invalid_argument as
+// check_options.
 void create_service(cluster::Node& node, const ServiceOptions& options);
+
+// Waits (up to options.timeout) for the value width that create_service published and compares
+// it with options.value_bytes. Throws dfi::Error: invalid_argument "kv service '<name>': rank <r>
+// uses <a>-byte values, the service (created by rank <c>) <b>-byte values" on a mismatch,
+// timeout when the service was not created in time. run_replica and Client call it first.
+void check_value_bytes(cluster::Node& node, const ServiceOptions& options);
 
 struct ReplicaStats {
   std::uint64_t writes = 0;   // applied
