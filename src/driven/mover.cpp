@@ -859,6 +859,8 @@ Status Mover::step(std::uint64_t& moved) {
         // The safety poll found work no bell announced: a bell may have been lost with its PU
         // disarmed, so every PU is armed again before the flow sleeps.
         std::fill(f.disarmed.begin(), f.disarmed.end(), true);
+        ++counters_.safety_finds;
+        ++f.tally.safety_finds;
       }
       f.bell_state = Flow::BellState::active;
     } else if (f.bell_state == Flow::BellState::active) {

@@ -223,9 +223,10 @@ void run_mover(cluster::Node& node, const std::string& name) {
               static_cast<unsigned long long>(mover.counters().bytes));
   if (g_doorbell) {
     const driven::MoverCounters& c = mover.counters();
-    std::printf("mover: doorbell: %llu bells heard, %llu PUs armed, %llu safety polls\n",
+    std::printf("mover: doorbell: %llu bells heard, %llu PUs armed, %llu safety polls (%llu found work)\n",
                 static_cast<unsigned long long>(c.bells), static_cast<unsigned long long>(c.arms),
-                static_cast<unsigned long long>(c.safety_polls));
+                static_cast<unsigned long long>(c.safety_polls), static_cast<unsigned long long>(c.safety_finds));
+    if (c.safety_finds > c.safety_polls) fail("mover: more safety polls found work than were made");
     if (g_mute && c.bells != 0) fail("mover: heard " + std::to_string(c.bells) + " bells of muted PUs");
     if (!g_mute && c.bells == 0) fail("mover: heard no bell in doorbell mode");
     if (c.arms == 0) fail("mover: armed no PU in doorbell mode");
