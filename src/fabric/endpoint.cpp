@@ -44,20 +44,30 @@ Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   bool forced = false;
   unsigned spins = 0;
   ucs_status_t status;
+  // Where UCX emulates one-sided operations (tcp), a get, a put's flush or a rendezvous completes
+  // only once the peer's CPU served it. As for a word operation (wait_word_op): a few polls, then
+  // yields, then blocking on the worker's event fd, so that on few cores the peer's progress
+  // thread gets a core at once rather than after this waiter's time slice. A driven mover spinning
+  // here took 0.5-13 ms per emulated operation with two vCPUs (bench/notes/driven-lat.md). Where
+  // they are native (shm, verbs) they complete within microseconds: spin, as before.
+  const bool emulated = !native_rma();
+  const unsigned check_every = emulated ? 63u : 1023u;  // a check costs a clock read
+  Backoff backoff(worker->word_backoff, reinterpret_cast<std::uintptr_t>(request));
   while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
     ucp_worker_progress(worker->worker);
-    if ((++spins & 1023u) != 0 || forced) continue;
-    if (!check_peer().is_ok()) {
-      forced = true;  // check_peer closed the endpoint; the request completes with an error
-      continue;
+    if ((++spins & check_every) == 0 && !forced) {
+      if (!check_peer().is_ok()) {
+        forced = true;  // check_peer closed the endpoint; the request completes with an error
+      } else if (deadline.expired()) {
+        // The peer did not answer within op_timeout: treat it as dead. Force-closing the endpoint
+        // completes every outstanding request (with an error), so the loop ends.
+        (void)fail(Errc::timeout, what,
+                   "no completion within " + std::to_string(worker->op_timeout.count()) + " ms");
+        forced = true;
+        close();
+      }
     }
-    if (!deadline.expired()) continue;
-    // The peer did not answer within op_timeout: treat it as dead. Force-closing the endpoint
-    // completes every outstanding request (with an error), so the loop ends.
-    (void)fail(Errc::timeout, what,
-         "no completion within " + std::to_string(worker->op_timeout.count()) + " ms");
-    forced = true;
-    close();
+    if (emulated && !forced) backoff.pause([this](std::chrono::microseconds d) { (void)worker->wait_for_event(d); });
   }
   ucp_request_free(request);
   if (status != UCS_OK) return fail(Errc::peer_failed, what, ucx_error_text(status));

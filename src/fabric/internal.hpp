@@ -92,11 +92,12 @@ struct Worker::Impl {
   // the first refusal's status, reported by that endpoint's next flush(). Empty but for errors.
   std::unordered_map<std::uint64_t, std::uint64_t> posted_failures;
   std::uint64_t endpoint_serials = 0;  // the last serial given to an endpoint of this worker
-  // How a word operation's waiter waits (EndpointState::wait_word_op): resolved once, when the
-  // worker is created. Word operations travel as messages only where the transport emulates
-  // one-sided operations (tcp), where every poll is a system call: the syscall settings, with
-  // word_wait_yield_rounds for the yielding phase (a reply is microseconds away once the peer's
-  // thread runs; a blocked waiter pays a wake-up per operation).
+  // How a word operation's waiter waits (EndpointState::wait_word_op), and the waiter of a UCX
+  // request on an endpoint whose one-sided operations are emulated (EndpointState::wait):
+  // resolved once, when the worker is created. Word operations travel as messages only where the
+  // transport emulates one-sided operations (tcp), where every poll is a system call: the syscall
+  // settings, with word_wait_yield_rounds for the yielding phase (a reply is microseconds away
+  // once the peer's thread runs; a blocked waiter pays a wake-up per operation).
   BackoffSettings word_backoff;
 
   // Blocks until the worker's event fd signals or `timeout` passed (Worker::wait_for_event with
