@@ -247,6 +247,13 @@ void produce_all(cluster::Node& node, const std::string& name, int thread, std::
     if (i % 997 == 0) {
       if (Status f = out.flush(); !f) fail("producer flush: " + f.message());  // partial segments too
     }
+    if (g_doorbell && i == tuples / 2) {
+      // A pause in mid-flow: the mover drains the flow, arms the PUs and sleeps, so the rest
+      // of the flow starts with a bell. Without it a mover slower than the producers (tcp, a
+      // loaded machine) may never find the flow idle, and never arm or hear a bell.
+      if (Status f = out.flush(); !f) fail("producer flush: " + f.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
   if (Status s = out.close(); !s) fail("producer " + std::to_string(producer) + " close: " + s.message());
   check_doorbells("producer", out, out.counters().segments);
