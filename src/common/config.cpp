@@ -56,7 +56,8 @@ constexpr std::array kEntries{
     Entry{"word_wait_yield_rounds", "DFI_WORD_WAIT_YIELD_ROUNDS", "1024",
           "wait_yield_rounds_syscall for the waiter of a word operation by message (tcp: an "
           "emulated load, store or compare-and-swap, answered by the peer's CPU within microseconds "
-          "unless that CPU waits for a core); after it the waiter blocks on the worker's events. "
+          "unless that CPU waits for a core), and of any request on an endpoint whose one-sided "
+          "operations are emulated (a get, a flush); after it the waiter blocks on the worker's events. "
           "Blocking after 64 cost one RSI client thread a quarter of its bank transfers; spinning "
           "without end kept 4 client threads' servers off 2 cores (bench/notes/rsi.md)"},
     Entry{"wait_sleep_us", "DFI_WAIT_SLEEP_US", "50",

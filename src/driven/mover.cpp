@@ -859,6 +859,8 @@ Status Mover::step(std::uint64_t& moved) {
         // The safety poll found work no bell announced: a bell may have been lost with its PU
         // disarmed, so every PU is armed again before the flow sleeps.
         std::fill(f.disarmed.begin(), f.disarmed.end(), true);
+        ++counters_.safety_finds;
+        ++f.tally.safety_finds;
       }
       f.bell_state = Flow::BellState::active;
     } else if (f.bell_state == Flow::BellState::active) {
@@ -1219,7 +1221,13 @@ Status Mover::run(std::chrono::milliseconds timeout) {
     if (interval.count() > 0 && interval != std::chrono::microseconds::max()) {
       std::this_thread::sleep_for(interval);
     } else if (doorbells) {
-      backoff.pause([this](std::chrono::microseconds d) { (void)worker_.wait_for_event(d, /*idle=*/true); });
+      // What woke the wait (a bell's message) raises its word only inside progress: progress
+      // before the next pass looks at the bells. Otherwise a mover that got its core back after
+      // the safety poll's time (a loaded machine) takes the flow for a safety poll although the
+      // bell had arrived (MoverCounters::safety_finds would count it as late).
+      backoff.pause([this](std::chrono::microseconds d) {
+        if (worker_.wait_for_event(d, /*idle=*/true)) (void)worker_.progress();
+      });
     } else {
       backoff.pause();
     }

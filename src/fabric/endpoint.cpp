@@ -44,21 +44,33 @@ Status EndpointState::wait(ucs_status_ptr_t request, std::string_view what) {
   bool forced = false;
   unsigned spins = 0;
   ucs_status_t status;
-  Backoff backoff(worker->wait_backoff, reinterpret_cast<std::uintptr_t>(request));
+  // Where UCX emulates one-sided operations (tcp), a get, a put's flush or a rendezvous completes
+  // only once the peer's CPU served it: progress_or_pause polls a few times, then yields, then
+  // blocks on the worker's event fd, as a word operation's waiter does (wait_word_op), so that on
+  // few cores the peer's progress thread gets a core at once rather than after this waiter's time
+  // slice. A driven mover spinning here took 0.5-13 ms per emulated operation with two vCPUs
+  // (bench/notes/driven-lat.md); sources of an aggregation that finished early spun 4-10 ms in
+  // their flush-closes on the cores of ranks still aggregating (bench/notes/agg.md). Where they
+  // are native (shm, verbs) they complete within microseconds: it spins, as before.
+  const unsigned check_every = worker->wait_blocks ? 63u : 1023u;  // a check costs a clock read
+  Backoff backoff(worker->word_backoff, reinterpret_cast<std::uintptr_t>(request));
   while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    progress_or_pause(backoff);
-    if ((++spins & 1023u) != 0 || forced) continue;
-    if (!check_peer().is_ok()) {
-      forced = true;  // check_peer closed the endpoint; the request completes with an error
+    if (forced) {
+      ucp_worker_progress(worker->worker);  // a forced close completes the request at once
       continue;
     }
-    if (!deadline.expired()) continue;
-    // The peer did not answer within op_timeout: treat it as dead. Force-closing the endpoint
-    // completes every outstanding request (with an error), so the loop ends.
-    (void)fail(Errc::timeout, what,
-         "no completion within " + std::to_string(worker->op_timeout.count()) + " ms");
-    forced = true;
-    close();
+    progress_or_pause(backoff);
+    if ((++spins & check_every) != 0) continue;
+    if (!check_peer().is_ok()) {
+      forced = true;  // check_peer closed the endpoint; the request completes with an error
+    } else if (deadline.expired()) {
+      // The peer did not answer within op_timeout: treat it as dead. Force-closing the endpoint
+      // completes every outstanding request (with an error), so the loop ends.
+      (void)fail(Errc::timeout, what,
+                 "no completion within " + std::to_string(worker->op_timeout.count()) + " ms");
+      forced = true;
+      close();
+    }
   }
   ucp_request_free(request);
   if (status != UCS_OK) return fail(Errc::peer_failed, what, ucx_error_text(status));
@@ -283,7 +295,7 @@ void EndpointState::close() noexcept {
   ucs_status_ptr_t request = ucp_ep_close_nbx(closing, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
   Deadline deadline(worker->op_timeout);
-  Backoff backoff(worker->wait_backoff, serial);
+  Backoff backoff(worker->word_backoff, serial);
   while (ucp_request_check_status(request) == UCS_INPROGRESS && !deadline.expired()) progress_or_pause(backoff);
   if (ucp_request_check_status(request) == UCS_INPROGRESS) {
     // A flush-close that cannot finish (peer gone silent): force it, which never waits on the peer.

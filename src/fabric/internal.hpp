@@ -92,18 +92,17 @@ struct Worker::Impl {
   // the first refusal's status, reported by that endpoint's next flush(). Empty but for errors.
   std::unordered_map<std::uint64_t, std::uint64_t> posted_failures;
   std::uint64_t endpoint_serials = 0;  // the last serial given to an endpoint of this worker
-  // How a word operation's waiter waits (EndpointState::wait_word_op): resolved once, when the
-  // worker is created. Word operations travel as messages only where the transport emulates
-  // one-sided operations (tcp), where every poll is a system call: the syscall settings, with
-  // word_wait_yield_rounds for the yielding phase (a reply is microseconds away once the peer's
-  // thread runs; a blocked waiter pays a wake-up per operation).
+  // How a word operation's waiter waits (EndpointState::wait_word_op), and the waiter of a UCX
+  // request on an endpoint whose one-sided operations are emulated (EndpointState::wait):
+  // resolved once, when the worker is created. Word operations travel as messages only where the
+  // transport emulates one-sided operations (tcp), where every poll is a system call: the syscall
+  // settings, with word_wait_yield_rounds for the yielding phase (a reply is microseconds away
+  // once the peer's thread runs; a blocked waiter pays a wake-up per operation).
   BackoffSettings word_backoff;
-  // How EndpointState::wait waits for a request (a put, get, send or flush), resolved with the
-  // worker: where every poll is a system call and a request may need the peer's CPU (emulated
-  // one-sided operations: tcp), a few polls, then sleeps on the worker's event fd (woken at once
-  // by the completion) instead of burning the core the peer may need; elsewhere (shm) it polls.
+  // Whether a waiter of a UCX request (EndpointState::progress_or_pause) backs off with
+  // word_backoff: where the transport emulates one-sided operations (tcp; resolved with the
+  // worker), whose completions may need the peer's CPU; elsewhere (shm, verbs) it spins.
   bool wait_blocks = false;
-  BackoffSettings wait_backoff;
 
   // Blocks until the worker's event fd signals or `timeout` passed (Worker::wait_for_event with
   // idle = true); true when something arrived.

@@ -131,7 +131,6 @@ Worker::Worker(Context& context, std::string name) : impl_(std::make_shared<Impl
   impl_->word_backoff = BackoffSettings::from_config(/*polls_are_syscalls=*/true);
   impl_->word_backoff.yield = static_cast<std::uint32_t>(config::get_int("word_wait_yield_rounds"));
   impl_->wait_blocks = context.capabilities().needs_target_progress;
-  impl_->wait_backoff = BackoffSettings::from_config(/*polls_are_syscalls=*/true);
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
   params.thread_mode = UCS_THREAD_MODE_SINGLE;

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
+#include <time.h>
 #include <vector>
 
 #include "dfi/fabric/context.hpp"
@@ -215,6 +217,44 @@ TEST_P(FabricLocal, OversizedActiveMessageIsRejected) {
 TEST_P(FabricLocal, RmaIsNativeOnShmAndEmulatedOnTcp) {
   Endpoint ep = client_->connect(1, service_->address());
   EXPECT_EQ(ep.rma_native(), GetParam() == Transport::shm);
+}
+
+// Over tcp a get completes only once the peer's CPU served it. Its waiter must give its core
+// away meanwhile (yield, then block on its worker's events) rather than spin on progress: on few
+// cores a spinning waiter kept the serving progress threads off the CPU, and each emulated
+// operation of a driven mover took 0.5-13 ms (bench/notes/driven-lat.md). Here the service
+// answers only after 300 ms; the waiting thread may use a fraction of that in CPU time, where a
+// spinning waiter with a free core uses all of it.
+TEST_P(FabricLocal, AWaiterOfAnEmulatedGetGivesItsCoreAway) {
+  if (GetParam() == Transport::shm) GTEST_SKIP() << "over shm a get is a copy from the mapped segment";
+  Endpoint ep = client_->connect(1, service_->address());
+  RemoteMemory remote = ep.attach(region_->descriptor());
+  std::vector<std::uint8_t> in(1024);
+  ASSERT_TRUE(ep.get(in.data(), in.size(), remote, 0));  // connected: the next get is one round trip
+  progress_.reset();  // the service worker is served by the thread below only, after a pause
+  std::atomic<bool> done{false};
+  std::thread server([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    while (!done.load(std::memory_order_acquire)) (void)service_->wait_for_event(std::chrono::microseconds(100));
+  });
+  auto thread_cpu = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+  };
+  const auto cpu0 = thread_cpu();
+  const auto wall0 = std::chrono::steady_clock::now();
+  const Status got = ep.get(in.data(), in.size(), remote, 0);
+  const auto wall = std::chrono::steady_clock::now() - wall0;
+  const auto cpu = thread_cpu() - cpu0;
+  done.store(true, std::memory_order_release);
+  server.join();
+  progress_ = std::make_unique<ProgressThread>(*service_);  // for TearDown's endpoint close
+  ASSERT_TRUE(got) << got.message();
+  ASSERT_GE(wall, std::chrono::milliseconds(250)) << "the get did not wait for the service";
+  EXPECT_LT(cpu, wall / 2) << "the waiter used " << std::chrono::duration<double, std::milli>(cpu).count()
+                           << " ms of CPU in a wait of " << std::chrono::duration<double, std::milli>(wall).count()
+                           << " ms";
 }
 
 // A large zero-copy active message with a header arrives whole, in order with a second one,

@@ -125,10 +125,13 @@ struct MoverCounters {
   std::uint64_t idle_steps = 0;  // steps that found nothing to move
   std::uint64_t retries = 0;     // failed passes retried (Mover::step)
   // Doorbell mode (flow.hpp, Doorbells): bells found rung (one per PU and look), armed words
-  // stored into PUs' buffers, and passes of a sleeping flow made by the safety poll.
+  // stored into PUs' buffers, passes of a sleeping flow made by the safety poll, and those of
+  // them that found data to move — work no bell announced in time: a bell lost, or later than
+  // DrivenOptions::safety_poll.
   std::uint64_t bells = 0;
   std::uint64_t arms = 0;
   std::uint64_t safety_polls = 0;
+  std::uint64_t safety_finds = 0;
 };
 
 // What add_flow found in a flow's buffers (Recovery, above): all zero for a flow that starts.

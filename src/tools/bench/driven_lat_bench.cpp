@@ -521,7 +521,11 @@ class DrivenLat final : public Scenario {
                << " idle passes, thread " << format_fixed(mover_pct, 1) << " % of a core";
           if (p.doorbell()) {
             said << ", " << m.at("bells").dump() << " bells, " << m.at("arms").dump() << " arms, "
-                 << m.at("safety_polls").dump() << " safety polls";
+                 << m.at("safety_polls").dump() << " safety polls (" << m.at("safety_finds").dump() << " found work)";
+            if (m.at("safety_finds").get<std::uint64_t>() > 0) {
+              result.add_note("repetition " + std::to_string(rep) + ", " + what + ": the mover's safety poll found work " +
+                              m.at("safety_finds").dump() + " times (a bell lost, or later than the safety poll)");
+            }
           }
         }
         said << "; PU other threads " << format_fixed(pus_pct, 1) << " %";

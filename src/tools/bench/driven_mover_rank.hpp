@@ -16,7 +16,8 @@ namespace dfi::tools::bench {
 // Takes over driven flow `flow` (waiting up to `timeout` for its PUs' buffers), meets the PUs at
 // `start_barrier`, calls `started` (if given: right after the barrier, e.g. to start a CPU
 // clock), moves until the flow ended — at most `timeout` plus the `seconds` the producers push —
-// and returns what it moved: {"segments", "idle_steps", "bells", "arms", "safety_polls"}. Throws
+// and returns what it moved: {"segments", "idle_steps", "bells", "arms", "safety_polls",
+// "safety_finds"}. Throws
 // dfi::Error for a failed add_flow or run (naming the flow).
 inline nlohmann::json run_mover_point(cluster::Node& node, const std::string& flow, const std::string& start_barrier,
                                       std::chrono::milliseconds timeout, double seconds,
@@ -30,7 +31,7 @@ inline nlohmann::json run_mover_point(cluster::Node& node, const std::string& fl
   }
   const driven::MoverCounters& c = mover.counters();
   return {{"segments", c.segments}, {"idle_steps", c.idle_steps}, {"bells", c.bells}, {"arms", c.arms},
-          {"safety_polls", c.safety_polls}};
+          {"safety_polls", c.safety_polls}, {"safety_finds", c.safety_finds}};
 }
 
 }  // namespace dfi::tools::bench
