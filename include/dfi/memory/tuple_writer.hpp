@@ -35,7 +35,7 @@ class TupleWriter {
       if (mode_ == RingMode::latency) return segments_.publish_from(data, bytes);
       if (Status s = next_segment(bytes); !s) return s;
     }
-    std::memcpy(span_.data() + fill_, data, bytes);
+    copy_tuple(span_.data() + fill_, data, bytes);
     fill_ += bytes;
     return {};
   }
@@ -80,6 +80,21 @@ class TupleWriter {
   std::size_t memory_bytes() const noexcept { return segments_.memory_bytes(); }
 
  private:
+  // The copy of one tuple. A flow's tuples all have its schema's width, so the switch is one
+  // well-predicted branch, and the common widths become a few inlined loads and stores instead
+  // of a call to memcpy with a run-time size (the push's largest cost after the hash at 16 B).
+  [[gnu::always_inline]] static void copy_tuple(std::byte* to, const void* from, std::size_t bytes) noexcept {
+    switch (bytes) {
+      case 8: std::memcpy(to, from, 8); return;
+      case 16: std::memcpy(to, from, 16); return;
+      case 24: std::memcpy(to, from, 24); return;
+      case 32: std::memcpy(to, from, 32); return;
+      case 48: std::memcpy(to, from, 48); return;
+      case 64: std::memcpy(to, from, 64); return;
+      default: std::memcpy(to, from, bytes); return;
+    }
+  }
+
   Status next_segment(std::size_t bytes) {
     if (bytes > segments_.layout().payload_capacity()) {
       return {Errc::invalid_argument, segments_.label() + ": tuple of " + std::to_string(bytes) +
