@@ -487,6 +487,18 @@ void start_three_targets(cluster::Node& node, const FlowSpec& spec, std::vector<
   if (node.rank() == 2) target_thread(2);
 }
 
+// Source `index` of the ordered scenarios: pushes Pair{key_of(index, seq), seq} for seq = 1..count,
+// sleeping `pause` after every `per_segment` tuples, then closes; a failure goes to fail() (a push
+// failure ends the pushing without a close).
+void push_numbered(ReplicateSource& source, std::size_t index, std::uint64_t count, std::uint64_t per_segment,
+                   std::chrono::microseconds pause) {
+  for (std::uint64_t seq = 1; seq <= count; ++seq) {
+    if (Status s = source.push(Pair{key_of(index, seq), seq}); !s) return fail("push: " + s.message());
+    if (seq % per_segment == 0) std::this_thread::sleep_for(pause);
+  }
+  if (Status s = source.close(); !s) fail("close: " + s.message());
+}
+
 // Ranks: 0 hosts targets 0 and 1 and the sequencer, 1 the victim source, 2 a second source and
 // target 2. kill: the victim takes a sequence number and dies before writing; delay: it sleeps
 // past the gap timeout before writing.
@@ -521,13 +533,8 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
         }
         ReplicateSource source(node, worker, name, 0, options);
         const std::uint64_t segments_to_push = victim ? 2 * kVictimSegment : 400;
-        for (std::uint64_t seq = 1; seq <= segments_to_push * kPerSegment; ++seq) {
-          if (Status s = source.push(Pair{key_of(index, seq), seq}); !s)
-            return fail("push: " + s.message());
-          if (seq % kPerSegment == 0)
-            std::this_thread::sleep_for(std::chrono::microseconds(victim ? 1000 : 2500));
-        }
-        if (Status s = source.close(); !s) fail("close: " + s.message());
+        push_numbered(source, index, segments_to_push * kPerSegment, kPerSegment,
+                      std::chrono::microseconds(victim ? 1000 : 2500));
       } catch (const std::exception& e) {
         fail(std::string("source: ") + e.what());
       }
@@ -584,11 +591,7 @@ int injected_faults(cluster::Node& node) {
         fabric::Worker worker(node.fabric(), "source");
         const std::size_t index = node.rank() == 1 ? 0 : 1;
         ReplicateSource source(node, worker, spec.name, 0);
-        for (std::uint64_t seq = 1; seq <= kSegments * kPerSegment; ++seq) {
-          if (Status s = source.push(Pair{key_of(index, seq), seq}); !s) return fail("push: " + s.message());
-          if (seq % kPerSegment == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        if (Status s = source.close(); !s) fail("close: " + s.message());
+        push_numbered(source, index, kSegments * kPerSegment, kPerSegment, std::chrono::milliseconds(1));
       } catch (const std::exception& e) {
         fail(std::string("source: ") + e.what());
       }
