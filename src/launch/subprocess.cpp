@@ -149,11 +149,6 @@ std::vector<char*> c_array(std::vector<std::string>& strings) {
 
 }  // namespace
 
-void UniqueFd::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 Pipe make_pipe(bool nonblocking_read) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {

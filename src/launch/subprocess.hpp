@@ -21,35 +21,11 @@
 #include <vector>
 
 #include "dfi/common/deadline.hpp"
+#include "dfi/common/unique_fd.hpp"
 
 namespace dfi::launch::detail {
 
-// Owns one file descriptor and closes it on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const noexcept { return fd_; }
-  bool valid() const noexcept { return fd_ >= 0; }
-  int release() noexcept {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) noexcept;
-
- private:
-  int fd_ = -1;
-};
+using dfi::UniqueFd;
 
 struct Pipe {
   UniqueFd read;

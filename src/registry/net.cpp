@@ -15,11 +15,6 @@
 
 namespace dfi::registry::net {
 
-void Fd::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 std::string errno_text(int err) {
   char buffer[256] = {};
   // GNU strerror_r returns the message (maybe a static string, maybe the buffer).

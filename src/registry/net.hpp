@@ -7,36 +7,13 @@
 #include <string>
 #include <string_view>
 
+#include "dfi/common/unique_fd.hpp"
+
 struct sockaddr;
 
 namespace dfi::registry::net {
 
-// Owns one file descriptor; closes it on destruction. Movable, not copyable.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) noexcept : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const noexcept { return fd_; }
-  bool valid() const noexcept { return fd_ >= 0; }
-  int release() noexcept {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) noexcept;
-
- private:
-  int fd_ = -1;
-};
+using Fd = dfi::UniqueFd;
 
 // strerror(err) without the thread-safety problems of strerror.
 std::string errno_text(int err);

@@ -20,6 +20,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/common/unique_fd.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/registry/client.hpp"
 #include "stop_signals.hpp"
@@ -52,22 +53,7 @@ sockaddr_un unix_address(const std::string& path) {
   return address;
 }
 
-// A socket descriptor closed with its owner.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const noexcept { return fd_; }
-  void reset(int fd = -1) noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
+using Fd = UniqueFd;
 
 // Writes all of `text`; false when the peer went away.
 bool write_all(int fd, std::string_view text) {

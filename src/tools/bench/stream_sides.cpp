@@ -25,6 +25,7 @@
 #include "cluster_job.hpp"
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/common/unique_fd.hpp"
 #include "scenario.hpp"
 #include "stream_baseline.hpp"
 #include "tuple_block.hpp"
@@ -38,19 +39,7 @@ using Clock = std::chrono::steady_clock;
   throw Error(Errc::io, "bench-stream " + side.side + ": " + what + ": " + std::strerror(errno));
 }
 
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  ~OwnedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using OwnedFd = UniqueFd;
 
 // The sender's tuples: one block, sent over and over from its start.
 std::vector<std::byte> make_block(std::size_t tuple_bytes) {
