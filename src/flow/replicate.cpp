@@ -15,6 +15,18 @@ void validate_replicate(const FlowSpec& spec) {
   if (options.ordered && options.gap_timeout.count() <= 0) {
     throw spec.invalid("an ordered flow needs a positive gap timeout");
   }
+  if (options.sequencer == Sequencer::stamp) {
+    if (!options.ordered) throw spec.invalid("the stamp sequencer numbers segments: set ordered too");
+    if (options.replication != Replication::naive) {
+      throw spec.invalid("the stamp sequencer forwards from target 0 to every other target itself: "
+                         "relay replication does not apply (use naive)");
+    }
+  }
+}
+
+bool stamped(const FlowSpec& spec) {
+  const ReplicateOptions& options = spec.type_options.get<ReplicateOptions>();
+  return options.ordered && options.sequencer == Sequencer::stamp;
 }
 
 void write_replicate(const FlowSpec& spec, SpecFields& record) {
@@ -23,6 +35,7 @@ void write_replicate(const FlowSpec& spec, SpecFields& record) {
   record.set_int("fanout", options.fanout);
   record.set_bool("ordered", options.ordered);
   record.set_int("gap_timeout_ms", options.gap_timeout.count());
+  record.set_string("sequencer", sequencer_name(options.sequencer));
 }
 
 void read_replicate(const SpecFields& record, FlowSpec& spec) {
@@ -37,6 +50,13 @@ void read_replicate(const SpecFields& record, FlowSpec& spec) {
   options.fanout = static_cast<std::uint32_t>(record.get_int("fanout"));
   options.ordered = record.get_bool("ordered");
   options.gap_timeout = std::chrono::milliseconds(record.get_int("gap_timeout_ms"));
+  if (!record.has("sequencer")) return;  // written before there was a choice: the counter
+  const std::string sequencer = record.get_string("sequencer");
+  if (sequencer != "counter" && sequencer != "stamp") {
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: unknown sequencer '" +
+                                    sequencer + "'");
+  }
+  options.sequencer = sequencer == "counter" ? Sequencer::counter : Sequencer::stamp;
 }
 
 // Children per tree node: naive flows are the tree where the source's children are all targets.
@@ -67,9 +87,21 @@ std::string_view replication_name(Replication replication) {
   return replication == Replication::naive ? "naive" : "relay";
 }
 
+std::string_view sequencer_name(Sequencer sequencer) {
+  return sequencer == Sequencer::counter ? "counter" : "stamp";
+}
+
 std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source,
                                         std::optional<std::size_t> from) {
   const std::size_t m = spec.targets.size();
+  if (stamped(spec)) {  // source -> target 0 -> every other target
+    if (!from) return {0};
+    std::vector<std::size_t> children;
+    if (*from == 0) {
+      for (std::size_t t = 1; t < m; ++t) children.push_back(t);
+    }
+    return children;
+  }
   const std::size_t f = fanout(spec);
   const std::size_t node = from ? node_of(*from, source, m) : 0;
   std::vector<std::size_t> children;
@@ -82,6 +114,7 @@ std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source
 
 std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source,
                                         std::size_t target) {
+  if (stamped(spec)) return target == 0 ? std::nullopt : std::optional<std::size_t>(0);
   const std::size_t m = spec.targets.size();
   const std::size_t node = node_of(target, source, m);
   const std::size_t parent = (node - 1) / fanout(spec);

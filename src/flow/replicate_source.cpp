@@ -1,5 +1,6 @@
-// ReplicateSource: batches tuples into one segment, gives it a header (ordered: a sequence number
-// from the sequencer), then writes it to every target the source feeds directly.
+// ReplicateSource: batches tuples into one segment, gives it a header (ordered by the counter
+// sequencer: a sequence number from it; otherwise 0), then writes it to every target the source
+// feeds directly (stamped flows: target 0 alone, which numbers it).
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -39,7 +40,8 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
                          thread, deadline)),
       tuple_bytes_(rings_.spec().schema.tuple_bytes()),
       latency_(rings_.spec().options.mode == Mode::latency),
-      ordered_(rings_.spec().type_options.get<ReplicateOptions>().ordered),
+      takes_numbers_(rings_.spec().type_options.get<ReplicateOptions>().ordered &&
+                     rings_.spec().type_options.get<ReplicateOptions>().sequencer == Sequencer::counter),
       worker_(worker),
       on_sequence_(std::move(options.on_sequence)) {
   const FlowSpec& spec = rings_.spec();
@@ -55,7 +57,7 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
   stall_timeout_ = detail::stall_timeout(spec);
   backoff_ = BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided);
   if (stall_timeout_.count() == 0) stall_timeout_ = std::chrono::hours(24 * 365);
-  if (ordered_) {
+  if (takes_numbers_) {
     sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);
     try {
       sequencer_.attach(node, worker, detail::sequencer_record(spec.name), spec.targets[0].rank,
@@ -109,14 +111,14 @@ Status ReplicateSource::emit() {
   if (!sealed_) {
     if (fill_ == 0) return {};
     std::uint64_t header = 0;
-    if (ordered_) {
+    if (takes_numbers_) {
       if (Status s = take_sequence(header); !s) return s;
     }
     std::memcpy(segment_.data(), &header, sizeof header);
     sealed_ = true;
     limit_ = 0;
     std::fill(done_.begin(), done_.end(), 0);
-    if (ordered_ && on_sequence_) on_sequence_(header);
+    if (takes_numbers_ && on_sequence_) on_sequence_(header);
   }
   if (Status s = write_links(); !s && s.code() != Errc::peer_failed) return s;
   sealed_ = false;
@@ -240,7 +242,7 @@ Status ReplicateSource::close() {
   }
   closed_ = true;
   limit_ = 0;  // every later push takes the slow path, which refuses it
-  if (ordered_) {
+  if (takes_numbers_) {
     sequencer_.detach();
   }
   return first;

@@ -5,8 +5,10 @@
 // the application gave it back (or it is never to be handed out: a late segment, a failure
 // marker) and every child of this target in that source's relay tree has a copy. Each source's
 // ring is in sequence order, so in ordered mode the heads are the receive list and the head
-// holding the next number is the one to hand out; nothing is copied.
+// holding the next number is the one to hand out; nothing is copied. Target 0 of a stamped flow
+// is the sequencer: it numbers each head as it loads it, in its own ring memory, before forwarding.
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <limits>
 
@@ -110,6 +112,8 @@ struct ReplicateTarget::State {
 
   // Ordered flows.
   cluster::SharedWords sequencer;  // target 0 hosts it, the others attach
+  bool stamps = false;             // target 0 of a stamped flow: numbers the segments itself
+  std::uint64_t stamped = 0;       // stamps: the last number given (also the sequencer's counter)
   bool departed = false;
   bool counter_failed = false;
   std::uint64_t expected = 1;  // next sequence number to hand out
@@ -156,6 +160,7 @@ ReplicateTarget::State::State(cluster::Node& n, std::string_view name, int id,
       std::clamp(gap_timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   if (ordered && index == 0) {
     sequencer.host(node, detail::sequencer_record(spec.name), spec.targets.size());
+    stamps = spec.type_options.get<ReplicateOptions>().sequencer == Sequencer::stamp;
   }
 }
 
@@ -305,6 +310,20 @@ void ReplicateTarget::State::load_head(std::size_t s, const memory::SegmentView&
                                            " B from " + r.writer_name +
                                            " is not a whole number of tuples"});
     return;
+  }
+  if (stamps) {
+    if (r.header != 0) {
+      r.done_with = true;
+      pending.push_back({Errc::protocol, label + ": a segment from " + r.writer_name + " carries sequence number " +
+                                             std::to_string(r.header) + " in a flow the stamp sequencer numbers"});
+      return;
+    }
+    // The segment is ours until released: its header word becomes its number, so the copies
+    // forwarded from the slot carry it. The counter lets the other targets see a number exists
+    // (gap detection) as with the counter sequencer; it is local, a plain store.
+    r.header = ++stamped;
+    std::memcpy(const_cast<std::byte*>(view.data), &r.header, sizeof r.header);
+    std::atomic_ref(sequencer.local()[detail::kSequencerCounter]).store(stamped, std::memory_order_release);
   }
   if (ordered) {
     if (r.header < expected) {  // its gap was reported already

@@ -54,6 +54,9 @@ TEST_P(ReplicateCluster, OrderedTargetsConsumeIdenticalSequences) {
 TEST_P(ReplicateCluster, OrderedRelayTargetsConsumeIdenticalSequences) {
   random_flows("ordered-relay", "all exactly once, identical order");
 }
+TEST_P(ReplicateCluster, StampedTargetsConsumeIdenticalSequences) {
+  random_flows("ordered-stamp", "all exactly once, identical order");
+}
 
 TEST_P(ReplicateCluster, SourceKilledHoldingASequenceNumberLeavesAReportedGap) {
   for (const char* replication : {"naive", "relay"}) {
@@ -98,6 +101,17 @@ TEST_P(ReplicateCluster, InjectedDropsAreGapsAndDelaysHoldBack) {
   auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "injected"}, options);
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.out, "injected: rank 2 saw 3 gaps, rank 0's targets none")) << run.all();
+}
+
+// The same rules on a stamped flow: a segment dropped on its way from target 0 (the sequencer) to
+// rank 2 is a gap there only; a segment held back at target 0 is numbered late, not lost.
+TEST_P(ReplicateCluster, StampedFlowInjectedDropsAreGapsBehindTheSequencer) {
+  RunOptions options;
+  options.env = {{"DFI_FLOW_FAULTS",
+                  "flow=rep-inj*,from=1,to=2,drop,first=10,every=25,count=3; flow=rep-injected*,from=1,to=0,delay=300,first=20,count=1"}};
+  auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "injected", "stamp"}, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "injected (stamp): rank 2 saw 3 gaps, rank 0's targets none")) << run.all();
 }
 
 // A drop rule that matches a reliable flow is refused when the flow opens, naming the rule.
@@ -147,7 +161,7 @@ TEST_P(ReplicateCluster, UserErrorsAreReportedClearly) {
   for (const char* error :
        {"duplicate flow", "unknown flow", "wrong flow type", "schema mismatch",
         "target not in the flow", "source not in the flow", "tuple larger than a segment",
-        "fan-out 0", "ordered without gap timeout", "wrong tuple width", "push after close"}) {
+        "fan-out 0", "stamp without ordered", "stamp with relay", "ordered without gap timeout", "wrong tuple width", "push after close"}) {
     EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();
   }
 }

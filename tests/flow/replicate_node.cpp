@@ -1,16 +1,18 @@
 // Rank program for the multi-process replicate tests, started by launch::run_cluster.
 //
 //   replicate_node property MODE SEED COUNT  COUNT random flows in MODE (naive, relay, ordered,
-//                                            ordered-relay): every target gets every tuple once,
+//                                            ordered-relay, ordered-stamp): every target gets
+//                                            every tuple once,
 //                                            per-source order; ordered: identical sequences
 //   replicate_node gap-kill REPLICATION      ordered: a source dies holding a sequence number;
 //                                            targets report the gap after the timeout
 //   replicate_node gap-delay REPLICATION     ordered: a segment is delayed past the timeout;
 //                                            targets report the gap and drop it when it comes
 //   replicate_node slow-target               ordered: a slow target causes no gaps elsewhere
-//   replicate_node injected                  ordered, with the test's flow_faults rules: segments
+//   replicate_node injected [SEQUENCER]      ordered, with the test's flow_faults rules: segments
 //                                            dropped at rank 2 are gaps there only, a delay at
-//                                            rank 0 holds its targets back without a gap
+//                                            rank 0 holds its targets back without a gap (stamp:
+//                                            target 0 numbers around the held segment instead)
 //   replicate_node kill-source               naive: a dead source fails consume naming it
 //   replicate_node kill-relay                a relaying target dies: below it, the failure is named
 //   replicate_node errors                    every user error gives a clear error
@@ -100,6 +102,7 @@ void fill_tuple(std::vector<std::byte>& tuple, std::uint64_t key) {
 struct ModeSpec {
   Replication replication = Replication::naive;
   bool ordered = false;
+  Sequencer sequencer = Sequencer::counter;
 };
 
 ModeSpec parse_mode(const std::string& mode) {
@@ -107,6 +110,7 @@ ModeSpec parse_mode(const std::string& mode) {
   if (mode == "relay") return {Replication::relay, false};
   if (mode == "ordered") return {Replication::naive, true};
   if (mode == "ordered-relay") return {Replication::relay, true};
+  if (mode == "ordered-stamp") return {Replication::naive, true, Sequencer::stamp};
   throw Error(Errc::invalid_argument, "unknown mode " + mode);
 }
 
@@ -171,7 +175,8 @@ Config make_config(const std::string& mode, std::uint64_t seed, int index, int r
       .replication = m.replication,
       .fanout = static_cast<std::uint32_t>(pick(1, 3)),
       .ordered = m.ordered,
-      .gap_timeout = std::chrono::seconds(20)};  // no gaps here: only a real loss may make one
+      .gap_timeout = std::chrono::seconds(20),  // no gaps here: only a real loss may make one
+      .sequencer = m.sequencer};
   return c;
 }
 
@@ -577,10 +582,15 @@ int gap_scenario(cluster::Node& node, bool kill, Replication replication) {
 // 1's ring at rank 2 and delay one of rank 1's segments by 300 ms at rank 0. Rank 2 must report
 // exactly 3 gaps of one number; rank 0's targets no gap (the delay is below the gap timeout) but a
 // pause of at least the delay.
-int injected_faults(cluster::Node& node) {
+int injected_faults(cluster::Node& node, const std::string& sequencer) {
   constexpr std::uint64_t kPerSegment = 4, kSegments = 120;
-  const FlowSpec spec =
-      three_target_spec("rep-injected", {.ordered = true, .gap_timeout = std::chrono::milliseconds(800)}, kPerSegment);
+  const bool stamp = sequencer == "stamp";
+  const FlowSpec spec = three_target_spec(
+      stamp ? "rep-injected-stamp" : "rep-injected",
+      {.ordered = true,
+       .gap_timeout = std::chrono::milliseconds(800),
+       .sequencer = stamp ? Sequencer::stamp : Sequencer::counter},
+      kPerSegment);
   if (node.rank() == 0) create_flow(node, spec);
   std::vector<std::thread> threads;
   std::vector<OrderedLog> logs(3);
@@ -610,13 +620,17 @@ int injected_faults(cluster::Node& node) {
            " numbers missing (want 3, 3: the dropped segments)");
     for (std::size_t t = 0; t < 2; ++t) {
       if (logs[t].gaps != 0) fail("target " + std::to_string(t) + " on rank 0 reported a gap: only rank 2 drops");
+      // Stamped: target 0 numbers the other source's segments while one is held; only target 1,
+      // which waits for the held segment's number, pauses.
+      if (stamp && t == 0) continue;
       if (logs[t].longest_pause_ms < 290)
         fail("target " + std::to_string(t) + "'s longest pause was " + std::to_string(logs[t].longest_pause_ms) +
              " ms: the 300 ms delay did not hold it back");
     }
     if (logs[0].digest != logs[1].digest) fail("rank 0's targets consumed different sequences");
-    std::printf("injected: rank 2 saw 3 gaps, rank 0's targets none and a pause of %.0f ms\n",
-                std::min(logs[0].longest_pause_ms, logs[1].longest_pause_ms));
+    std::printf("injected%s: rank 2 saw 3 gaps, rank 0's targets none and a pause of %.0f ms\n",
+                stamp ? " (stamp)" : "",
+                stamp ? logs[1].longest_pause_ms : std::min(logs[0].longest_pause_ms, logs[1].longest_pause_ms));
   }
   std::fflush(stdout);
   node.finish();
@@ -877,6 +891,22 @@ int errors(cluster::Node& node) {
     create_flow(node, bad);
     return Status();
   });
+  expect_error("stamp without ordered", Errc::invalid_argument, "stamp sequencer numbers segments: set ordered", [&] {
+    FlowSpec bad = good;
+    bad.name = "rep-stamp-unordered";
+    bad.type_options.get<ReplicateOptions>().sequencer = Sequencer::stamp;
+    create_flow(node, bad);
+    return Status();
+  });
+  expect_error("stamp with relay", Errc::invalid_argument, "relay replication does not apply", [&] {
+    FlowSpec bad = good;
+    bad.name = "rep-stamp-relay";
+    bad.type_options.get<ReplicateOptions>().ordered = true;
+    bad.type_options.get<ReplicateOptions>().sequencer = Sequencer::stamp;
+    bad.type_options.get<ReplicateOptions>().replication = Replication::relay;
+    create_flow(node, bad);
+    return Status();
+  });
   expect_error("ordered without gap timeout", Errc::invalid_argument, "positive gap timeout", [&] {
     FlowSpec bad = good;
     bad.name = "rep-gap";
@@ -1069,7 +1099,7 @@ int main(int argc, char** argv) {
     if (scenario == "gap-delay") return gap_scenario(node, false, replication(2));
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "slow-target") return slow_target(node);
-    if (scenario == "injected") return injected_faults(node);
+    if (scenario == "injected") return injected_faults(node, argc > 2 ? argv[2] : "counter");
     if (scenario == "kill-relay") return kill_relay(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "bench-bw" && argc >= 3)

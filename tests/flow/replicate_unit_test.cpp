@@ -96,6 +96,20 @@ TEST(ReplicateTopology, SourcesGetRotatedTreesSoRootsDiffer) {
   EXPECT_TRUE(relay_children(chain, 1, 0).empty());
 }
 
+// Stamped flows: every source reaches target 0 alone, which forwards to every other target.
+TEST(ReplicateTree, StampedFlowsAreRootedAtTargetZero) {
+  FlowSpec spec = spec_with(3, 4, Replication::naive, 2);
+  spec.type_options.get<ReplicateOptions>().ordered = true;
+  spec.type_options.get<ReplicateOptions>().sequencer = Sequencer::stamp;
+  for (std::size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(relay_children(spec, s, std::nullopt), std::vector<std::size_t>{0});
+    EXPECT_EQ(relay_children(spec, s, 0), (std::vector<std::size_t>{1, 2, 3}));
+    EXPECT_TRUE(relay_children(spec, s, 2).empty());
+    EXPECT_EQ(relay_parent(spec, s, 0), std::nullopt);
+    EXPECT_EQ(relay_parent(spec, s, 3), std::optional<std::size_t>(0));
+  }
+}
+
 TEST(ReplicateSpec, OptionsSurviveTheRegistryRecord) {
   FlowSpec spec = spec_with(2, 3, Replication::relay, 3);
   spec.type_options.get<ReplicateOptions>().ordered = true;
@@ -107,6 +121,13 @@ TEST(ReplicateSpec, OptionsSurviveTheRegistryRecord) {
   EXPECT_EQ(options.fanout, 3u);
   EXPECT_TRUE(options.ordered);
   EXPECT_EQ(options.gap_timeout.count(), 250);
+  EXPECT_EQ(options.sequencer, Sequencer::counter);
+
+  FlowSpec stamped = spec_with(2, 3, Replication::naive, 2);
+  stamped.type_options.get<ReplicateOptions>().ordered = true;
+  stamped.type_options.get<ReplicateOptions>().sequencer = Sequencer::stamp;
+  stamped.validate(3);
+  EXPECT_EQ(FlowSpec::from_json(stamped.to_json()).type_options.get<ReplicateOptions>().sequencer, Sequencer::stamp);
 }
 
 TEST(ReplicateSpec, LatencySegmentsMakeRoomForTheHeader) {

@@ -26,15 +26,26 @@
 //    a relaying target must keep calling consume() until end, or its subtree stalls. Forwarding
 //    never waits for ring space (it checks the free slots of the child's ring first), so no relay blocks
 //    another one, whatever the trees look like.
-//  - ordered (ReplicateOptions::ordered, with either of the above): before a segment goes out, its
-//    source takes the next global sequence number with a remote fetch-add on a 64-bit counter
-//    (the sequencer) that the process of target 0 hosts. Every target hands out segments in
+//  - ordered (ReplicateOptions::ordered): every target hands out the segments in one global
 //    sequence order, without copying: out-of-order segments wait in their ring slots (each
-//    source's ring is already in sequence order, so the heads of the rings form the receive
-//    list, and consume() picks the head holding the next number — the paper's next list).
+//    source's ring is in sequence order, so the heads of the rings form the receive list, and
+//    consume() picks the head holding the next number — the paper's next list). Who numbers the
+//    segments (ReplicateOptions::sequencer):
+//      counter  (with naive or relay) before a segment goes out, its source takes the next number
+//               with a remote fetch-add on a 64-bit counter (the sequencer) that the process of
+//               target 0 hosts (003 §5.4). A source descheduled between taking a number and
+//               writing its segment holds every target back until it runs again.
+//      stamp    (naive only) a source writes its segments to target 0 alone, which numbers them
+//               in the order it takes them from its rings and forwards each, numbered, to every
+//               other target (a relay tree of depth two rooted at target 0) — a sequencer in the
+//               data path, as NOPaxos's switch or middlebox, co-located with target 0. Sources
+//               take no number and never hold one; target 0's consume() does the forwarding, so it
+//               must keep consuming. A segment dropped (flow_faults) at target 0 was lost before
+//               the sequencer: it gets no number and no target reports it.
 //
 // Gaps (ordered). A sequence number can be missing for good: a source died after taking it and
-// before writing the segment everywhere. When number n is known to exist (a later number arrived,
+// before writing the segment everywhere (counter), or target 0 died part-way through forwarding it
+// or the segment was dropped on its way to one target (stamp). When number n is known to exist (a later number arrived,
 // or the sequencer counter passed it) and has not arrived within gap_timeout, consume() returns a
 // gap event: an ok status and a batch with gap() true, `sequence` = n and `gap_count` = how many
 // consecutive numbers from n are missing; the flow continues after them. A segment that arrives
@@ -83,6 +94,13 @@ namespace dfi::flow {
 inline constexpr std::size_t kReplicateHeaderBytes = 8;
 inline constexpr std::uint64_t kReplicateAbortHeader = ~std::uint64_t{0};
 
+// Who numbers an ordered flow's segments (see above).
+enum class Sequencer {
+  counter,  // each source, with a remote fetch-add on a counter target 0 hosts
+  stamp,    // target 0, as it takes the segments, before it forwards them to the other targets
+};
+std::string_view sequencer_name(Sequencer sequencer);
+
 // How a replicate flow reaches its targets (003 §4.2.2, §5.4).
 enum class Replication {
   naive,  // each source writes every segment to every target
@@ -92,18 +110,21 @@ std::string_view replication_name(Replication replication);
 
 // A replicate flow's own options, kept in FlowSpec::type_options (FlowType::replicate's
 // descriptor, in replicate.cpp, validates them and carries them in the record as the fields
-// replication, fanout, ordered and gap_timeout_ms).
+// replication, fanout, ordered, gap_timeout_ms and sequencer).
 struct ReplicateOptions {
   Replication replication = Replication::naive;
   std::uint32_t fanout = 2;       // relay: children per node of the tree; the source is its root
   bool ordered = false;           // one global order at every target, from a sequencer
   std::chrono::milliseconds gap_timeout{1000};  // ordered: how long a sequence number may be
                                                 // missing before a gap event reports it
+  Sequencer sequencer = Sequencer::counter;     // ordered: who numbers the segments (stamp:
+                                                // naive replication only)
 };
 
 // The targets (indices into spec.targets) that receive source `source`'s segments directly from
 // `from`: the source itself when `from` is nullopt, else target index *from. Naive flows: all
-// targets from the source, none from a target.
+// targets from the source, none from a target; stamped flows: target 0 from the source, every
+// other target from target 0.
 std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source,
                                         std::optional<std::size_t> from);
 // Who writes source `source`'s ring at target `target`: nullopt for the source itself, else the
@@ -117,8 +138,9 @@ struct ReplicateSourceOptions {
   // Longest wait of the open for the flow's creation, its targets' rings and (ordered) the
   // sequencer (0: the registry_timeout_ms setting).
   std::chrono::milliseconds open_timeout{0};
-  // Test seam, ordered flows: runs after a segment received its sequence number and before it is
-  // written anywhere (tests kill or delay a source there to make a gap).
+  // Test seam, ordered flows numbered by the counter sequencer: runs after a segment received its
+  // sequence number and before it is written anywhere (tests kill or delay a source there to make
+  // a gap). Never runs in a stamped flow (its sources take no number).
   std::function<void(std::uint64_t sequence)> on_sequence;
 };
 
@@ -193,7 +215,7 @@ class ReplicateSource {
   detail::SourceRings rings_;
   std::size_t tuple_bytes_;
   bool latency_;
-  bool ordered_;
+  bool takes_numbers_;  // ordered by the counter sequencer: each segment takes a number first
   fabric::Worker& worker_;
   std::vector<std::size_t> links_;  // target index of each link
   std::chrono::milliseconds stall_timeout_{0};
@@ -211,7 +233,7 @@ class ReplicateSource {
   std::vector<std::uint64_t> link_free_;  // per link: slots known free (from its ring's released tail)
   std::size_t dead_links_ = 0;
   std::function<void(std::uint64_t)> on_sequence_;
-  cluster::SharedWords sequencer_;  // ordered: attached to the sequencer in target 0's process
+  cluster::SharedWords sequencer_;  // takes_numbers_: attached to the sequencer in target 0's process
   std::string sequencer_name_;
   std::uint64_t tuples_ = 0;
 };
