@@ -47,6 +47,7 @@ int print_config() {
 // values become in apps::kv::ServiceOptions once parsed.
 struct KvServiceCli {
   std::string protocol = "paxos";
+  std::string sequencer = "counter";
   double timeout_s = 30, gap_timeout_ms = 500, retry_timeout_ms = 1500;
 
   void add(CLI::App* app, dfi::apps::kv::ServiceOptions& service, const std::string& threads_help) {
@@ -61,6 +62,10 @@ struct KvServiceCli {
     app->add_option("--timeout", timeout_s, "Seconds to wait for set-up and for a silent peer");
     app->add_option("--gap-timeout-ms", gap_timeout_ms, "NOPaxos: how long a sequence number may be missing before it is a gap")
         ->check(CLI::PositiveNumber);
+    app->add_option("--sequencer", sequencer,
+                    "NOPaxos: who numbers the requests: counter (each client, by a fetch-add at the leader) or "
+                    "stamp (the leader, forwarding them to the followers)")
+        ->check(CLI::IsMember({"counter", "stamp"}));
     app->add_option("--retry-timeout-ms", retry_timeout_ms,
                     "NOPaxos: how long a client waits for a majority before it sends a request again")
         ->check(CLI::PositiveNumber);
@@ -72,6 +77,7 @@ struct KvServiceCli {
     service.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
     service.gap_timeout = std::chrono::milliseconds(static_cast<long long>(gap_timeout_ms));
     service.retry_timeout = std::chrono::milliseconds(static_cast<long long>(retry_timeout_ms));
+    service.sequencer = sequencer == "stamp" ? dfi::flow::Sequencer::stamp : dfi::flow::Sequencer::counter;
   }
 };
 

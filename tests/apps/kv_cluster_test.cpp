@@ -95,6 +95,19 @@ TEST_P(KvCluster, NOPaxosHistoriesAreLinearizableAndReplicasAgree) {
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
 }
 
+// NOPaxos with the leader as the sequencer (--sequencer stamp): clients write to the leader alone,
+// which numbers and forwards their segments to the followers.
+TEST_P(KvCluster, NOPaxosStampedByTheLeaderIsLinearizableAndReplicasAgree) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
+  argv.insert(argv.end(), {"--sequencer", "stamp"});
+  auto run = run_cluster(5, GetParam(), argv);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 6000 requests")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
+}
+
 TEST_P(KvCluster, UnreplicatedHistoriesAreLinearizable) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
   auto run = run_cluster(3, GetParam(), conflicting_load("unreplicated", "1", dir_));
@@ -327,6 +340,17 @@ TEST_P(KvCluster, NOPaxosSurvivesAKilledLeader) {
   expect_survives_kill("nopaxos", 0, "[rank 1] kv: view changes: the service ended in view 1; rank(s) 0 died");
 }
 
+// The same with the leader as the sequencer: the leader's death takes the sequencer with it (the
+// clients see it as the view's end, not as a gap); a follower's death is seen by clients that
+// never write to it.
+TEST_P(KvCluster, NOPaxosStampedSurvivesAKilledLeaderAndAKilledFollower) {
+  expect_survives_kill("nopaxos --sequencer stamp", 0,
+                       "[rank 1] kv: view changes: the service ended in view 1; rank(s) 0 died");
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+  expect_survives_kill("nopaxos --sequencer stamp", 2, "kv: view changes: the service ended in view 1; rank(s) 2 died");
+}
+
 // NOPaxos with segments of the ordered requests flow dropped (setting flow_faults) at a follower
 // (it asks the leader, which fills the gap) and at the leader (a NO-OP, the client sends the
 // request again). The run completes, the replicas agree, every history is linearizable.
@@ -342,6 +366,27 @@ TEST_P(KvCluster, NOPaxosGapAgreementResolvesInjectedDrops) {
   auto run = run_cluster(5, GetParam(), argv, options);
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: [1-9][0-9]* sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again; the followers filled [1-9][0-9]* gap\(s\) from the leader)")))
+      << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 1600 requests")) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "kvcheck: 1600 operations on 8 keys: linearizable"));
+}
+
+// With the leader as the sequencer, a segment dropped on its way from a client to the leader is
+// lost before the sequencer (no number, no NO-OP: the client sends it again after retry_timeout),
+// and one dropped on its way from the leader to a follower is a gap that the leader fills.
+TEST_P(KvCluster, NOPaxosStampedResolvesDropsBeforeAndAfterTheSequencer) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
+  *(std::find(argv.begin(), argv.end(), "--requests") + 1) = "400";
+  argv.insert(argv.end(), {"--gap-timeout-ms", "100", "--retry-timeout-ms", "300", "--sequencer", "stamp"});
+  RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.env = {{"DFI_FLOW_FAULTS", "flow=kv.v*.requests,to=1,drop,first=10,every=25;"
+                                     "flow=kv.v*.requests,to=0,drop,first=30,count=1"}};
+  auto run = run_cluster(5, GetParam(), argv, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: 0 sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again; the followers filled [1-9][0-9]* gap\(s\) from the leader)")))
       << run.all();
   EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 1600 requests")) << run.all();
   EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();

@@ -423,6 +423,7 @@ Client::~Client() {
 }
 
 std::size_t Client::outstanding() const noexcept { return state_->outstanding; }
+std::size_t Client::ready() const noexcept { return state_->ready.size(); }
 std::uint64_t Client::resent() const noexcept { return state_->resent; }
 std::uint64_t Client::stale_replies() const noexcept { return state_->stale; }
 std::size_t Client::index() const noexcept { return state_->index; }

@@ -118,10 +118,12 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
   requests.sources = clients;
   requests.targets = {leader_target};
   if (nopaxos) {
-    // The ordered unreliable multicast: every replica, one global order from the sequencer.
+    // The ordered unreliable multicast: every replica, one global order from the sequencer (a
+    // counter at the leader, or the leader stamping: ServiceOptions::sequencer).
     for (int r : view.followers) requests.targets.push_back({r, 0});
     requests.type_options.get<flow::ReplicateOptions>().ordered = true;
     requests.type_options.get<flow::ReplicateOptions>().gap_timeout = o.gap_timeout;
+    requests.type_options.get<flow::ReplicateOptions>().sequencer = o.sequencer;
   }
   // NOPaxos: a request sent again (its slot became a NO-OP, or it was slow) may travel beside its
   // first copy, so its rings hold twice the window.

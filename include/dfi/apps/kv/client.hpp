@@ -86,6 +86,10 @@ class Client {
   Status del(std::uint64_t key, bool& found);
 
   std::size_t outstanding() const noexcept;
+  // Completions taken from the replies already: poll() hands each out without waiting, and
+  // without flushing unless submit() buffered something since. A caller that drains these before
+  // it submits again sends its next requests together, in one segment (kv bench does).
+  std::size_t ready() const noexcept;
   std::size_t index() const noexcept;  // this client's index
   std::size_t value_bytes() const noexcept;  // the service's value width
   // NOPaxos: requests sent again because the leader did not answer within retry_timeout (their

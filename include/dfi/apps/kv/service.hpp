@@ -49,8 +49,10 @@
 //
 //   nopaxos       NOPaxos (Li et al., OSDI 2016): <name>.v0.requests is an *ordered* replicate
 //                 flow from every client to every replica — the ordered unreliable multicast,
-//                 whose sequencer (a counter in rank 0's memory that every client's segment
-//                 takes a number from) stands in for the paper's switch — and <name>.v0.replies
+//                 whose sequencer stands in for the paper's switch: a counter in the leader's
+//                 memory that every client's segment takes a number from (sequencer counter),
+//                 or the leader itself, which numbers the segments the clients send it alone and
+//                 forwards them to the followers (sequencer stamp) — and <name>.v0.replies
 //                 has every replica as a source. A segment's sequence number is its log slot.
 //                 The leader executes the requests in that one order and sends every result; a
 //                 follower logs the writes and acknowledges each consumed segment (one client's
@@ -69,8 +71,9 @@
 //                 it). A request whose slot became a NO-OP is never answered; its client sends
 //                 it again after retry_timeout (same number, a new copy), and each replica's
 //                 client table applies a write once. A dead client ends its own stream only.
-//                 A dead replica ends the run with an error naming it: view change (a new
-//                 session number) and log synchronisation are not built yet.
+//                 A dead replica (the leader and with it the sequencer, or a follower) starts a
+//                 view change: a new session on new flows, whose leader merges the survivors'
+//                 logs and synchronises the followers with START-VIEW (service.cpp).
 //
 // Reads are linearizable through a quorum round, not through the log (Raft's "read index"): a
 // read that arrived before round r started is answered once round r is chosen and every write of
@@ -92,6 +95,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dfi/flow/replicate.hpp"
 #include "dfi/flow/schema.hpp"
 #include "dfi/flow/spec.hpp"
 
@@ -226,7 +230,14 @@ struct ServiceOptions {
   // before it sends it again (its slot may have become a NO-OP).
   std::chrono::milliseconds gap_timeout{500};
   std::chrono::milliseconds retry_timeout{1500};
-  // Test seam (NOPaxos clients): the requests flow's ReplicateSourceOptions::on_sequence.
+  // NOPaxos: who numbers the requests (flow::Sequencer, dfi/flow/replicate.hpp). counter: a client
+  // takes a number for each segment from a counter in the leader's memory (a remote fetch-add),
+  // then writes the segment to every replica. stamp: a client writes to the leader alone, which
+  // numbers each segment as it takes it and forwards it to the followers. Chosen by whoever
+  // creates the view's flows; every member follows the flow's record.
+  flow::Sequencer sequencer = flow::Sequencer::counter;
+  // Test seam (NOPaxos clients): the requests flow's ReplicateSourceOptions::on_sequence (counter
+  // sequencer only: with stamp, clients take no number).
   std::function<void(std::uint64_t sequence)> on_sequence;
 };
 
