@@ -47,7 +47,7 @@ int print_config() {
 // values become in apps::kv::ServiceOptions once parsed.
 struct KvServiceCli {
   std::string protocol = "paxos";
-  std::string sequencer = "counter";
+  std::string sequencer = "stamp";
   double timeout_s = 30, gap_timeout_ms = 500, retry_timeout_ms = 1500;
 
   void add(CLI::App* app, dfi::apps::kv::ServiceOptions& service, const std::string& threads_help) {
@@ -63,8 +63,8 @@ struct KvServiceCli {
     app->add_option("--gap-timeout-ms", gap_timeout_ms, "NOPaxos: how long a sequence number may be missing before it is a gap")
         ->check(CLI::PositiveNumber);
     app->add_option("--sequencer", sequencer,
-                    "NOPaxos: who numbers the requests: counter (each client, by a fetch-add at the leader) or "
-                    "stamp (the leader, forwarding them to the followers)")
+                    "NOPaxos: who numbers the requests: stamp (the leader, forwarding them to the followers; the "
+                    "default) or counter (each client, by a fetch-add at the leader)")
         ->check(CLI::IsMember({"counter", "stamp"}));
     app->add_option("--retry-timeout-ms", retry_timeout_ms,
                     "NOPaxos: how long a client waits for a majority before it sends a request again")

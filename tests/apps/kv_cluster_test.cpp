@@ -95,12 +95,12 @@ TEST_P(KvCluster, NOPaxosHistoriesAreLinearizableAndReplicasAgree) {
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
 }
 
-// NOPaxos with the leader as the sequencer (--sequencer stamp): clients write to the leader alone,
-// which numbers and forwards their segments to the followers.
-TEST_P(KvCluster, NOPaxosStampedByTheLeaderIsLinearizableAndReplicasAgree) {
+// NOPaxos with the clients taking their numbers from a counter at the leader (--sequencer counter;
+// the default, stamp, has the leader number and forward the segments).
+TEST_P(KvCluster, NOPaxosWithTheCounterSequencerIsLinearizableAndReplicasAgree) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
   std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
-  argv.insert(argv.end(), {"--sequencer", "stamp"});
+  argv.insert(argv.end(), {"--sequencer", "counter"});
   auto run = run_cluster(5, GetParam(), argv);
   ASSERT_EQ(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 6000 requests")) << run.all();
@@ -272,7 +272,7 @@ TEST_P(KvCluster, NOPaxosGapAgreementMakesADelayedSegmentANoOp) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
   std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
   *(std::find(argv.begin(), argv.end(), "--requests") + 1) = "600";
-  argv.insert(argv.end(), {"--fault", "delay", "--fault-segment", "30", "--fault-delay-ms", "1200",
+  argv.insert(argv.end(), {"--sequencer", "counter", "--fault", "delay", "--fault-segment", "30", "--fault-delay-ms", "1200",
                            "--gap-timeout-ms", "300", "--retry-timeout-ms", "600"});
   RunOptions options;
   options.timeout = std::chrono::seconds(60);
@@ -295,7 +295,7 @@ TEST_P(KvCluster, NOPaxosGapAgreementSurvivesAClientDyingHoldingASequenceNumber)
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
   const std::string kv = std::string(DFI_BINARY) +
                          " kv bench --protocol nopaxos --replicas 3 --threads 1 --window 4 --keys 8 --reads 0.6"
-                         " --seconds 2 --rate 2000 --gap-timeout-ms 300 --fault kill --fault-segment 30 --history " +
+                         " --seconds 2 --rate 2000 --gap-timeout-ms 300 --sequencer counter --fault kill --fault-segment 30 --history " +
                          dir_ + " --no-progress";
   RunOptions options;
   options.timeout = std::chrono::seconds(60);
@@ -340,25 +340,25 @@ TEST_P(KvCluster, NOPaxosSurvivesAKilledLeader) {
   expect_survives_kill("nopaxos", 0, "[rank 1] kv: view changes: the service ended in view 1; rank(s) 0 died");
 }
 
-// The same with the leader as the sequencer: the leader's death takes the sequencer with it (the
-// clients see it as the view's end, not as a gap); a follower's death is seen by clients that
-// never write to it.
-TEST_P(KvCluster, NOPaxosStampedSurvivesAKilledLeaderAndAKilledFollower) {
-  expect_survives_kill("nopaxos --sequencer stamp", 0,
+// The same with the counter sequencer (the tests above use the default, the leader stamping): the
+// leader's death takes the counter with it; clients that wrote to every replica see a follower's.
+TEST_P(KvCluster, NOPaxosWithTheCounterSequencerSurvivesAKilledLeaderAndAKilledFollower) {
+  expect_survives_kill("nopaxos --sequencer counter", 0,
                        "[rank 1] kv: view changes: the service ended in view 1; rank(s) 0 died");
   std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
-  expect_survives_kill("nopaxos --sequencer stamp", 2, "kv: view changes: the service ended in view 1; rank(s) 2 died");
+  expect_survives_kill("nopaxos --sequencer counter", 2, "kv: view changes: the service ended in view 1; rank(s) 2 died");
 }
 
-// NOPaxos with segments of the ordered requests flow dropped (setting flow_faults) at a follower
-// (it asks the leader, which fills the gap) and at the leader (a NO-OP, the client sends the
-// request again). The run completes, the replicas agree, every history is linearizable.
+// NOPaxos (counter sequencer) with segments of the ordered requests flow dropped (setting
+// flow_faults) at a follower (it asks the leader, which fills the gap) and at the leader (a
+// NO-OP, the client sends the request again). The run completes, the replicas agree, every
+// history is linearizable.
 TEST_P(KvCluster, NOPaxosGapAgreementResolvesInjectedDrops) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
   std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
   *(std::find(argv.begin(), argv.end(), "--requests") + 1) = "400";
-  argv.insert(argv.end(), {"--gap-timeout-ms", "100", "--retry-timeout-ms", "300"});
+  argv.insert(argv.end(), {"--gap-timeout-ms", "100", "--retry-timeout-ms", "300", "--sequencer", "counter"});
   RunOptions options;
   options.timeout = std::chrono::seconds(60);
   options.env = {{"DFI_FLOW_FAULTS", "flow=kv.v*.requests,to=1,drop,first=10,every=25;"
@@ -372,7 +372,7 @@ TEST_P(KvCluster, NOPaxosGapAgreementResolvesInjectedDrops) {
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 1600 operations on 8 keys: linearizable"));
 }
 
-// With the leader as the sequencer, a segment dropped on its way from a client to the leader is
+// With the leader as the sequencer (the default), a segment dropped on its way from a client to the leader is
 // lost before the sequencer (no number, no NO-OP: the client sends it again after retry_timeout),
 // and one dropped on its way from the leader to a follower is a gap that the leader fills.
 TEST_P(KvCluster, NOPaxosStampedResolvesDropsBeforeAndAfterTheSequencer) {

@@ -121,6 +121,10 @@ void check_options(const ServiceOptions& o, int cluster_size) {
     throw bad("the gap and retry timeouts must be at least 1 ms (got " + std::to_string(o.gap_timeout.count()) +
               " and " + std::to_string(o.retry_timeout.count()) + ")");
   }
+  if (o.on_sequence && o.protocol == Protocol::nopaxos && o.sequencer == flow::Sequencer::stamp) {
+    throw bad("the on_sequence test seam (kv bench --fault) needs the counter sequencer: with stamp, clients take no "
+              "sequence number");
+  }
 }
 
 void create_service(cluster::Node& node, const ServiceOptions& o) {

@@ -68,6 +68,7 @@ struct KvLoad {
   double zipf = 0;          // key skew, 0: uniform
   std::string history_dir;  // non-empty: the clients write their histories there
   std::uint64_t value_bytes = apps::kv::kDefaultValueBytes;  // width of every value
+  std::string sequencer = "stamp";  // NOPaxos: stamp (the leader) or counter (the clients)
 };
 
 // The load of the kv and kv-etcd scenarios: the rest at its defaults. (A function, not a brace
@@ -120,7 +121,7 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
                 {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds},
                 {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate},
-                {"zipf", load.zipf},      {"value_bytes", load.value_bytes}};
+                {"zipf", load.zipf},      {"value_bytes", load.value_bytes}, {"sequencer", load.sequencer}};
   if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
   if (!kills.empty()) {
     json list = json::array();
@@ -222,6 +223,14 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
   options.history_dir = params.value("history", std::string());
   if (params.contains("gap_timeout_ms")) options.service.gap_timeout = std::chrono::milliseconds(params.at("gap_timeout_ms").get<long>());
   if (params.contains("retry_timeout_ms")) options.service.retry_timeout = std::chrono::milliseconds(params.at("retry_timeout_ms").get<long>());
+  if (params.contains("sequencer")) {
+    const std::string sequencer = params.at("sequencer").get<std::string>();
+    if (sequencer != "stamp" && sequencer != "counter") {
+      err << "bench kv rank: sequencer must be stamp or counter (got '" << sequencer << "')\n";
+      return 1;
+    }
+    options.service.sequencer = sequencer == "stamp" ? flow::Sequencer::stamp : flow::Sequencer::counter;
+  }
   options.progress = false;
   try {
     cluster::Node node;
@@ -259,9 +268,10 @@ class KvScenario : public Scenario {
            "each keeping `window` requests outstanding (the offered load). paxos: Multi-Paxos over "
            "four flows (requests shuffle, accept replicate, accepted shuffle, replies shuffle) with "
            "pipelined rounds and quorum-round reads. nopaxos: NOPaxos' normal case, the requests on an "
-           "ordered replicate flow from every client to every replica (its sequencer in rank 0's memory "
-           "standing in for the switch), every replica answering, a client done at a majority "
-           "including the leader. unreplicated: the leader alone executes and replies. Every run "
+           "ordered replicate flow from every client to every replica (its sequencer, standing in for the "
+           "switch, set by `sequencer`: the leader numbering and forwarding the segments, or a counter in "
+           "its memory that every client's segment takes a number from), every replica answering, a "
+           "client done at a majority including the leader. unreplicated: the leader alone executes and replies. Every run "
            "checks that all replicas applied the same writes.";
   }
   std::vector<Parameter> parameters() const override {
@@ -272,6 +282,9 @@ class KvScenario : public Scenario {
         {"keys", 100000, 1000000, "keys the requests draw from"},
         {"zipf", 0.0, 0.0, "Zipf exponent of the keys (0: uniform; YCSB's skew: 0.99)"},
         {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
+        {"sequencer", "stamp", "stamp",
+         "NOPaxos: who numbers the requests: stamp (the leader, forwarding them to the followers) or counter "
+         "(each client, by a fetch-add on a counter at the leader)"},
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
@@ -290,6 +303,10 @@ class KvScenario : public Scenario {
     const double zipf = context.param("zipf");
     const double seconds = context.param("seconds");
     const std::uint64_t value_bytes = context.param("value_bytes");
+    const std::string sequencer = context.param("sequencer").get<std::string>();
+    if (sequencer != "stamp" && sequencer != "counter") {
+      throw Error(Errc::invalid_argument, "bench kv: sequencer must be stamp or counter (got '" + sequencer + "')");
+    }
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("unreplicated", baselines()[0].description);
@@ -319,6 +336,7 @@ class KvScenario : public Scenario {
           std::string command;
           KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
           load.zipf = zipf;
+          load.sequencer = sequencer;
           const json r = run_dfi_kv(context, name(), protocol, n, load, command);
           const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
           context.say(round + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");

@@ -233,11 +233,13 @@ struct ServiceOptions {
   // NOPaxos: who numbers the requests (flow::Sequencer, dfi/flow/replicate.hpp). counter: a client
   // takes a number for each segment from a counter in the leader's memory (a remote fetch-add),
   // then writes the segment to every replica. stamp: a client writes to the leader alone, which
-  // numbers each segment as it takes it and forwards it to the followers. Chosen by whoever
-  // creates the view's flows; every member follows the flow's record.
-  flow::Sequencer sequencer = flow::Sequencer::counter;
+  // numbers each segment as it takes it and forwards it to the followers: no client holds a
+  // number while descheduled, and over tcp no client waits for an emulated fetch-add (the
+  // default: faster on shm and tcp, bench/notes/kv.md). Chosen by whoever creates the view's
+  // flows; every member follows the flow's record.
+  flow::Sequencer sequencer = flow::Sequencer::stamp;
   // Test seam (NOPaxos clients): the requests flow's ReplicateSourceOptions::on_sequence (counter
-  // sequencer only: with stamp, clients take no number).
+  // sequencer only: with stamp, clients take no number, and check_options refuses it).
   std::function<void(std::uint64_t sequence)> on_sequence;
 };
 
