@@ -229,6 +229,7 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
         } else if (done.op == Op::del) {
           output = done.found ? 1 : 0;
         }
+        if (result.ops == 0) node.registry().publish(serving_record(o.service.name, index), "1", /*replace=*/true);
         ++result.ops;
         (done.op == Op::get ? result.gets : done.op == Op::put ? result.puts : result.dels)++;
         result.latency.add(static_cast<std::uint64_t>(ret - p.call_ns));
@@ -354,6 +355,10 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
 
 }  // namespace
 
+std::string serving_record(const std::string& service, std::size_t client) {
+  return Names(service).serving + std::to_string(client);
+}
+
 int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std::ostream& err,
               BenchSummary* summary) {
   check_bench(node, o);
@@ -401,7 +406,11 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     ClientResult total;
     double rate = 0;
     for (ClientResult& r : results) {
-      if (!r.error.empty() && failure.empty()) failure = r.error;
+      // Every thread's error, not the first only: one thread's failure may explain another's.
+      if (!r.error.empty()) {
+        if (!failure.empty()) failure += '\n';
+        failure += r.error;
+      }
       total.longest_wait_ns = std::max(total.longest_wait_ns, r.longest_wait_ns);
       total.ops += r.ops, total.gets += r.gets, total.puts += r.puts, total.dels += r.dels;
       total.resent += r.resent, total.stale += r.stale;

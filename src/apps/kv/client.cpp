@@ -219,8 +219,17 @@ struct Client::State {
     for (;;) {
       Status c = replies->consume(batch, kReplySlice);
       if (nopaxos) {
-        // Once per batch (or quiet slice): the copies that got no majority in time go again.
-        if (Status r = resend_overdue(); !r) return r;
+        // Once per batch (or quiet slice): the copies that got no majority in time go again. A
+        // copy that cannot go out (the sequencer's host or another member was declared dead
+        // while the client waited for its answer) is the view breaking, as for any other call:
+        // the replies consumed with it belong to the old view, and the next view gets every
+        // unanswered request again.
+        if (Status r = resend_overdue(); !r) {
+          batch = {};
+          if (Status v = recover(r); !v) return v;
+          if (Status n = nothing_awaited(); !n) return n;
+          continue;
+        }
       }
       if (c) return c;
       if (c.code() == Errc::timeout) {

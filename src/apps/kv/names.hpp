@@ -14,6 +14,7 @@ struct Names {
         accept(flow(service, view, "accept")),
         accepted(flow(service, view, "accepted")),
         reports("kv/" + service + "/report/"),
+        serving("kv/" + service + "/serving/"),
         view_record("kv/" + service + "/view/" + std::to_string(view)),
         view_states(view_record + "/state/"),
         value_bytes("kv/" + service + "/value_bytes") {}
@@ -23,6 +24,7 @@ struct Names {
   std::string accept;
   std::string accepted;
   std::string reports;      // + rank: what a rank reports after the run (cluster::exchange_records)
+  std::string serving;      // + client index: published by a bench client at its first completion
   std::string view_record;  // the view's leader and members, published once its flows exist
   std::string view_states;  // + rank: a replica's log length as it enters the view
   std::string value_bytes;  // "<value bytes> <rank>": the service's value width, and who created it

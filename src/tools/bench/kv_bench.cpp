@@ -151,7 +151,8 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
 }
 
 // Every rank of a `dfi kv bench` run of any kv scenario. A rank named in "kills" runs its part as
-// a child process and kills it (SIGKILL to its process group) "after_s" after every rank started.
+// a child process and kills it (SIGKILL to its process group) "after_s" after the service served
+// every client (each client's first completion, apps::kv::serving_record).
 int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err);
 
 int run_kv_rank(const json& params, std::ostream& out, std::ostream& err) {
@@ -181,15 +182,21 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
     launch::ChildProcess victim =
         // Every kv scenario's ranks run this function: scenario kv's rank program will do.
         launch::ChildProcess::start({{"/proc/self/exe", "bench-rank", "kv", rest.dump()}, {}});
-    // The kill clock starts when every rank is starting its service (on a loaded machine start-up
-    // may take longer than the kill time; a kill before it tests the start-up, not the service).
+    // The kill clock starts when the service serves: every client completed its first request
+    // (on a loaded machine start-up may take longer than the kill time; a kill before it tests
+    // the start-up, not the service).
     try {
       registry::Client registry(config::get_string("registry"), config::get_string("registry_token"),
                                 std::chrono::seconds(30));
       const int ranks = launch::discover_launch().size;
-      for (int r = 0; r < ranks; ++r) (void)registry.wait_for(cluster::Node::process_record(r), std::chrono::seconds(60));
+      const int replicas = params.at("replicas");
+      const int threads = params.at("threads");
+      const std::size_t clients = static_cast<std::size_t>(ranks - replicas) * static_cast<std::size_t>(threads);
+      for (std::size_t c = 0; c < clients; ++c) {
+        (void)registry.wait_for(apps::kv::serving_record(apps::kv::ServiceOptions().name, c), std::chrono::seconds(60));
+      }
     } catch (const Error& e) {
-      err << "bench kv rank: the ranks did not start: " << e.what() << "\n";
+      err << "bench kv rank: the service did not start serving every client: " << e.what() << "\n";
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(mine->at("after_s").get<double>()));
@@ -483,7 +490,7 @@ class KvFailoverScenario : public Scenario {
         {"keys", 1000, 100000, "keys the requests draw from"},
         {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
         {"seconds", 2.5, 4.0, "run length of every client"},
-        {"kill_after_s", 1.0, 1.5, "when the replica is killed, after every rank started"},
+        {"kill_after_s", 1.0, 1.5, "when the replica is killed, after the service served every client"},
         {"victims", json::array({"leader", "follower"}), json::array({"leader", "follower"}), "which replica is killed"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };

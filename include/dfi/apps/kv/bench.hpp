@@ -67,6 +67,12 @@ struct BenchSummary {
   bool summarized = false;          // this rank summarized the run (the others leave it untouched)
 };
 
+// The registry record that bench client `client` (its index, Client::index) of service `service`
+// publishes once its first request completed: the service serves it. A fault harness starts its
+// clock when every client's record exists (a fault before that tests the start-up, not the
+// service).
+std::string serving_record(const std::string& service, std::size_t client);
+
 // Runs this rank's role. Returns 0 when the run completed and (summarizing rank) the replicas
 // agree; 1 otherwise, with the reason on `err` naming the rank, flow or peer. The summarizing rank
 // (the lowest that reported) fills `summary` when
