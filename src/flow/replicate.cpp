@@ -51,12 +51,11 @@ void read_replicate(const SpecFields& record, FlowSpec& spec) {
   options.ordered = record.get_bool("ordered");
   options.gap_timeout = std::chrono::milliseconds(record.get_int("gap_timeout_ms"));
   if (!record.has("sequencer")) return;  // written before there was a choice: the counter
-  const std::string sequencer = record.get_string("sequencer");
-  if (sequencer != "counter" && sequencer != "stamp") {
-    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: unknown sequencer '" +
-                                    sequencer + "'");
+  try {
+    options.sequencer = parse_sequencer(record.get_string("sequencer"));
+  } catch (const Error& e) {
+    throw Error(Errc::protocol, "flow '" + record.flow() + "': spec record: " + e.what());
   }
-  options.sequencer = sequencer == "counter" ? Sequencer::counter : Sequencer::stamp;
 }
 
 // Children per tree node: naive flows are the tree where the source's children are all targets.
@@ -89,6 +88,12 @@ std::string_view replication_name(Replication replication) {
 
 std::string_view sequencer_name(Sequencer sequencer) {
   return sequencer == Sequencer::counter ? "counter" : "stamp";
+}
+
+Sequencer parse_sequencer(std::string_view name) {
+  if (name == "counter") return Sequencer::counter;
+  if (name == "stamp") return Sequencer::stamp;
+  throw Error(Errc::invalid_argument, "unknown sequencer '" + std::string(name) + "' (counter or stamp)");
 }
 
 std::vector<std::size_t> relay_children(const FlowSpec& spec, std::size_t source,

@@ -48,6 +48,7 @@ struct ReplicateTarget::State {
     bool handed_out = false;          // the application holds the head
     bool done_with = false;           // given back, or never to be handed out
     bool forwarding = false;          // some child still lacks the head
+    bool announced = true;            // false: a head this target numbered, not yet in the counter word
     std::vector<std::size_t> links;   // indices into `children` feeding this ring's subtree
     std::vector<std::uint8_t> steps;  // per link: forwarding steps done for the head
     bool ended = false;
@@ -67,6 +68,7 @@ struct ReplicateTarget::State {
   fabric::Worker& own_or_given_worker();
   void check_writers();
   void advance(std::size_t s);
+  void announce(Ring& r);
   void load_head(std::size_t s, const memory::SegmentView& view);
   void ring_failed(std::size_t s);
   void end_ring(std::size_t s);
@@ -113,7 +115,8 @@ struct ReplicateTarget::State {
   // Ordered flows.
   cluster::SharedWords sequencer;  // target 0 hosts it, the others attach
   bool stamps = false;             // target 0 of a stamped flow: numbers the segments itself
-  std::uint64_t stamped = 0;       // stamps: the last number given (also the sequencer's counter)
+  std::uint64_t stamped = 0;       // stamps: the last number given
+  std::uint64_t announced_max = 0; // stamps: the counter word (the highest number every child has)
   bool departed = false;
   bool counter_failed = false;
   std::uint64_t expected = 1;  // next sequence number to hand out
@@ -282,6 +285,7 @@ void ReplicateTarget::State::load_head(std::size_t s, const memory::SegmentView&
   r.done_with = false;
   r.steps.assign(r.links.size(), 0);
   r.forwarding = !r.links.empty();
+  r.announced = true;  // nothing to announce unless this target numbers it (below)
   if (view.end_of_stream) {
     r.head = Head::end;
     return;
@@ -314,16 +318,17 @@ void ReplicateTarget::State::load_head(std::size_t s, const memory::SegmentView&
   if (stamps) {
     if (r.header != 0) {
       r.done_with = true;
+      r.forwarding = false;  // never to the others: they would take its foreign number for one of ours
       pending.push_back({Errc::protocol, label + ": a segment from " + r.writer_name + " carries sequence number " +
                                              std::to_string(r.header) + " in a flow the stamp sequencer numbers"});
       return;
     }
     // The segment is ours until released: its header word becomes its number, so the copies
-    // forwarded from the slot carry it. The counter lets the other targets see a number exists
-    // (gap detection) as with the counter sequencer; it is local, a plain store.
+    // forwarded from the slot carry it. The counter word announces it once every child has it
+    // (advance), so that a child sees a number as missing only when its copy went astray.
     r.header = ++stamped;
     std::memcpy(const_cast<std::byte*>(view.data), &r.header, sizeof r.header);
-    std::atomic_ref(sequencer.local()[detail::kSequencerCounter]).store(stamped, std::memory_order_release);
+    r.announced = false;
   }
   if (ordered) {
     if (r.header < expected) {  // its gap was reported already
@@ -389,6 +394,16 @@ bool ReplicateTarget::State::forward(std::size_t s) {
   return all;
 }
 
+// Stamps: raises the counter word to the head's number once every live child has its copy (the
+// other targets' gap detection reads it). Heads finish forwarding out of number order when one
+// child's ring is full, so the word keeps the highest announced.
+void ReplicateTarget::State::announce(Ring& r) {
+  r.announced = true;
+  if (r.header <= announced_max) return;
+  announced_max = r.header;
+  std::atomic_ref(sequencer.local()[detail::kSequencerCounter]).store(announced_max, std::memory_order_release);
+}
+
 void ReplicateTarget::State::advance(std::size_t s) {
   Ring& r = ring[s];
   for (;;) {
@@ -406,6 +421,7 @@ void ReplicateTarget::State::advance(std::size_t s) {
       }
     }
     if (r.forwarding && !forward(s)) return;
+    if (!r.announced) announce(r);
     switch (r.head) {
       case Head::end:
         rings.reader(s).release();

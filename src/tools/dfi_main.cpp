@@ -77,7 +77,7 @@ struct KvServiceCli {
     service.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
     service.gap_timeout = std::chrono::milliseconds(static_cast<long long>(gap_timeout_ms));
     service.retry_timeout = std::chrono::milliseconds(static_cast<long long>(retry_timeout_ms));
-    service.sequencer = sequencer == "stamp" ? dfi::flow::Sequencer::stamp : dfi::flow::Sequencer::counter;
+    service.sequencer = dfi::flow::parse_sequencer(sequencer);
   }
 };
 
@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
   kv_bench->add_flag("!--no-progress", kv_options.progress, "No progress line per second");
   double kv_fault_delay_ms = 2000;
   std::string kv_fault = "none";
-  kv_bench->add_option("--fault", kv_fault, "Test seam (NOPaxos): the last client dies (kill) or waits (delay) holding a sequence number")
+  kv_bench->add_option("--fault", kv_fault, "Test seam (NOPaxos with --sequencer counter): the last client dies (kill) or waits (delay) holding a sequence number")
       ->check(CLI::IsMember({"none", "kill", "delay"}));
   kv_bench->add_option("--fault-segment", kv_options.fault_segment, "Test seam: at the last client's N-th sequence number")
       ->check(CLI::PositiveNumber);
@@ -337,6 +337,10 @@ int main(int argc, char** argv) {
       kv_options.fault = kv_fault == "kill" ? Fault::kill : kv_fault == "delay" ? Fault::delay : Fault::none;
       if (kv_options.fault != Fault::none && kv_options.service.protocol != dfi::apps::kv::Protocol::nopaxos) {
         throw dfi::Error(dfi::Errc::invalid_argument, "dfi kv bench: --fault is a seam of the NOPaxos requests flow (--protocol nopaxos)");
+      }
+      if (kv_options.fault != Fault::none && kv_options.service.sequencer != dfi::flow::Sequencer::counter) {
+        throw dfi::Error(dfi::Errc::invalid_argument,
+                         "dfi kv bench: --fault makes a client hold a sequence number, which needs --sequencer counter");
       }
       return dfi::tools::run_kv_bench(kv_options, std::cout, std::cerr);
     }

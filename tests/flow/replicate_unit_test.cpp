@@ -130,6 +130,40 @@ TEST(ReplicateSpec, OptionsSurviveTheRegistryRecord) {
   EXPECT_EQ(FlowSpec::from_json(stamped.to_json()).type_options.get<ReplicateOptions>().sequencer, Sequencer::stamp);
 }
 
+// A record written before the sequencer was a choice means the counter; an unknown name is an
+// error naming it.
+TEST(ReplicateSpec, SequencerNamesAreParsedAndCheckedInRecords) {
+  EXPECT_EQ(parse_sequencer("counter"), Sequencer::counter);
+  EXPECT_EQ(parse_sequencer("stamp"), Sequencer::stamp);
+  try {
+    (void)parse_sequencer("switch");
+    ADD_FAILURE() << "no error for an unknown sequencer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("unknown sequencer 'switch' (counter or stamp)"), std::string::npos) << e.what();
+  }
+  FlowSpec spec = spec_with(2, 3, Replication::naive, 2);
+  spec.type_options.get<ReplicateOptions>().ordered = true;
+  std::string record = spec.to_json();
+  const std::string field = "\"sequencer\":\"counter\"";
+  const std::size_t at = record.find(field);
+  ASSERT_NE(at, std::string::npos) << record;
+  std::string old_record = record;
+  old_record.erase(at, field.size());
+  if (old_record[at] == ',') old_record.erase(at, 1);
+  else if (old_record[at - 1] == ',') old_record.erase(at - 1, 1);
+  EXPECT_EQ(FlowSpec::from_json(old_record).type_options.get<ReplicateOptions>().sequencer, Sequencer::counter) << old_record;
+  std::string bad = record;
+  bad.replace(at, field.size(), "\"sequencer\":\"switch\"");
+  try {
+    (void)FlowSpec::from_json(bad);
+    ADD_FAILURE() << "no error for a record with an unknown sequencer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol);
+    EXPECT_NE(std::string(e.what()).find("unknown sequencer 'switch'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ReplicateSpec, LatencySegmentsMakeRoomForTheHeader) {
   FlowSpec spec = spec_with(1, 1, Replication::naive, 1);
   spec.schema = Schema({{"key", Type::uint64}, {"blob", Type::chars, 20}});  // 28 B -> 32 B

@@ -39,13 +39,20 @@
 //               in the order it takes them from its rings and forwards each, numbered, to every
 //               other target (a relay tree of depth two rooted at target 0) — a sequencer in the
 //               data path, as NOPaxos's switch or middlebox, co-located with target 0. Sources
-//               take no number and never hold one; target 0's consume() does the forwarding, so it
-//               must keep consuming. A segment dropped (flow_faults) at target 0 was lost before
-//               the sequencer: it gets no number and no target reports it.
+//               take no number and never hold one. Target 0's consume() (and try_consume()) does
+//               the numbering and forwarding: nothing is numbered or forwarded while target 0's
+//               application does not consume, and a child whose ring is full gets its copy on a
+//               later call. The counter word of target 0 announces a number once every live
+//               child has its copy, so a child reports a gap only for a copy that went astray.
+//               A segment dropped (flow_faults) at target 0 was lost before the sequencer: it
+//               gets no number and no target reports it.
 //
 // Gaps (ordered). A sequence number can be missing for good: a source died after taking it and
-// before writing the segment everywhere (counter), or target 0 died part-way through forwarding it
-// or the segment was dropped on its way to one target (stamp). When number n is known to exist (a later number arrived,
+// before writing the segment everywhere (counter), or the segment was dropped on its way from
+// target 0 to one target (stamp). When target 0 of a stamped flow dies, its counter dies with it:
+// every other target reports peer_failed naming target 0 once it drained what target 0 wrote, and
+// the last numbers may have reached some targets and not others, with no gap event — the
+// application reconciles them, as a NOPaxos view change does. When number n is known to exist (a later number arrived,
 // or the sequencer counter passed it) and has not arrived within gap_timeout, consume() returns a
 // gap event: an ok status and a batch with gap() true, `sequence` = n and `gap_count` = how many
 // consecutive numbers from n are missing; the flow continues after them. A segment that arrives
@@ -89,7 +96,8 @@ class Worker;
 namespace dfi::flow {
 
 // Every replicate segment starts with one 64-bit word: the global sequence number (ordered
-// flows, from 1), 0 (unordered), or kReplicateAbortHeader (a relay's upstream failed; the next
+// flows, from 1), 0 (unordered, and a stamped flow's segments until target 0 numbers them), or
+// kReplicateAbortHeader (a relay's upstream failed; the next
 // word is the failed rank). The tuples follow, 8-byte aligned.
 inline constexpr std::size_t kReplicateHeaderBytes = 8;
 inline constexpr std::uint64_t kReplicateAbortHeader = ~std::uint64_t{0};
@@ -99,13 +107,18 @@ enum class Sequencer {
   counter,  // each source, with a remote fetch-add on a counter target 0 hosts
   stamp,    // target 0, as it takes the segments, before it forwards them to the other targets
 };
+// The sequencer's name in records and messages ("counter", "stamp").
 std::string_view sequencer_name(Sequencer sequencer);
+// The sequencer named `name` ("counter" or "stamp"). Throws dfi::Error(invalid_argument) naming
+// the unknown name and the known ones.
+Sequencer parse_sequencer(std::string_view name);
 
 // How a replicate flow reaches its targets (003 §4.2.2, §5.4).
 enum class Replication {
   naive,  // each source writes every segment to every target
   relay,  // each source writes to `fanout` targets, which forward along a tree (see above)
 };
+// The replication's name in records and messages ("naive", "relay").
 std::string_view replication_name(Replication replication);
 
 // A replicate flow's own options, kept in FlowSpec::type_options (FlowType::replicate's
@@ -135,8 +148,8 @@ std::optional<std::size_t> relay_parent(const FlowSpec& spec, std::size_t source
 struct ReplicateSourceOptions {
   // If set, opening fails unless the flow's schema equals it.
   std::optional<Schema> expected_schema;
-  // Longest wait of the open for the flow's creation, its targets' rings and (ordered) the
-  // sequencer (0: the registry_timeout_ms setting).
+  // Longest wait of the open for the flow's creation, its targets' rings and (ordered by the
+  // counter sequencer) the sequencer (0: the registry_timeout_ms setting).
   std::chrono::milliseconds open_timeout{0};
   // Test seam, ordered flows numbered by the counter sequencer: runs after a segment received its
   // sequence number and before it is written anywhere (tests kill or delay a source there to make
@@ -263,7 +276,7 @@ struct ReplicateCounters {
   std::uint64_t tuples = 0;     // handed out
   std::uint64_t bytes = 0;      // tuple bytes handed out
   std::uint64_t segments = 0;   // segments handed out
-  std::uint64_t forwarded = 0;  // segment copies written into children's rings (relay)
+  std::uint64_t forwarded = 0;  // segment copies written into children's rings (relay; stamp: target 0)
   std::uint64_t gaps = 0;       // gap events
   std::uint64_t missing = 0;    // sequence numbers reported missing
   std::uint64_t late = 0;       // segments dropped because their gap had been reported

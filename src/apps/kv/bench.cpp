@@ -117,6 +117,10 @@ void check_bench(const cluster::Node& node, const BenchOptions& o) {
   if (!(o.delete_ratio >= 0 && o.delete_ratio <= 1)) throw bad("delete ratio must be in [0, 1]");
   if (!(o.zipf >= 0)) throw bad("the Zipf exponent must not be negative");
   if (!(o.seconds > 0) && o.requests == 0) throw bad("give a positive run length or a request count");
+  if (o.fault != BenchOptions::Fault::none && o.service.sequencer == flow::Sequencer::stamp) {
+    throw bad("the fault seam makes a client hold a sequence number: it needs the counter sequencer "
+              "(--sequencer counter); with stamp, clients take none");
+  }
 }
 
 // One client thread: keeps the window full until the run ends, then closes.

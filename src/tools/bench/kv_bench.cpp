@@ -85,6 +85,19 @@ KvLoad make_load(int threads, std::uint64_t window, std::uint64_t keys, double s
   return load;
 }
 
+// The `sequencer` setting of the scenarios that run NOPaxos (kv, kv-etcd, kv-jepsen), and its
+// value (checked once, before any rank starts).
+Parameter sequencer_parameter() {
+  return {"sequencer", "stamp", "stamp",
+          "NOPaxos: who numbers the requests: stamp (the leader, forwarding them to the followers) or counter "
+          "(each client, by a fetch-add on a counter at the leader)"};
+}
+std::string sequencer_of(RunContext& context) {
+  std::string sequencer = context.param("sequencer").get<std::string>();
+  (void)flow::parse_sequencer(sequencer);  // a bad name fails here, not in every rank
+  return sequencer;
+}
+
 // A rank (replica or client) to kill in the middle of a run (kv-failover, kv-jepsen). With
 // cut_seconds > 0 (netns hosts only) its link is cut at after_seconds instead (a partition:
 // launch::netns_set_own_link), and it is killed cut_seconds later, long after the others declared
@@ -231,12 +244,12 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
   if (params.contains("gap_timeout_ms")) options.service.gap_timeout = std::chrono::milliseconds(params.at("gap_timeout_ms").get<long>());
   if (params.contains("retry_timeout_ms")) options.service.retry_timeout = std::chrono::milliseconds(params.at("retry_timeout_ms").get<long>());
   if (params.contains("sequencer")) {
-    const std::string sequencer = params.at("sequencer").get<std::string>();
-    if (sequencer != "stamp" && sequencer != "counter") {
-      err << "bench kv rank: sequencer must be stamp or counter (got '" << sequencer << "')\n";
+    try {
+      options.service.sequencer = flow::parse_sequencer(params.at("sequencer").get<std::string>());
+    } catch (const Error& e) {
+      err << "bench kv rank: " << e.what() << "\n";
       return 1;
     }
-    options.service.sequencer = sequencer == "stamp" ? flow::Sequencer::stamp : flow::Sequencer::counter;
   }
   options.progress = false;
   try {
@@ -289,9 +302,7 @@ class KvScenario : public Scenario {
         {"keys", 100000, 1000000, "keys the requests draw from"},
         {"zipf", 0.0, 0.0, "Zipf exponent of the keys (0: uniform; YCSB's skew: 0.99)"},
         {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
-        {"sequencer", "stamp", "stamp",
-         "NOPaxos: who numbers the requests: stamp (the leader, forwarding them to the followers) or counter "
-         "(each client, by a fetch-add on a counter at the leader)"},
+        sequencer_parameter(),
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
@@ -310,10 +321,7 @@ class KvScenario : public Scenario {
     const double zipf = context.param("zipf");
     const double seconds = context.param("seconds");
     const std::uint64_t value_bytes = context.param("value_bytes");
-    const std::string sequencer = context.param("sequencer").get<std::string>();
-    if (sequencer != "stamp" && sequencer != "counter") {
-      throw Error(Errc::invalid_argument, "bench kv: sequencer must be stamp or counter (got '" + sequencer + "')");
-    }
+    const std::string sequencer = sequencer_of(context);
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("unreplicated", baselines()[0].description);
@@ -383,6 +391,7 @@ class KvEtcdScenario : public Scenario {
         {"windows", json::array({1, 16}), json::array({1, 4, 16, 64}), "requests outstanding per client (offered load)"},
         {"keys", 10000, 100000, "keys the requests draw from (etcd preloads them)"},
         {"value_bytes", 64, 64, "width of every value in bytes (DFI and etcd; a multiple of 8, 8..4096)"},
+        sequencer_parameter(),
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"data", json::array({"tmpfs"}), json::array({"tmpfs", "disk"}), "where etcd keeps its log: tmpfs, disk"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
@@ -435,7 +444,9 @@ class KvEtcdScenario : public Scenario {
           for (const std::string protocol : {"paxos", "nopaxos"}) {
             context.say(round + ", " + protocol);
             std::string command;
-            const json r = run_dfi_kv(context, name(), protocol, replicas, make_load(threads, window, keys, seconds, timeout, value_bytes), command);
+            KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
+            load.sequencer = sequencer_of(context);
+            const json r = run_dfi_kv(context, name(), protocol, replicas, load, command);
             const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
             context.say(round + ", " + protocol + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
             tput.add(protocol, window, kreq);
@@ -594,6 +605,7 @@ class KvJepsenScenario : public Scenario {
         {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
         {"seed", 1, 1, "seed of the randomized loads and faults"},
         {"protocol", "paxos", "paxos", "replication protocol: paxos or nopaxos"},
+        sequencer_parameter(),
         {"faults", "none,leader,follower,client,leader+follower", "none,leader,follower,client,leader+follower",
          "faults taking turns: none, leader, follower, client, leader+follower (5 replicas), drop (nopaxos), delay, "
          "partition (--netns)"},
@@ -610,6 +622,7 @@ class KvJepsenScenario : public Scenario {
   void run(RunContext& context, Result& result) override {
     namespace fs = std::filesystem;
     const int histories = context.param("histories");
+    const std::string sequencer = sequencer_of(context);
     const int replicas = context.param("replicas");
     const double seconds = context.param("seconds");
     const std::uint64_t value_bytes = context.param("value_bytes");
@@ -673,6 +686,7 @@ class KvJepsenScenario : public Scenario {
       load.seconds = seconds;
       load.timeout = timeout;
       load.value_bytes = value_bytes;
+      load.sequencer = sequencer;
       const fs::path dir = work / std::to_string(i);
       fs::remove_all(dir);
       fs::create_directories(dir);
