@@ -123,6 +123,16 @@ TEST_P(ReplicateCluster, InjectedDropOnAReliableFlowIsRefused) {
   EXPECT_TRUE(contains(run.all(), "rule 'flow=rep-victim-*,drop': drop matches flow 'rep-victim-source' (replicate), which never loses a segment")) << run.all();
 }
 
+TEST_P(ReplicateCluster, StampedFlowDeadSourceLeavesNoGapAndIdenticalSequences) {
+  auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "stamp-kill-source"});
+  EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed: the launcher says so
+  EXPECT_TRUE(std::regex_search(run.err, std::regex(R"(rank 1 .*signal 9)"))) << run.all();
+  EXPECT_TRUE(contains(run.out, "stamp-kill-source: 3 targets with identical sequences, no gap, the dead source named at each"))
+      << run.all();
+  EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
+  EXPECT_FALSE(std::regex_search(run.err, std::regex(R"(rank [02] exited with status)"))) << run.all();
+}
+
 TEST_P(ReplicateCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   auto run = run_cluster(3, GetParam(), {REPLICATE_NODE, "kill-source"});
   EXPECT_NE(run.code, 0) << run.all();

@@ -13,6 +13,8 @@
 //                                            dropped at rank 2 are gaps there only, a delay at
 //                                            rank 0 holds its targets back without a gap (stamp:
 //                                            target 0 numbers around the held segment instead)
+//   replicate_node stamp-kill-source         stamped: a dead source is named, no gap, identical
+//                                            sequences at every target
 //   replicate_node kill-source               naive: a dead source fails consume naming it
 //   replicate_node kill-relay                a relaying target dies: below it, the failure is named
 //   replicate_node errors                    every user error gives a clear error
@@ -637,6 +639,66 @@ int injected_faults(cluster::Node& node, const std::string& sequencer) {
   return failures == 0 ? 0 : 1;
 }
 
+// A stamped flow whose source dies (rank 1, after 40 segments): it never held a number, so no
+// target reports a gap; every target names the dead source, goes on with the other source's
+// segments and consumes the same sequence as the others (target 0 forwarded all it numbered).
+int stamp_kill_source(cluster::Node& node) {
+  constexpr std::uint64_t kPerSegment = 4;
+  const FlowSpec spec = three_target_spec(
+      "rep-stamp-kill-source",
+      {.ordered = true, .gap_timeout = std::chrono::milliseconds(300), .sequencer = Sequencer::stamp}, kPerSegment);
+  if (node.rank() == 0) create_flow(node, spec);
+  std::vector<std::thread> threads;
+  std::vector<OrderedLog> logs(3);
+  start_three_targets(node, spec, threads, logs);
+  if (node.rank() == 1 || node.rank() == 2) {
+    threads.emplace_back([&] {
+      try {
+        fabric::Worker worker(node.fabric(), "source");
+        const bool victim = node.rank() == 1;
+        ReplicateSource source(node, worker, spec.name, 0);
+        if (!victim) return push_numbered(source, 1, 200 * kPerSegment, kPerSegment, std::chrono::microseconds(2500));
+        for (std::uint64_t seq = 1; seq <= 40 * kPerSegment; ++seq) {
+          if (Status st = source.push(Pair{key_of(0, seq), seq}); !st) return fail("push: " + st.message());
+          if (seq % kPerSegment == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        (void)source.flush();
+        die_quietly(&worker);
+      } catch (const std::exception& e) {
+        fail(std::string("source: ") + e.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  if (node.rank() == 2) {
+    const OrderedLog& l = logs[2];
+    node.registry().publish(spec.name + "/log", std::to_string(l.digest) + " " + std::to_string(l.gaps) + " " +
+                                                    std::to_string(l.failures_seen) + " " + std::to_string(l.per_source[0]));
+  }
+  if (node.rank() == 0) {
+    std::istringstream in(node.wait_for(spec.name + "/log", std::chrono::seconds(20)));
+    logs[2].per_source.assign(2, 0);
+    in >> logs[2].digest >> logs[2].gaps >> logs[2].failures_seen >> logs[2].per_source[0];
+    for (std::size_t t = 0; t < 3; ++t) {
+      const OrderedLog& l = logs[t];
+      if (l.gaps != 0) fail("target " + std::to_string(t) + " reported " + std::to_string(l.gaps) + " gap(s)");
+      if (l.failures_seen == 0) fail("target " + std::to_string(t) + " did not report the dead source");
+      if (l.digest != logs[0].digest) fail("target " + std::to_string(t) + " consumed another sequence than target 0");
+      if (l.per_source[0] != logs[0].per_source[0]) fail("target " + std::to_string(t) + " got another count of the dead source's tuples");
+    }
+    if (logs[0].failure_text.find("source (rank 1, thread 0) failed before closing") == std::string::npos)
+      fail("target 0 named the failure as: " + logs[0].failure_text);
+    if (logs[0].per_source[0] == 0) fail("nothing of the dead source arrived before it died");
+    std::printf("stamp-kill-source: 3 targets with identical sequences, no gap, the dead source named at each "
+                "(%llu of its tuples in)\n",
+                static_cast<unsigned long long>(logs[0].per_source[0]));
+  }
+  std::fflush(stdout);
+  if (node.rank() == 1) std::_Exit(0);  // the victim's process (its source thread died quietly already)
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Failures in unordered flows
 
@@ -1100,6 +1162,7 @@ int main(int argc, char** argv) {
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "slow-target") return slow_target(node);
     if (scenario == "injected") return injected_faults(node, argc > 2 ? argv[2] : "counter");
+    if (scenario == "stamp-kill-source") return stamp_kill_source(node);
     if (scenario == "kill-relay") return kill_relay(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "bench-bw" && argc >= 3)
