@@ -9,7 +9,8 @@
 //   flow=kv.v0.requests,from=3,to=1,drop,first=5,every=20,count=3
 //
 //   flow=PATTERN   the flows it applies to (fnmatch(3) pattern on the flow's name); required
-//   from=RANK      only the links from sources on this rank (default: every source)
+//   from=RANK      only the links from sources on this rank (default: every source); a link is
+//                  named by its source even where a relay writes it (a stamped flow's target 0)
 //   to=RANK        only the targets on this rank (default: every target)
 //   delay=MS       a chosen segment becomes visible MS milliseconds after it arrived; the link
 //                  is FIFO, so the segments behind it wait too (a slow link, not a reordering)
