@@ -29,7 +29,7 @@ std::string kill_rank(int victim, const std::string& seconds, const std::string&
 std::string conflicting_run(const std::string& protocol, const std::string& seconds, const std::string& dir);
 
 class KvCluster : public ::testing::TestWithParam<std::string> {
- protected:
+ public:  // the helpers below the class use check_histories() and dir()
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
            ("dfi-kv-" + std::to_string(::getpid()) + "-" +
@@ -64,6 +64,8 @@ class KvCluster : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(contains(run.out, "kv: replicas agree: 2 of 3 applied")) << run.all();
     EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
   }
+
+  const std::string& dir() const { return dir_; }
 
   std::string dir_;
 };
@@ -350,47 +352,41 @@ TEST_P(KvCluster, NOPaxosWithTheCounterSequencerSurvivesAKilledLeaderAndAKilledF
   expect_survives_kill("nopaxos --sequencer counter", 2, "kv: view changes: the service ended in view 1; rank(s) 2 died");
 }
 
-// NOPaxos (counter sequencer) with segments of the ordered requests flow dropped (setting
-// flow_faults) at a follower (it asks the leader, which fills the gap) and at the leader (a
-// NO-OP, the client sends the request again). The run completes, the replicas agree, every
-// history is linearizable.
-TEST_P(KvCluster, NOPaxosGapAgreementResolvesInjectedDrops) {
-  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
-  std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
+// NOPaxos with segments of the ordered requests flow dropped (setting flow_faults) at a follower
+// and at the leader, with `sequencer`; `noops` is the regex of the NO-OP count the gap-agreement
+// line must show. The run completes, the replicas agree, every history is linearizable.
+void expect_drops_resolved(KvCluster& test, const std::string& sequencer, const std::string& noops) {
+  std::vector<std::string> argv = conflicting_load("nopaxos", "3", test.dir());
   *(std::find(argv.begin(), argv.end(), "--requests") + 1) = "400";
-  argv.insert(argv.end(), {"--gap-timeout-ms", "100", "--retry-timeout-ms", "300", "--sequencer", "counter"});
+  argv.insert(argv.end(), {"--gap-timeout-ms", "100", "--retry-timeout-ms", "300", "--sequencer", sequencer});
   RunOptions options;
   options.timeout = std::chrono::seconds(60);
   options.env = {{"DFI_FLOW_FAULTS", "flow=kv.v*.requests,to=1,drop,first=10,every=25;"
                                      "flow=kv.v*.requests,to=0,drop,first=30,count=1"}};
-  auto run = run_cluster(5, GetParam(), argv, options);
+  auto run = run_cluster(5, test.GetParam(), argv, options);
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: [1-9][0-9]* sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again; the followers filled [1-9][0-9]* gap\(s\) from the leader)")))
+  EXPECT_TRUE(std::regex_search(run.out, std::regex("kv: gap agreement: " + noops +
+                                                    R"( sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again; the followers filled [1-9][0-9]* gap\(s\) from the leader)")))
       << run.all();
   EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 1600 requests")) << run.all();
   EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
-  EXPECT_TRUE(contains(check_histories(), "kvcheck: 1600 operations on 8 keys: linearizable"));
+  EXPECT_TRUE(contains(test.check_histories(), "kvcheck: 1600 operations on 8 keys: linearizable"));
 }
 
-// With the leader as the sequencer (the default), a segment dropped on its way from a client to the leader is
-// lost before the sequencer (no number, no NO-OP: the client sends it again after retry_timeout),
-// and one dropped on its way from the leader to a follower is a gap that the leader fills.
+// The counter sequencer: a follower that misses a segment asks the leader, which fills the gap; a
+// segment the leader misses becomes a NO-OP, and its client sends the request again.
+TEST_P(KvCluster, NOPaxosGapAgreementResolvesInjectedDrops) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  expect_drops_resolved(*this, "counter", "[1-9][0-9]*");
+}
+
+// With the leader as the sequencer (the default), a segment dropped on its way from a client to
+// the leader is lost before the sequencer (no number, no NO-OP: the client sends it again after
+// retry_timeout), and one dropped on its way from the leader to a follower is a gap that the
+// leader fills.
 TEST_P(KvCluster, NOPaxosStampedResolvesDropsBeforeAndAfterTheSequencer) {
   if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
-  std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
-  *(std::find(argv.begin(), argv.end(), "--requests") + 1) = "400";
-  argv.insert(argv.end(), {"--gap-timeout-ms", "100", "--retry-timeout-ms", "300", "--sequencer", "stamp"});
-  RunOptions options;
-  options.timeout = std::chrono::seconds(60);
-  options.env = {{"DFI_FLOW_FAULTS", "flow=kv.v*.requests,to=1,drop,first=10,every=25;"
-                                     "flow=kv.v*.requests,to=0,drop,first=30,count=1"}};
-  auto run = run_cluster(5, GetParam(), argv, options);
-  ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(kv: gap agreement: 0 sequence number\(s\) became NO-OPs; the clients sent [1-9][0-9]* request\(s\) again; the followers filled [1-9][0-9]* gap\(s\) from the leader)")))
-      << run.all();
-  EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 1600 requests")) << run.all();
-  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
-  EXPECT_TRUE(contains(check_histories(), "kvcheck: 1600 operations on 8 keys: linearizable"));
+  expect_drops_resolved(*this, "stamp", "0");
 }
 
 // A slow follower (setting flow_faults: every 10th segment to it, and of its answers, held back
