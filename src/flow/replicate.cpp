@@ -35,7 +35,8 @@ void write_replicate(const FlowSpec& spec, SpecFields& record) {
   record.set_int("fanout", options.fanout);
   record.set_bool("ordered", options.ordered);
   record.set_int("gap_timeout_ms", options.gap_timeout.count());
-  record.set_string("sequencer", sequencer_name(options.sequencer));
+  // Only where it is not the counter: a counter flow's record stays what older builds read.
+  if (options.sequencer != Sequencer::counter) record.set_string("sequencer", sequencer_name(options.sequencer));
 }
 
 void read_replicate(const SpecFields& record, FlowSpec& spec) {

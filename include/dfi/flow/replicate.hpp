@@ -123,7 +123,7 @@ std::string_view replication_name(Replication replication);
 
 // A replicate flow's own options, kept in FlowSpec::type_options (FlowType::replicate's
 // descriptor, in replicate.cpp, validates them and carries them in the record as the fields
-// replication, fanout, ordered, gap_timeout_ms and sequencer).
+// replication, fanout, ordered, gap_timeout_ms and — when not the counter — sequencer).
 struct ReplicateOptions {
   Replication replication = Replication::naive;
   std::uint32_t fanout = 2;       // relay: children per node of the tree; the source is its root
