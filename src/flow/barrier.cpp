@@ -50,7 +50,7 @@ Barrier::Barrier(cluster::Node& node, fabric::Worker& worker, std::string_view n
                  std::chrono::milliseconds open_timeout)
     : node_(node), name_(name), timeout_(detail::stall_timeout(FlowSpec{})), failures_(node.fabric()) {
   const Deadline deadline = detail::open_deadline(open_timeout);
-  backoff_ = BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided);
+  backoff_ = node.poll_backoff();
   label_ = "barrier '" + name_ + "' member (rank " + std::to_string(node.rank()) + ", thread " + std::to_string(thread) + ")";
   std::string record;
   try {

@@ -55,7 +55,7 @@ ReplicateSource::ReplicateSource(cluster::Node& node, fabric::Worker& worker, st
   link_free_.assign(rings_.target_count(), 0);
   links_ = relay_children(spec, detail::source_index(spec, node.rank(), thread), std::nullopt);
   stall_timeout_ = detail::stall_timeout(spec);
-  backoff_ = BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided);
+  backoff_ = node.poll_backoff();
   if (stall_timeout_.count() == 0) stall_timeout_ = std::chrono::hours(24 * 365);
   if (takes_numbers_) {
     sequencer_name_ = "the sequencer at " + detail::target_name(spec, 0);

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dfi/common/backoff.hpp"
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -87,6 +88,10 @@ class Node {
   int size() const noexcept { return size_; }
   fabric::Context& fabric() noexcept { return *context_; }
   registry::Client& registry() noexcept { return *client_; }
+  // How a loop that polls this node's fabric waits between empty polls: where one-sided
+  // operations are not native (tcp), every poll is a system call, so it spins and yields far less
+  // before it sleeps (BackoffSettings::from_config(polls_are_syscalls)). Reads the settings.
+  BackoffSettings poll_backoff() { return BackoffSettings::from_config(!fabric().capabilities().native_one_sided); }
 
   // The service worker address of `rank` (cached after the first lookup). Thread-safe.
   std::string peer_address(int rank);

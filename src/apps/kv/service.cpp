@@ -452,12 +452,6 @@ flow::ReplicateSourceOptions accept_source_options(const ServiceOptions& o) {
   return options;
 }
 
-// How a replica's loop waits between empty passes: each pass polls its flows, and where segments
-// arrive as active messages (tcp) every poll is a system call, so it spins and yields far less
-// before it sleeps (as the flows' own waits do) and leaves the cores to the peers it waits for.
-BackoffSettings replica_backoff(cluster::Node& node) {
-  return BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided);
-}
 
 flow::ReplicateTargetOptions accept_target_options(const ServiceOptions& o, fabric::Worker& worker) {
   return {.expected_schema = accept_schema(o.value_bytes), .open_timeout = o.timeout, .worker = &worker};
@@ -528,7 +522,7 @@ class Leader {
 
   Outcome run() {
     if (paxos_) open_rounds();
-    Backoff backoff(replica_backoff(node_), 0x6b76);
+    Backoff backoff(node_.poll_backoff(), 0x6b76);
     auto last_progress = std::chrono::steady_clock::now();
     for (std::uint64_t pass = 1;; ++pass) {
       bool progress = intake();
@@ -1148,7 +1142,7 @@ class NopaxosReplica {
   // ---- the leader ----
 
   void lead() {
-    Backoff backoff(replica_backoff(node_), 0x6e70);
+    Backoff backoff(node_.poll_backoff(), 0x6e70);
     if (view_.number > 0) start_view();
     for (;;) {
       const bool served = serve_followers();
@@ -1247,7 +1241,7 @@ class NopaxosReplica {
     // Nothing after n before a majority holds the NO-OP: the leader and replicas/2 followers.
     const std::size_t need = static_cast<std::size_t>(o_.replicas / 2);
     const Deadline deadline(o_.timeout);
-    Backoff backoff(replica_backoff(node_), 0x6770);
+    Backoff backoff(node_.poll_backoff(), 0x6770);
     for (;;) {
       std::size_t have = 0;
       for (std::uint64_t c : follower_committed_) have += c >= n ? 1 : 0;
@@ -1379,7 +1373,7 @@ class NopaxosReplica {
   // ---- a follower ----
 
   void follow() {
-    Backoff backoff(replica_backoff(node_), 0x6670 + follower_);
+    Backoff backoff(node_.poll_backoff(), 0x6670 + follower_);
     if (view_.number > 0) take_start_view(backoff);
     for (;;) {
       bool progress = serve_leader();

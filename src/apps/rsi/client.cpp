@@ -556,7 +556,7 @@ class TwoPcClient final : public Client {
   TwoPcClient(cluster::Node& node, fabric::Worker& worker, const Table& table, const ClientOptions& options)
       : Client(Protocol::two_pc, node, worker, table, options),
         worker_(worker),
-        backoff_(BackoffSettings::from_config(!node.fabric().capabilities().native_one_sided)) {
+        backoff_(node.poll_backoff()) {
     const std::size_t servers = table.servers();
     const std::size_t slot = table.slot_words();
     requests_.assign(servers, std::vector<std::uint64_t>(wire::kRequestHead + kMaxRecordsPerTxn * std::max<std::size_t>(slot, 2)));

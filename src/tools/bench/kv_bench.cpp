@@ -409,6 +409,7 @@ class KvEtcdScenario : public Scenario {
   void run(RunContext& context, Result& result) override {
     const int replicas = context.param("replicas");
     const int threads = context.param("threads");
+    const std::string sequencer = sequencer_of(context);
     const std::vector<std::uint64_t> windows = context.param("windows");
     const std::uint64_t keys = context.param("keys");
     const double seconds = context.param("seconds");
@@ -445,7 +446,7 @@ class KvEtcdScenario : public Scenario {
             context.say(round + ", " + protocol);
             std::string command;
             KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
-            load.sequencer = sequencer_of(context);
+            load.sequencer = sequencer;
             const json r = run_dfi_kv(context, name(), protocol, replicas, load, command);
             const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
             context.say(round + ", " + protocol + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
