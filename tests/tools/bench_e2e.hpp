@@ -57,6 +57,15 @@ inline nlohmann::json run_quick(const std::string& scenario, const std::string& 
                                    "--no-plot"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   launch::ChildResult r = launch::run_child({argv, {}}, timeout);
+  // UCX 1.13 over tcp can abort a process that destroys a worker while a peer's wireup reply is
+  // pending (the assertion openucx/ucx#8175 removed upstream; ../shared/UCX-NOTES.md): that run
+  // says nothing about the scenario, so it runs once more. Any other failure, or this one twice,
+  // fails the test.
+  if (r.exit_code != 0 && transport == "tcp" && r.output.find("got REP message") != std::string::npos) {
+    std::cout << "bench " << scenario << ": the known UCX 1.13 wireup abort (openucx/ucx#8175); running once more\n";
+    std::filesystem::remove(out.path() / (scenario + "-" + transport + "-quick.json"));
+    r = launch::run_child({argv, {}}, timeout);
+  }
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(r.timed_out) << r.output;
   const std::filesystem::path file = out.path() / (scenario + "-" + transport + "-quick.json");
