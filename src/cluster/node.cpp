@@ -58,6 +58,7 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
                           ? options.registry_timeout
                           : std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
+  registry_in_rank0_ = options.embed_registry;
   if (rank_ == 0 && options.embed_registry) {
     server_ = std::make_unique<registry::Server>(registry::server_options_at(options.registry, options.token));
   }
@@ -126,8 +127,19 @@ void Node::watch(std::chrono::milliseconds hold) {
     lock.lock();
     if (watcher_stop_) break;
     if (registry_lost) {
-      // The embedded registry lives in rank 0: losing it means rank 0 is gone.
-      context_->mark_peer_failed(0, "rank 0 (registry host) is unreachable: " + registry_error);
+      if (registry_in_rank0_) {
+        // The embedded registry lives in rank 0: losing it means rank 0 is gone.
+        context_->mark_peer_failed(0, "rank 0 (registry host) is unreachable: " + registry_error);
+        break;
+      }
+      // An external registry: it closed this rank's connection (it counts the rank as dead) or
+      // is gone; either way nobody takes this rank for a member any more.
+      cut_off_ = "rank " + std::to_string(rank_) + " lost the registry: " + registry_error;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        context_->mark_peer_failed(r, "this rank (" + std::to_string(rank_) + ") lost the registry, so the cluster counts it as dead and rank " +
+                                          std::to_string(r) + " is out of its reach (cut off?): " + registry_error);
+      }
       break;
     }
     for (int r = 0; r < size_; ++r) {
@@ -146,6 +158,11 @@ void Node::stop_watcher() {
   }
   if (watch_client_) watch_client_->interrupt();  // ends the held watch at once
   if (watcher_.joinable()) watcher_.join();
+}
+
+std::string Node::cut_off() const {
+  std::lock_guard lock(watcher_mutex_);
+  return cut_off_;
 }
 
 std::vector<int> Node::failed_ranks() const {

@@ -423,10 +423,11 @@ INSTANTIATE_TEST_SUITE_P(Transports, KvCluster, ::testing::Values("shm", "tcp"),
 
 // Partitions on netns hosts: a replica's link is cut (launch::netns_set_own_link, through the
 // kv bench's rank program as `dfi bench kv-jepsen --set faults=partition` runs it) 1 s after the
-// service served every client, in a 2.5 s run, and the replica is killed 3 s later; the registry
-// runs on the last client rank (a partitioned leader must not take it along) and closes a silent
-// member's connection after 1.5 s. The survivors move to view 1 and complete the run, agree, every
-// history is linearizable.
+// service served every client, in a 2.5 s run, and restored 3 s later; the registry runs on the
+// last client rank (a partitioned leader must not take it along) and closes a silent member's
+// connection after 1.5 s. The survivors move to view 1 and complete the run, agree, every history
+// is linearizable; the healed replica learns that it was cut off (cluster::Node::cut_off) and
+// ends on its own with an error that says so.
 //
 // NOPaxos runs with a retry timeout of 100 ms: a client whose requests the cut leader does not
 // answer sends them again every 100 ms, so it is sending a copy when the failure detector's
@@ -455,6 +456,9 @@ class KvPartition : public KvCluster {
         << run.all();
     EXPECT_TRUE(contains(run.all(), "kv: replicas agree: 2 of 3 applied")) << run.all();
     EXPECT_TRUE(contains(check_histories(), "on 8 keys: linearizable"));
+    // Healed, the cut replica ended on its own, knowing why.
+    EXPECT_TRUE(contains(run.all(), "rank " + std::to_string(victim) + ", cut off and healed, ended with exit 1")) << run.all();
+    EXPECT_TRUE(contains(run.all(), "(rank " + std::to_string(victim) + "): cut off from the cluster in view 0")) << run.all();
   }
 };
 

@@ -11,7 +11,12 @@
 // src/registry/protocol.hpp) and declares vanished ranks failed in the fabric context, so every
 // operation towards them returns Errc::peer_failed naming the rank, on every transport, within
 // milliseconds of the registry seeing the connection close (UCX's own detection still applies
-// where the transport has it).
+// where the transport has it). A rank that loses its own registry connection (the registry
+// closes a silent member's connection: a partition, netns hosts) is no member any more: with
+// the registry embedded in rank 0 that is rank 0's failure; with an external registry
+// (DFI_REGISTRY_EXTERNAL=1) the others count this rank as dead, so it declares every peer
+// failed, naming the cut, and its waits end with errors instead of waiting out their deadlines
+// for peers that went on without it.
 //
 //   dfi::cluster::Node node;                       // blocks until all ranks are up
 //   dfi::fabric::Worker worker(node.fabric(), "t0");
@@ -139,6 +144,9 @@ class Node {
 
   // Ranks declared failed so far (empty while all are alive). Thread-safe.
   std::vector<int> failed_ranks() const;
+  // Why this rank is no member any more (it lost an external registry, which counts it as dead:
+  // see Liveness above), or an empty string while it is one. Thread-safe.
+  std::string cut_off() const;
 
  private:
   int rank_ = -1;
@@ -152,9 +160,11 @@ class Node {
   std::unique_ptr<fabric::ProgressThread> progress_;
   std::unique_ptr<registry::Client> watch_client_;
   std::unique_ptr<registry::Client> barrier_client_;
+  bool registry_in_rank0_ = true;  // the embedded registry: losing it means rank 0 is gone
   std::thread watcher_;
-  std::mutex watcher_mutex_;
+  mutable std::mutex watcher_mutex_;
   bool watcher_stop_ = false;  // guarded by watcher_mutex_
+  std::string cut_off_;        // guarded by watcher_mutex_
   std::mutex addresses_mutex_;
   std::unordered_map<int, std::string> addresses_;  // guarded by addresses_mutex_
 

@@ -461,14 +461,24 @@ flow::ReplicateTargetOptions accept_target_options(const ServiceOptions& o, fabr
 // failed with peer_failed was a view member's death.
 constexpr std::chrono::milliseconds kVerdictWait{3000};
 
+// This replica was cut off from the cluster (`why`) in view `where`: the others count it as dead.
+[[noreturn]] void throw_cut_off(cluster::Node& node, const ServiceOptions& o, const std::string& where,
+                                const std::string& why) {
+  throw Error(Errc::peer_failed, std::string(kKind) + " '" + o.name + "' (rank " + std::to_string(node.rank()) +
+                                     "): cut off from the cluster in " + where + " (" + why +
+                                     "); the other members go on without this replica, which leaves the service");
+}
+
 // Runs `body` (one view's work); an error that a member's death explains is the view breaking.
 template <class Body>
-Outcome run_view(cluster::Node& node, const detail::View& view, Body&& body) {
+Outcome run_view(cluster::Node& node, const ServiceOptions& o, const detail::View& view, Body&& body) {
   try {
     return body();
   } catch (const Error& e) {
     const bool may_be_death = e.code() == Errc::peer_failed || e.code() == Errc::flow_failed ||
                               e.code() == Errc::timeout || e.code() == Errc::not_found;
+    // Cut off (a partition): the others count this replica as dead and go on without it.
+    if (std::string why = node.cut_off(); may_be_death && !why.empty()) throw_cut_off(node, o, detail::describe(view), why);
     if (may_be_death && detail::view_breaks_within(node, view, kVerdictWait)) return Outcome::broken;
     throw;
   }
@@ -881,7 +891,15 @@ template <class TakeOver>
 detail::View enter_next_view(cluster::Node& node, const ServiceOptions& o, std::uint64_t broken,
                              const std::string& state, TakeOver&& take_over) {
   for (std::uint64_t number = broken + 1;; ++number) {
-    detail::publish_view_state(node, o, number, state);
+    try {
+      detail::publish_view_state(node, o, number, state);
+    } catch (const Error& e) {
+      // The registry refuses a rank it counts as dead (its connection was closed: a partition).
+      if (e.code() != Errc::peer_failed) throw;
+      std::string why = node.cut_off();
+      if (why.empty()) why = e.what();
+      throw_cut_off(node, o, "view " + std::to_string(broken), why);
+    }
     detail::View view = detail::decide_view(node, o, number);
     if (view.leader == node.rank()) {
       take_over(view);
@@ -897,7 +915,7 @@ ReplicaStats run_paxos_replica(cluster::Node& node, const ServiceOptions& o) {
   ReplicaState state(client_threads(o, node.size()).size(), o.window, o.value_bytes);
   detail::View view = detail::first_view(o);
   for (;;) {
-    const Outcome outcome = run_view(node, view, [&] {
+    const Outcome outcome = run_view(node, o, view, [&] {
       if (view.leader == node.rank()) return Leader(node, o, view, state).run();
       return run_follower(node, o, view, state);
     });
@@ -1665,7 +1683,7 @@ ReplicaStats run_nopaxos_replica(cluster::Node& node, const ServiceOptions& o) {
   NopaxosState state(client_threads(o, node.size()).size(), o.window, o.value_bytes);
   detail::View view = detail::first_view(o);
   for (;;) {
-    const Outcome outcome = run_view(node, view, [&] { return NopaxosReplica(node, o, view, state).run(); });
+    const Outcome outcome = run_view(node, o, view, [&] { return NopaxosReplica(node, o, view, state).run(); });
     if (outcome == Outcome::finished) break;
     view = enter_next_view(node, o, view.number, state.view_state(),
                            [&](const detail::View& next) { nopaxos_take_over(state, next); });

@@ -100,8 +100,10 @@ std::string sequencer_of(RunContext& context) {
 
 // A rank (replica or client) to kill in the middle of a run (kv-failover, kv-jepsen). With
 // cut_seconds > 0 (netns hosts only) its link is cut at after_seconds instead (a partition:
-// launch::netns_set_own_link), and it is killed cut_seconds later, long after the others declared
-// it dead; an isolated replica runs on meanwhile, as a partitioned one would.
+// launch::netns_set_own_link) and restored cut_seconds later, long after the others declared it
+// dead: the isolated rank runs on meanwhile, as a partitioned one would, and once healed it must
+// end on its own (within kHealedEndSeconds; its exit and output are reported) instead of being
+// killed.
 struct KvKill {
   int rank = 0;
   double after_seconds = 0;
@@ -121,6 +123,9 @@ struct KvFaults {
 // The port the registry listens on in registry_rank's own network namespace (nothing else
 // listens there).
 constexpr int kNetnsRegistryPort = 7420;
+
+// How long a replica cut off and healed (KvKill::cut_seconds) may take to end on its own.
+constexpr int kHealedEndSeconds = 20;
 
 // One `dfi kv bench` cluster run: the summary of the rank that summarized (the lowest that
 // reported; fails when the replicas disagree).
@@ -220,11 +225,25 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
     if (const double cut = mine->value("cut_s", 0.0); cut > 0) {
       try {
         launch::netns_set_own_link(false);
+        std::this_thread::sleep_for(std::chrono::duration<double>(cut));
+        launch::netns_set_own_link(true);
       } catch (const Error& e) {
         err << "bench kv rank: rank " << me << ": " << e.what() << "\n";
         return 1;
       }
-      std::this_thread::sleep_for(std::chrono::duration<double>(cut));
+      // Healed: the replica learns that the others went on without it and ends on its own.
+      const auto started = std::chrono::steady_clock::now();
+      while (victim.running()) {
+        if (std::chrono::steady_clock::now() - started > std::chrono::seconds(kHealedEndSeconds)) {
+          err << "bench kv rank: rank " << me << ", cut off and healed, did not end within " << kHealedEndSeconds
+              << " s:\n" << victim.output();
+          return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      const launch::ChildResult healed = victim.wait(std::chrono::milliseconds(0));
+      out << "bench kv rank: rank " << me << ", cut off and healed, ended with exit " << healed.exit_code << ":\n"
+          << healed.output;
     }
     return 0;  // ~ChildProcess: SIGKILL
   }
