@@ -211,6 +211,9 @@ int main(int argc, char** argv) {
   kv_bench->add_option("--deletes", kv_options.delete_ratio, "Share of the writes that are deletes");
   kv_bench->add_option("--seconds", kv_options.seconds, "Run length of every client");
   kv_bench->add_option("--requests", kv_options.requests, "Requests per client, then stop (0: run --seconds)");
+  kv_bench->add_option("--batch", kv_options.batch,
+                       "A client refills its window only once this many places are free: its requests go in groups "
+                       "(1 .. window; 1: every place at once)");
   kv_bench->add_option("--rate", kv_options.rate, "Requests per second each client offers at most (0: as the window allows)");
   kv_bench->add_option("--history", kv_options.history_dir, "Directory for the clients' histories (kv-<rank>.history)");
   kv_bench->add_option("--seed", kv_options.seed, "Seed of the workload");

@@ -97,6 +97,23 @@ TEST_P(KvCluster, NOPaxosHistoriesAreLinearizableAndReplicasAgree) {
   EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
 }
 
+// A client that refills its window only once it is empty (--batch 4, window 4) sends its requests
+// four at a time: one sequence number each, and still every history is linearizable.
+TEST_P(KvCluster, NOPaxosBatchedClientsSendTheirRequestsInGroups) {
+  if (std::string(KVCHECK).empty()) GTEST_SKIP() << "Go not found at configure time: no kvcheck (README set-up installs it)";
+  std::vector<std::string> argv = conflicting_load("nopaxos", "3", dir_);
+  argv.insert(argv.end(), {"--batch", "4"});
+  auto run = run_cluster(5, GetParam(), argv);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "kv: nopaxos, 3 replica(s), 4 client(s) (window 4): 6000 requests")) << run.all();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.out, m, std::regex(R"(kv: sequence numbers: (\d+), ([0-9.]+) requests each)")))
+      << run.all();
+  EXPECT_GE(std::stod(m[2]), 3.5) << run.all();  // 4 unless a copy was sent again
+  EXPECT_TRUE(contains(run.out, "kv: replicas agree: 3 of 3 applied")) << run.all();
+  EXPECT_TRUE(contains(check_histories(), "kvcheck: 6000 operations on 8 keys: linearizable"));
+}
+
 // NOPaxos with the clients taking their numbers from a counter at the leader (--sequencer counter;
 // the default, stamp, has the leader number and forward the segments).
 TEST_P(KvCluster, NOPaxosWithTheCounterSequencerIsLinearizableAndReplicasAgree) {
@@ -184,6 +201,10 @@ TEST_P(KvCluster, BadOptionsAreNamed) {
                                     "--no-progress"});
   EXPECT_NE(run.code, 0) << run.all();
   EXPECT_TRUE(contains(run.err, "the unreplicated service has exactly one replica (got 2)")) << run.all();
+  run = run_cluster(3, GetParam(), {DFI_BINARY, "kv", "bench", "--replicas", "2", "--window", "4", "--batch", "5",
+                                    "--no-progress"});
+  EXPECT_NE(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.err, "kv bench 'kv': batch must be 1 .. the window (4), not 5")) << run.all();
 }
 
 // A shell command for every rank: rank `victim` runs `kv` in the background and kills it (kill -9)

@@ -113,6 +113,9 @@ void check_bench(const cluster::Node& node, const BenchOptions& o) {
     return Error(Errc::invalid_argument, "kv bench '" + o.service.name + "': " + what);
   };
   if (o.keys < 1) throw bad("keys must be at least 1");
+  if (o.batch < 1 || o.batch > o.service.window) {
+    throw bad("batch must be 1 .. the window (" + std::to_string(o.service.window) + "), not " + std::to_string(o.batch));
+  }
   if (!(o.read_ratio >= 0 && o.read_ratio <= 1)) throw bad("read ratio must be in [0, 1]");
   if (!(o.delete_ratio >= 0 && o.delete_ratio <= 1)) throw bad("delete ratio must be in [0, 1]");
   if (!(o.zipf >= 0)) throw bad("the Zipf exponent must not be negative");
@@ -184,7 +187,9 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       const std::uint64_t allowed = o.rate > 0 ? static_cast<std::uint64_t>(
                                                      std::chrono::duration<double>(now - start).count() * o.rate) + 1
                                                : UINT64_MAX;
-      while (!stop && client.outstanding() < o.service.window && (o.requests == 0 || submitted < o.requests) &&
+      // With a batch, nothing until `batch` places are free (or none is taken).
+      const bool refill = client.outstanding() + o.batch <= o.service.window || client.outstanding() == 0;
+      while (refill && !stop && client.outstanding() < o.service.window && (o.requests == 0 || submitted < o.requests) &&
              submitted < allowed) {
         Op op = Op::get;
         if (coin(rng) >= o.read_ratio) op = coin(rng) < o.delete_ratio ? Op::del : Op::put;
@@ -311,6 +316,14 @@ int summarize(const BenchOptions& o, const std::vector<std::optional<std::string
     out << "kv: view changes: the service ended in view " << first.view << "; rank(s)";
     for (int r : dead) out << ' ' << r;
     out << " died; the longest wait of a client for a completion: " << fmt_us(longest_wait) << "\n";
+  }
+  // How many requests went together: per Multi-Paxos round, per NOPaxos sequence number (one
+  // client's segment; see BenchOptions::batch).
+  if (first.rounds != 0 && s.protocol != Protocol::unreplicated) {
+    std::snprintf(line, sizeof line, "kv: %s: %" PRIu64 ", %.1f requests each\n",
+                  s.protocol == Protocol::nopaxos ? "sequence numbers" : "rounds", first.rounds,
+                  static_cast<double>(ops) / static_cast<double>(first.rounds));
+    out << line;
   }
   std::uint64_t filled = 0;
   for (const Replica& r : replicas) filled += r.filled;

@@ -69,6 +69,7 @@ struct KvLoad {
   std::string history_dir;  // non-empty: the clients write their histories there
   std::uint64_t value_bytes = apps::kv::kDefaultValueBytes;  // width of every value
   std::string sequencer = "stamp";  // NOPaxos: stamp (the leader) or counter (the clients)
+  std::uint64_t batch = 1;          // a client refills once this many places are free (BenchOptions::batch)
 };
 
 // The load of the kv and kv-etcd scenarios: the rest at its defaults. (A function, not a brace
@@ -139,7 +140,8 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
   job.params = {{"protocol", protocol}, {"replicas", replicas}, {"threads", load.threads},
                 {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds},
                 {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate},
-                {"zipf", load.zipf},      {"value_bytes", load.value_bytes}, {"sequencer", load.sequencer}};
+                {"zipf", load.zipf},      {"value_bytes", load.value_bytes}, {"sequencer", load.sequencer},
+                {"batch", std::min(load.batch, load.window)}};
   if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
   if (!kills.empty()) {
     json list = json::array();
@@ -258,6 +260,7 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
   options.read_ratio = params.value("reads", 0.95);
   options.delete_ratio = params.value("deletes", 0.0);
   options.rate = params.value("rate", 0.0);
+  options.batch = params.value("batch", std::size_t{1});
   options.zipf = params.value("zipf", 0.0);
   options.history_dir = params.value("history", std::string());
   if (params.contains("gap_timeout_ms")) options.service.gap_timeout = std::chrono::milliseconds(params.at("gap_timeout_ms").get<long>());
@@ -322,6 +325,8 @@ class KvScenario : public Scenario {
         {"zipf", 0.0, 0.0, "Zipf exponent of the keys (0: uniform; YCSB's skew: 0.99)"},
         {"value_bytes", 64, 64, "width of every value in bytes (a multiple of 8, 8..4096)"},
         sequencer_parameter(),
+        {"batch", 1, 1, "a client refills its window only once this many places are free (at most the window): its "
+                        "requests travel in groups, one segment each (NOPaxos: one sequence number)"},
         {"seconds", 1.0, 3.0, "run length of every client"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
@@ -341,6 +346,8 @@ class KvScenario : public Scenario {
     const double seconds = context.param("seconds");
     const std::uint64_t value_bytes = context.param("value_bytes");
     const std::string sequencer = sequencer_of(context);
+    const std::uint64_t batch = context.param("batch");
+    if (batch < 1) throw Error(Errc::invalid_argument, "bench kv: batch must be at least 1");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("unreplicated", baselines()[0].description);
@@ -371,6 +378,7 @@ class KvScenario : public Scenario {
           KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
           load.zipf = zipf;
           load.sequencer = sequencer;
+          load.batch = batch;
           const json r = run_dfi_kv(context, name(), protocol, n, load, command);
           const double kreq = r.at("requests_per_second").get<double>() / 1000.0;
           context.say(round + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
@@ -612,8 +620,9 @@ class KvJepsenScenario : public Scenario {
            "run, the registry served by the launcher. `faults` picks the faults that take turns, also: drop "
            "(NOPaxos: chosen segments of the ordered requests flow dropped at one or two random replicas, "
            "flow_faults), delay (a slow follower: chosen segments to and from a random follower held back "
-           "20-300 ms), partition (with --netns: a random replica's link cut at a random time, the replica "
-           "killed 5 s later; the registry then runs on the last client rank). Every run's client histories go to Porcupine "
+           "20-300 ms), partition (with --netns: a random replica's link cut at a random time and restored 5 s "
+           "later, when the replica, counted as dead, must end on its own within 20 s; the registry then runs on "
+           "the last client rank). Every run's client histories go to Porcupine "
            "(tests/porcupine/kvcheck, partitioned by key); every run also checks that the surviving replicas agree.";
   }
   std::vector<Parameter> parameters() const override {

@@ -39,6 +39,11 @@ struct BenchOptions {
   double seconds = 3;             // run length of every client
   std::uint64_t requests = 0;     // per client, then stop (0: run `seconds`)
   double rate = 0;                // requests per second each client offers at most (0: as the window allows)
+  // A client refills its window only once `batch` places are free (or none is outstanding), so
+  // that its requests travel in groups of at least `batch`: one segment of the requests flow (in
+  // NOPaxos one sequence number, one copy to every replica, one answer from each). 1 ..window;
+  // 1 refills every place as soon as it is free.
+  std::size_t batch = 1;
   std::string history_dir;        // non-empty: journal the clients' histories there
   std::uint64_t seed = 1;
   bool progress = true;           // the first client rank prints a line per second
