@@ -31,7 +31,17 @@ void check_series(const json& r, const std::vector<std::string>& series, std::si
     EXPECT_FALSE((*s)["commands"].empty()) << id;
   }
   EXPECT_EQ((*p)["ratios"].size(), ratios);
-  EXPECT_NE(find_by_id(r["panels"], "p99"), nullptr);
+  // The latency curves (p50, p95, p99 vs offered load), each with a point of every series.
+  for (const char* id : {"p50", "p95", "p99"}) {
+    const json* latency = find_by_id(r["panels"], id);
+    ASSERT_NE(latency, nullptr) << id;
+    for (const std::string& name : series) {
+      const json* s = find_by_id((*latency)["series"], name);
+      ASSERT_NE(s, nullptr) << id << ' ' << name;
+      ASSERT_EQ((*s)["points"].size(), 1u) << id << ' ' << name;
+      EXPECT_GT((*s)["points"][0]["value"].get<double>(), 0) << id << ' ' << name;
+    }
+  }
 }
 
 const std::vector<std::string> kCutDown = {"--set", "replicas=3", "--set", "threads=1", "--set", "windows=[4]",

@@ -357,9 +357,11 @@ class KvScenario : public Scenario {
                                {"throughput", "k req/s", "log10"}, Better::higher);
     Panel& p99 = result.panel("p99", "p99 latency vs offered load", {"window", "requests/client", "log2"},
                               {"p99 latency", "us", "log10"}, Better::lower);
+    Panel& p95 = result.panel("p95", "p95 latency vs offered load", {"window", "requests/client", "log2"},
+                              {"p95 latency", "us", "log10"}, Better::lower);
     Panel& p50 = result.panel("p50", "Median latency vs offered load", {"window", "requests/client", "log2"},
                               {"median latency", "us", "log10"}, Better::lower);
-    for (Panel* p : {&tput, &p99, &p50}) {
+    for (Panel* p : {&tput, &p99, &p95, &p50}) {
       p->series("nopaxos", Role::dfi, "NOPaxos, " + std::to_string(replicas) + " replicas");
       p->series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas");
       p->series("unreplicated", Role::baseline, "unreplicated (1 replica)");
@@ -384,8 +386,9 @@ class KvScenario : public Scenario {
           context.say(round + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
           tput.add(protocol, window, kreq);
           p99.add(protocol, window, r.at("p99_us").get<double>());
+          p95.add(protocol, window, r.at("p95_us").get<double>());
           p50.add(protocol, window, r.at("p50_us").get<double>());
-          for (Panel* p : {&tput, &p99, &p50}) p->add_command(protocol, command);
+          for (Panel* p : {&tput, &p99, &p95, &p50}) p->add_command(protocol, command);
         };
         one("nopaxos");
         run_alternating(rep, [&] { one("paxos"); }, [&] { one("unreplicated"); });
@@ -453,7 +456,11 @@ class KvEtcdScenario : public Scenario {
                                {"throughput", "k req/s", "log10"}, Better::higher);
     Panel& p99 = result.panel("p99", "p99 latency vs offered load", {"window", "requests/client", "log2"},
                               {"p99 latency", "us", "log10"}, Better::lower);
-    for (Panel* p : {&tput, &p99}) {
+    Panel& p95 = result.panel("p95", "p95 latency vs offered load", {"window", "requests/client", "log2"},
+                              {"p95 latency", "us", "log10"}, Better::lower);
+    Panel& p50 = result.panel("p50", "Median latency vs offered load", {"window", "requests/client", "log2"},
+                              {"median latency", "us", "log10"}, Better::lower);
+    for (Panel* p : {&tput, &p99, &p95, &p50}) {
       p->series("paxos", Role::dfi, "DFI Multi-Paxos, " + std::to_string(replicas) + " replicas");
       p->series("nopaxos", Role::dfi, "DFI NOPaxos, " + std::to_string(replicas) + " replicas");
       for (const std::string& d : data) {
@@ -463,6 +470,8 @@ class KvEtcdScenario : public Scenario {
     for (const char* protocol : {"paxos", "nopaxos"}) {
       tput.compare(protocol, "etcd-tmpfs", 10.0);
       p99.compare(protocol, "etcd-tmpfs", 1.0);
+      p95.compare(protocol, "etcd-tmpfs");
+      p50.compare(protocol, "etcd-tmpfs");
     }
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (std::uint64_t window : windows) {
@@ -479,7 +488,9 @@ class KvEtcdScenario : public Scenario {
             context.say(round + ", " + protocol + ": " + std::to_string(kreq) + " k req/s, p99 " + r.at("p99_us").dump() + " us");
             tput.add(protocol, window, kreq);
             p99.add(protocol, window, r.at("p99_us").get<double>());
-            for (Panel* p : {&tput, &p99}) p->add_command(protocol, command);
+            p95.add(protocol, window, r.at("p95_us").get<double>());
+            p50.add(protocol, window, r.at("p50_us").get<double>());
+            for (Panel* p : {&tput, &p99, &p95, &p50}) p->add_command(protocol, command);
           }
         };
         auto etcd = [&] {
@@ -496,7 +507,9 @@ class KvEtcdScenario : public Scenario {
                         r.at("p99_us").dump() + " us");
             tput.add("etcd-" + d, window, kreq);
             p99.add("etcd-" + d, window, r.at("p99_us").get<double>());
-            for (Panel* p : {&tput, &p99}) p->add_command("etcd-" + d, cluster.command() + " (x" + std::to_string(replicas) + "); " + command);
+            p95.add("etcd-" + d, window, r.at("p95_us").get<double>());
+            p50.add("etcd-" + d, window, r.at("p50_us").get<double>());
+            for (Panel* p : {&tput, &p99, &p95, &p50}) p->add_command("etcd-" + d, cluster.command() + " (x" + std::to_string(replicas) + "); " + command);
           }
         };
         run_alternating(rep, dfi, etcd);
