@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "dfi/common/config.hpp"
 #include "dfi/fabric/endpoint.hpp"
@@ -431,5 +432,56 @@ void Worker::claim() noexcept {
 std::uint64_t Worker::owner_claims() const noexcept { return impl_->owner_claims.load(std::memory_order_relaxed); }
 
 void Worker::unclaim() noexcept { impl_->claimed.store(false, std::memory_order_release); }
+
+namespace owned_workers {
+namespace {
+struct Owned {
+  const Worker* key;
+  std::weak_ptr<Worker> worker;
+};
+// The list is touched only once the thread added a worker: the first use of a thread_local
+// with a destructor registers it (a malloc), which a thread that only writes must never pay in
+// its loop; a thread_local bool registers nothing.
+thread_local bool t_any = false;
+thread_local std::vector<Owned> t_owned;
+}  // namespace
+
+void add(const std::shared_ptr<Worker>& worker) {
+  t_any = true;
+  for (const Owned& o : t_owned) {
+    if (o.key == worker.get()) return;
+  }
+  t_owned.push_back({worker.get(), worker});
+}
+
+void remove(const Worker* worker) noexcept {
+  if (!t_any) return;
+  for (std::size_t i = 0; i < t_owned.size(); ++i) {
+    if (t_owned[i].key != worker) continue;
+    t_owned[i] = std::move(t_owned.back());
+    t_owned.pop_back();
+    return;
+  }
+}
+
+unsigned progress(const Worker* except) {
+  if (!t_any) return 0;
+  unsigned events = 0;
+  for (std::size_t i = 0; i < t_owned.size();) {
+    std::shared_ptr<Worker> worker = t_owned[i].worker.lock();
+    if (!worker) {  // its target is gone
+      t_owned[i] = std::move(t_owned.back());
+      t_owned.pop_back();
+      continue;
+    }
+    if (worker.get() != except && worker->try_claim()) {
+      events += worker->progress();
+      worker->unclaim();
+    }
+    ++i;
+  }
+  return events;
+}
+}  // namespace owned_workers
 
 }  // namespace dfi::fabric

@@ -194,7 +194,7 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
   auto* base = static_cast<std::byte*>(region_.data());
   for (std::size_t s = 0; s < spec_.sources.size(); ++s) readers_.emplace_back(base + s * layout.bytes(), layout);
   if (!node.fabric().capabilities().native_one_sided && config::get_string("data_path") != "rma") {
-    worker_ = std::make_unique<fabric::Worker>(node.fabric(), label_);
+    worker_ = std::make_shared<fabric::Worker>(node.fabric(), label_);
     backoff_ = BackoffSettings::from_config(/*polls_are_syscalls=*/true);
     receiver_ = std::make_unique<memory::SegmentReceiver>(*worker_, base, spec_.sources.size(), layout, label_);
     node.adopt_progress(*worker_);
@@ -215,7 +215,15 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
 }
 
 TargetRings::~TargetRings() {
-  if (worker_) node_.abandon_progress(*worker_);
+  if (worker_) {
+    node_.abandon_progress(*worker_);
+    fabric::owned_workers::remove(worker_.get());
+    // A consumer progressing it from another flow's wait (owned_workers) finishes first; then
+    // late messages find the receiver's no-op handlers.
+    worker_->claim();
+    receiver_.reset();
+    worker_->unclaim();
+  }
   account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size()));
 }
 
@@ -329,6 +337,8 @@ Status TargetRings::next(memory::SegmentView& view, std::size_t& source, std::ch
 void TargetRings::pause(Backoff& backoff) {
   backoff.pause([this](std::chrono::microseconds pause) {
     if (!worker_) return std::this_thread::sleep_for(pause);
+    // This thread's other targets first: their writers may be what ours waits for.
+    if (fabric::owned_workers::progress(worker_.get()) != 0) return;
     worker_->claim();
     worker_->wait_for_event(pause, idle_);  // wakes at once when a segment arrives
     worker_->unclaim();

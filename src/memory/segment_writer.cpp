@@ -5,6 +5,7 @@
 #include <span>
 
 #include "dfi/common/deadline.hpp"
+#include "dfi/fabric/worker.hpp"
 
 namespace dfi::memory {
 namespace {
@@ -142,7 +143,12 @@ Status SegmentWriter<Access>::wait_for_credit() {
       if (access_.path() == RemoteRing::Path::active_message) {
         // The credits come as an active message to this worker: sleep on its events (woken at
         // once by the answer) instead of polling it, each poll being a system call.
-        backoff.pause([this](std::chrono::microseconds pause) { access_.worker().wait_for_event(pause); });
+        // The targets this thread reads meanwhile: their writers may be what our reader waits
+        // for (fabric::owned_workers).
+        backoff.pause([this](std::chrono::microseconds pause) {
+          if (fabric::owned_workers::progress(&access_.worker()) != 0) return;
+          access_.worker().wait_for_event(pause);
+        });
         continue;
       }
     }

@@ -90,6 +90,21 @@ TEST_P(ShuffleCluster, DeadSourceFailsTheConsumeNamingFlowAndRank) {
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();
 }
 
+// Two threads that are each other's source and target, with small rings: each answers the
+// other's credit questions while it waits for its own (fabric::owned_workers), so the run does
+// not depend on the progress threads' naps, here 0.5 s each (over tcp, the unreplicated kv store at
+// window 4 stalled 10 ms per cycle with the default 5 ms naps before this). Liveness, not speed:
+// the bound is far above the run's time with the answers and far below it without them.
+TEST_P(ShuffleCluster, ThreadsThatAreEachOthersSourceAndTargetDoNotWaitForTheNaps) {
+  testing::RunOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.env = {{"DFI_PROGRESS_NAP_TCP_US", "500000"}};
+  auto run = run_cluster(2, GetParam(), {SHUFFLE_NODE, "cross"}, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 0] cross: 600 tuples each way")) << run.all();
+  EXPECT_TRUE(contains(run.out, "[rank 1] cross: 600 tuples each way")) << run.all();
+}
+
 // A server whose targets and sources opt in (end_dead_sources, drop_for_dead_targets) outlives
 // a killed client; the other clients get every reply in order.
 TEST_P(ShuffleCluster, AServerOutlivesAKilledClient) {

@@ -353,6 +353,59 @@ int flush_ping_pong(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// Two threads that are each other's source and target (a server and its client): ranks 0 and 1
+// each push a burst of one-tuple segments to the other ("there", "back"), fewer than the ring
+// holds, then consume the other's burst, for kRounds rounds. A writer learns of freed slots by
+// asking its target's worker; while both threads wait for credits, each must answer the other's
+// questions from that wait (fabric::owned_workers), or only the progress threads' naps would.
+// The test runs it with naps of 0.5 s: without the answers from the wait it takes minutes.
+int cross(cluster::Node& node) {
+  constexpr std::uint64_t kRounds = 200, kBurst = 3;  // rings of 4 segments
+  if (node.rank() == 0) {
+    for (const char* name : {"there", "back"}) {
+      const bool there = std::string(name) == "there";
+      FlowSpec spec = pair_spec(name, {{there ? 0 : 1, 0}}, {{there ? 1 : 0, 0}});
+      spec.options.mode = Mode::latency;
+      spec.options.segments = 4;
+      create_flow(node, spec);
+    }
+  }
+  if (node.rank() > 1) {
+    node.finish();
+    return 0;
+  }
+  const bool first = node.rank() == 0;
+  fabric::Worker worker(node.fabric(), "cross");
+  ShuffleTarget in(node, first ? "back" : "there", 0);
+  ShuffleSource out(node, worker, first ? "there" : "back", 0);
+  const auto started = std::chrono::steady_clock::now();
+  TupleBatch batch;
+  std::uint64_t next = 0;
+  for (std::uint64_t round = 0; round < kRounds && failures == 0; ++round) {
+    for (std::uint64_t i = 0; i < kBurst; ++i) {
+      const std::uint64_t key = round * kBurst + i;
+      if (Status s = out.push(Pair{key, key}); !s) fail("push: " + s.message());
+    }
+    if (Status s = out.flush(); !s) fail("flush: " + s.message());
+    while (next < (round + 1) * kBurst && failures == 0) {
+      if (Status s = in.consume(batch, std::chrono::seconds(60)); !s || batch.empty()) {
+        fail("round " + std::to_string(round) + ": " + (s ? std::string("end of flow") : s.message()));
+        break;
+      }
+      for (const Pair& p : batch.as<Pair>()) {
+        if (p.key != next) fail("tuple " + std::to_string(next) + " lost or reordered");
+        ++next;
+      }
+    }
+  }
+  if (Status s = out.close(); !s) fail("close: " + s.message());
+  while (in.consume(batch, std::chrono::seconds(60)) && !batch.empty()) fail("tuples after the last round");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("cross: %llu tuples each way in %.2f s\n", static_cast<unsigned long long>(next), seconds);
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 // Rank 0 pushes and flushes 100 tuples, pushes 7 more (buffered), then abandons the flow: rank 1
 // gets the 100 and then neither the 7 nor an end of stream (a consume times out); rank 0's later
 // calls fail with flow_failed, and its destructor sends nothing.
@@ -823,6 +876,7 @@ int main(int argc, char** argv) {
     if (scenario == "backpressure") return backpressure(node);
     if (scenario == "flush") return flush_ping_pong(node);
     if (scenario == "abandon") return abandon(node);
+    if (scenario == "cross") return cross(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);

@@ -141,4 +141,23 @@ class Worker {
   std::shared_ptr<Impl> impl_;
 };
 
+// The receive workers of the flow targets the calling thread consumes from, so that a thread
+// waiting in one flow keeps its others moving. Two threads that are each other's source and
+// target (a server and its clients) would otherwise wait for each other: over active messages a
+// writer learns of freed ring slots from a question its target's worker answers, and a thread
+// blocked as a writer on one flow does not progress the worker of a target it reads on another.
+// Only its process's progress thread would, once per nap (ProgressThread::adopt).
+// Each thread has its own list, which holds the workers weakly: a worker whose target was
+// destroyed drops out. An owned worker is progressed under try_claim(), never against its
+// progress thread or a thread that claimed it.
+namespace owned_workers {
+// Adds `worker` to the calling thread's list (idempotent).
+void add(const std::shared_ptr<Worker>& worker);
+// Removes `worker` from the calling thread's list, if it is there.
+void remove(const Worker* worker) noexcept;
+// Progresses once every worker of the calling thread's list but `except` (null: all) that no one
+// else holds; returns the number of events. A wait loop calls it before it sleeps.
+unsigned progress(const Worker* except);
+}  // namespace owned_workers
+
 }  // namespace dfi::fabric

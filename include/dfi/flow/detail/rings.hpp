@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "dfi/fabric/context.hpp"
 #include "dfi/fabric/endpoint.hpp"
 #include "dfi/fabric/memory.hpp"
+#include "dfi/fabric/worker.hpp"
 #include "dfi/flow/detail/faults.hpp"
 #include "dfi/flow/spec.hpp"
 #include "dfi/memory/segment_reader.hpp"
@@ -172,6 +174,11 @@ class TargetRings {
     const unsigned events = receiver_->progress();
     worker_->unclaim();
     idle_ = events == 0;
+    // The consuming thread keeps this worker moving while it waits in its other flows.
+    if (const std::thread::id me = std::this_thread::get_id(); me != consumer_) [[unlikely]] {
+      consumer_ = me;
+      fabric::owned_workers::add(worker_);
+    }
     return events;
   }
   // One round of `backoff` for a consumer that found nothing: where segments arrive as active
@@ -213,8 +220,11 @@ class TargetRings {
   fabric::MemoryRegion region_;
   // The active-message path (transports without native RMA): a worker of this target's own,
   // progressed by the consuming thread, and the receiver that places segments into the rings.
-  std::unique_ptr<fabric::Worker> worker_;
+  // Shared with the consuming thread's list of owned workers (fabric::owned_workers), which
+  // holds it weakly.
+  std::shared_ptr<fabric::Worker> worker_;
   std::unique_ptr<memory::SegmentReceiver> receiver_;
+  std::thread::id consumer_;  // the thread whose owned workers include worker_
   bool idle_ = false;  // the last progress() found nothing: pause() need not progress again
   std::vector<RingReader> readers_;
   std::vector<bool> ended_;
