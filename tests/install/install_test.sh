@@ -67,8 +67,11 @@ run "$tmp/build.log" cmake --build "$tmp/example-build" -j2
 if ninja -C "$tmp/example-build" -t deps | grep -F -e "$src" -e "$build"; then
   fail "the example was compiled with headers from the DFI tree (above), not from the prefix"
 fi
-ldd "$tmp/example-build/shuffle" | grep -qF "$P/$libdir/libdfi.so.$soversion" ||
-  fail "the example does not load libdfi from the prefix: $(ldd "$tmp/example-build/shuffle")"
+# ldd's output is read whole before grep looks at it: `ldd | grep -q` under pipefail fails when
+# grep stops reading at its match and ldd, still writing, dies of SIGPIPE (seen once in CI).
+deps=$(ldd "$tmp/example-build/shuffle")
+grep -qF "$P/$libdir/libdfi.so.$soversion" <<<"$deps" ||
+  fail "the example does not load libdfi from the prefix: $deps"
 run "$tmp/run.log" "$P/bin/dfi" cluster run --nodes 2 --transport shm --timeout 60 -- "$tmp/example-build/shuffle"
 grep -qF "DFI $version shuffle: 200000 of 200000 tuples, each exactly once: yes" "$tmp/run.log" ||
   { cat "$tmp/run.log" >&2; fail "the example's shuffle did not report every tuple exactly once"; }

@@ -26,7 +26,8 @@ run "$tmp/pip.log" "$venv/bin/pip" install --no-build-isolation --no-deps --disa
 module=$(ls "$tmp"/site/dfi/_dfi*.so 2>/dev/null | head -1)
 [ -n "$module" ] || fail "pip installed no dfi/_dfi*.so (installed: $(cd "$tmp/site" && find . | head -20))"
 [ -f "$tmp/site/dfi/__init__.py" ] || fail "pip installed no dfi/__init__.py"
-if ldd "$module" | grep -q libdfi; then fail "the module loads a shared libdfi: $(ldd "$module")"; fi
+deps=$(ldd "$module")  # read whole: `ldd | grep -q` under pipefail can fail on SIGPIPE
+if grep -q libdfi <<<"$deps"; then fail "the module loads a shared libdfi: $deps"; fi
 if grep -qF -e "$build" -e "$src/" "$module"; then fail "the module names the DFI tree"; fi
 
 export PYTHONPATH=$tmp/site
