@@ -8,7 +8,9 @@
 // ring (ordered before the state word: a release store, or a put before the publication's fence),
 // and raises the producer ring's released tail to s after the publication. A restarted mover that
 // finds a producer ring released up to s - 1 and a link word naming (s, q) with q published at the
-// consumer knows that s was delivered and only its release is missing. 32 bits of each sequence
+// consumer knows that s was delivered and only its release is missing; one that finds (s, q) with q
+// not yet published clears the word (0 names no transfer: sequences start at 1) before it moves
+// anything, since q may then be published with another producer's segment. 32 bits of each sequence
 // are enough: the words are compared only with sequences at most one apart.
 #pragma once
 

@@ -526,24 +526,44 @@ Status Mover::Flow::recover() {
 // and only its release is missing. Shuffle and balance: at most one consumer holds it; raise the
 // tail. Replicate: the consumers that hold it show it as their last segment, the others are one
 // behind; it goes to those first (the global order continues from there), then the tail.
+// First, every announced transfer is forgotten: a link word naming s as the consumer's *next*
+// segment records a transfer killed before its publication. Left there, it would name s as
+// delivered as soon as that consumer's next segment is published — with another producer's
+// segment — and a later restart would release s undelivered (the loss of seed 1808865591).
 Status Mover::Flow::recover_pending() {
   const std::size_t producers = spec.sources.size();
-  auto holds = [&](std::size_t c, std::size_t p, const Reader& reader, bool& held) -> Status {
-    held = false;
-    if (!writers[c] || writers[c]->closed()) return {};
-    std::uint64_t word = 0;
-    if (Status s = writers[c]->access().load(detail::link_offset(layout, p), word); !s) return s;
-    held = detail::link_names(word, reader.next_sequence(), writers[c]->next_sequence() - 1);
-    return {};
+  const bool shuffle = options.pattern == Pattern::shuffle;
+  auto open_reader = [&](std::size_t c, std::size_t p) -> Reader* {
+    const std::size_t row = shuffle ? c : 0;
+    if (producer_done[p] || ended[row][p] || !writers[c] || writers[c]->closed()) return nullptr;
+    return readers[row][p].get();
+  };
+  // links[c * producers + p]: consumer c's link word of producer p (0: not read, or forgotten).
+  std::vector<std::uint64_t> links(writers.size() * producers, 0);
+  for (std::size_t c = 0; c < writers.size(); ++c) {
+    for (std::size_t p = 0; p < producers; ++p) {
+      const Reader* reader = open_reader(c, p);
+      if (reader == nullptr) continue;
+      std::uint64_t& word = links[c * producers + p];
+      const std::size_t offset = detail::link_offset(layout, p);
+      if (Status s = writers[c]->access().load(offset, word); !s) return s;
+      if (!detail::link_names(word, reader->next_sequence(), writers[c]->next_sequence())) continue;
+      if (Status s = writers[c]->access().store(offset, 0); !s) return s;
+      word = 0;
+      ++recovery.forgotten;
+    }
+  }
+  // Whether consumer c holds producer p's next segment as its last published one.
+  auto holds = [&](std::size_t c, std::size_t p) {
+    const Reader* reader = open_reader(c, p);
+    return reader != nullptr &&
+           detail::link_names(links[c * producers + p], reader->next_sequence(), writers[c]->next_sequence() - 1);
   };
   for (std::size_t p = 0; p < producers; ++p) {
     if (producer_done[p]) continue;
     if (options.pattern == Pattern::shuffle) {
       for (std::size_t c = 0; c < writers.size(); ++c) {
-        if (ended[c][p]) continue;
-        bool held = false;
-        if (Status s = holds(c, p, *readers[c][p], held); !s) return s;
-        if (!held) continue;
+        if (!holds(c, p)) continue;
         if (Status s = readers[c][p]->release(); !s) return s;
         ++recovery.completed;
       }
@@ -555,10 +575,8 @@ Status Mover::Flow::recover_pending() {
     std::size_t holders = 0;
     std::uint64_t position = 0;  // replicate: the consumers' published count with the segment
     for (std::size_t c = 0; c < writers.size(); ++c) {
-      bool h = false;
-      if (Status s = holds(c, p, reader, h); !s) return s;
-      held[c] = h;
-      if (h) {
+      held[c] = holds(c, p);
+      if (held[c]) {
         ++holders;
         position = writers[c]->next_sequence() - 1;
       }

@@ -42,7 +42,8 @@ int run_mover(const MoverCommandOptions& options, std::ostream& out, std::ostrea
     if (!r.resumed) continue;
     out << "dfi mover (rank " << node.rank() << "): flow '" << flow << "' resumed: " << r.taken
         << " producer segments taken and " << r.delivered << " delivered before, " << r.completed
-        << " half-done transfer(s) completed, " << r.producers_done << " producer(s) and " << r.consumers_done
+        << " half-done transfer(s) completed, " << r.forgotten << " announced transfer(s) forgotten, "
+        << r.producers_done << " producer(s) and " << r.consumers_done
         << " consumer(s) finished before" << std::endl;
   }
   bool resumed = false;

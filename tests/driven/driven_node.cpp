@@ -187,7 +187,10 @@ std::uint64_t expected_key_sum(std::uint64_t producers, std::uint64_t tuples) {
 }
 
 // retry mode: the mover's transfers fail this many times (Mover::fail_at, alternately at the link
-// word and at the publication), each retried by the mover.
+// word and at the publication), each retried by the mover. Each publication failure is at the
+// first transfer after the link failure's retry: that transfer may publish another producer's
+// segment where the failed one was announced (the sequence that lost a segment before the restart
+// forgot announced transfers).
 std::uint64_t g_fails = 0;
 
 // Rank 2: the mover of flow `name` until it ended.
@@ -197,16 +200,31 @@ void run_mover(cluster::Node& node, const std::string& name) {
   if (g_fails > 0) {
     std::uint64_t armed = 0;
     auto arm = [&] {
-      mover.fail_at(armed % 2 == 0 ? driven::CrashPoint::link : driven::CrashPoint::publish, 5 + 7 * armed);
+      if (armed % 2 == 0) {
+        mover.fail_at(driven::CrashPoint::link, 5 + 7 * armed);
+      } else {
+        mover.fail_at(driven::CrashPoint::publish, 1);
+      }
       ++armed;
     };
     arm();
     const auto deadline = std::chrono::steady_clock::now() + 120s;
+    std::uint64_t retries = 0;
     while (!mover.done() && std::chrono::steady_clock::now() < deadline) {
       std::uint64_t moved = 0;
       if (Status s = mover.step(moved); !s) {
         fail("mover: " + s.message());
         break;
+      }
+      if (mover.counters().retries > retries) {
+        // What the retry's recovery found: the announced transfer of a link failure, the
+        // half-done one of a publication failure, never two.
+        retries = mover.counters().retries;
+        const driven::MoverRecovery& r = mover.recovery(name);
+        const std::string which = "retry " + std::to_string(retries) + ": ";
+        if (r.completed > 1) fail(which + "completed " + std::to_string(r.completed) + " half-done transfers");
+        if (retries % 2 == 1 && r.forgotten < 1) fail(which + "the announced transfer was not forgotten");
+        if (retries % 2 == 0 && r.completed < 1) fail(which + "the half-done transfer was not completed");
       }
       if (mover.counters().retries == armed && armed < g_fails) arm();
       if (moved == 0) std::this_thread::sleep_for(20us);
@@ -1110,7 +1128,8 @@ int run_kill_pu(cluster::Node& node, const std::string& pattern_name) {
 // random transfer: a half-done transfer at point publish, then at point link) and by SIGKILL
 // from here after a random time (over tcp only by the seam, see below) — and the next one rejoins the cluster as rank 2 and resumes the
 // flow. The last one runs until the flow ended. The first restart that resumes the flow after a
-// publish crash must report the half-done transfer it completed.
+// publish crash must report the half-done transfer it completed, the first after a link crash the
+// announced transfer it forgot; no restart completes two.
 int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   // Over tcp UCX 1.13 aborts a PU that serves an emulated get or put of a mover that just died
@@ -1119,7 +1138,7 @@ int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, 
   const char* transport = std::getenv("DFI_TRANSPORT");
   const bool timed = transport == nullptr || std::string(transport) != "tcp";
   int killed = 0, resumed = 0, completed = 0;
-  bool after_publish_crash = false;
+  bool after_publish_crash = false, after_link_crash = false;
   for (int k = 0; k <= kills; ++k) {
     launch::ChildSpec spec;
     spec.argv = {dfi, "mover", flow, "--timeout", "120"};
@@ -1145,15 +1164,25 @@ int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, 
       std::printf("mover %d: %s\n", k, line.c_str());
       if (line.find("resumed:") == std::string::npos) continue;
       ++resumed;
-      const std::size_t at = line.find(" half-done transfer(s) completed");
-      const std::size_t from = line.rfind(' ', at - 1);
-      const int done = at == std::string::npos ? 0 : std::stoi(line.substr(from + 1, at - from - 1));
+      // the count before `phrase` in the line (0 if absent)
+      auto count = [&](const char* phrase) {
+        const std::size_t at = line.find(phrase);
+        if (at == std::string::npos) return 0;
+        const std::size_t from = line.rfind(' ', at - 1);
+        return std::stoi(line.substr(from + 1, at - from - 1));
+      };
+      const int done = count(" half-done transfer(s) completed");
+      const int forgotten = count(" announced transfer(s) forgotten");
       completed += done;
+      // One transfer is in flight when a mover dies: a restart never finds two half done.
+      if (done > 1) fail("mover " + std::to_string(k) + " completed " + std::to_string(done) + " half-done transfers");
       if (after_publish_crash && done < 1) fail("mover " + std::to_string(k) + " did not complete the half-done transfer");
-      after_publish_crash = false;
+      if (after_link_crash && forgotten < 1) fail("mover " + std::to_string(k) + " did not forget the announced transfer");
+      after_publish_crash = after_link_crash = false;
     }
     // (a restart killed before it attached the buffers leaves the check to the next one)
     if (after_publish_crash && last) fail("no mover resumed the flow after the crash at publish");
+    if (after_link_crash && last) fail("no mover resumed the flow after the crash at link");
     if (!last) {
       if (r.exit_code != 128 + SIGKILL) {
         fail("mover " + std::to_string(k) + " ended with " + std::to_string(r.exit_code) + " before it was killed");
@@ -1161,6 +1190,7 @@ int run_chaos_mover(const std::string& flow, int kills, const std::string& dfi, 
       }
       ++killed;
       after_publish_crash = after_publish_crash || (seam && std::string(point) == "publish");
+      after_link_crash = after_link_crash || (seam && std::string(point) == "link");
     } else if (r.exit_code != 0) {
       fail("the last mover ended with " + std::to_string(r.exit_code));
     }

@@ -64,8 +64,10 @@
 //     after the consumer's ring), then publishes q, then raises p's tail to s. A restart that
 //     finds p's ring released up to s - 1 and a link word (s, q) with q published at c knows s
 //     was delivered and only raises the tail; a link word whose q is not published means s was
-//     not delivered, and s moves again (to q, or in a balance flow to any consumer). Killed
-//     before the link word: the old word names an older s and is ignored.
+//     not delivered, and s moves again (to q, or in a balance flow to any consumer). That word
+//     is cleared before anything moves: once c's segment q is published with another producer's
+//     segment, it would name s as delivered to a later restart. Killed before the link word: the
+//     old word names an older s and is ignored.
 //   - per pattern: shuffle (1:1 and N:M) has one link per (producer ring, consumer): at most one
 //     is half done. Balance: the per-producer lock of 000 §6.1 is this mover's ownership of the
 //     producer's reader, so nothing of it outlives the mover; the link words of all consumers
@@ -140,6 +142,7 @@ struct MoverRecovery {
   std::uint64_t taken = 0;      // producer segments released before (end-of-stream not counted)
   std::uint64_t delivered = 0;  // segments published into consumer rings before (ditto)
   std::uint64_t completed = 0;  // half-done transfers finished (a delivered segment released)
+  std::uint64_t forgotten = 0;  // announced transfers forgotten (link words of unpublished moves)
   std::uint64_t producers_done = 0;  // PUs let go of before (never attached again)
   std::uint64_t consumers_done = 0;
   // What add_flow took (steady_clock): until every PU's buffers were found in the registry and
