@@ -157,6 +157,7 @@ class ClusterRun {
   void start_ranks() {
     Settings settings{
         {"DFI_SIZE", std::to_string(options_.nodes)},
+        {"DFI_LOCAL_RANKS", std::to_string(options_.nodes)},  // every rank runs on this machine
         {"DFI_TRANSPORT", options_.transport},
         {"DFI_REGISTRY", (options_.netns ? netns_rank_address(0) : std::string("127.0.0.1")) +
                              ":" + std::to_string(pick_free_port())},

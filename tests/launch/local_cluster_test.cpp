@@ -67,14 +67,14 @@ TEST(RunCluster, ThreeRanksPrintRankAndSizeWithPrefixes) {
   ClusterOptions options;
   options.nodes = 3;
   options.argv = shell(
-      "echo \"rank=$DFI_RANK size=$DFI_SIZE transport=$DFI_TRANSPORT\"; "
+      "echo \"rank=$DFI_RANK size=$DFI_SIZE local=$DFI_LOCAL_RANKS transport=$DFI_TRANSPORT\"; "
       "echo \"to stderr from $DFI_RANK\" >&2; printf 'no newline'");
   const auto r = run(options);
   ASSERT_EQ(r.code, 0) << describe(r);
   for (int rank = 0; rank < 3; ++rank) {
     const std::string prefix = "[rank " + std::to_string(rank) + "] ";
     EXPECT_TRUE(contains(r.out, prefix + "rank=" + std::to_string(rank) +
-                                    " size=3 transport=shm\n"))
+                                    " size=3 local=3 transport=shm\n"))
         << describe(r);
     EXPECT_TRUE(contains(r.out, prefix + "no newline\n")) << describe(r);
     EXPECT_TRUE(contains(r.err, prefix + "to stderr from " + std::to_string(rank) + "\n"))

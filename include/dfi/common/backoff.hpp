@@ -26,8 +26,15 @@ struct BackoffSettings {
   // `polls_are_syscalls`: each poll of the waiter costs a system call (it progresses a UCX worker
   // over tcp), so it spins and yields far less (the *_syscall settings) before it sleeps or
   // blocks on events.
+  // On a crowded host (at least twice as many ranks as cores: the local_ranks setting, which
+  // `dfi cluster run` sets) every waiter spins and yields that little too, unless
+  // wait_spin_rounds or wait_yield_rounds is set.
   static BackoffSettings from_config(bool polls_are_syscalls = false);
 };
+
+// Whether this host runs at least twice as many ranks of the cluster as it has cores (the
+// local_ranks setting; false when unknown).
+bool crowded_host();
 
 class Backoff {
  public:

@@ -27,6 +27,8 @@ const Entry& entry(std::string_view name);
 
 // The current value: the environment variable if set and non-empty, else the default.
 std::string get_string(std::string_view name);
+// Whether the setting's environment variable is set (non-empty): the user chose the value.
+bool is_set(std::string_view name);
 // As get_string, parsed as a non-negative integer; throws dfi::Error(invalid_argument) naming the
 // variable when the text is not a number.
 std::int64_t get_int(std::string_view name);
