@@ -136,10 +136,10 @@ bool crowded_host() {
 BackoffSettings BackoffSettings::from_config(bool polls_are_syscalls) {
   // A crowded host (config: local_ranks) waits as briefly as a system-call poll, unless the
   // plain settings are given.
-  const bool brief = polls_are_syscalls || crowded_host();
+  const bool crowded = !polls_are_syscalls && crowded_host();
   auto rounds = [&](const char* plain, const char* syscall) {
-    const bool syscall_value = polls_are_syscalls || (brief && !config::is_set(plain));
-    return static_cast<std::uint32_t>(config::get_int(syscall_value ? syscall : plain));
+    const bool brief = polls_are_syscalls || (crowded && !config::is_set(plain));
+    return static_cast<std::uint32_t>(config::get_int(brief ? syscall : plain));
   };
   BackoffSettings s;
   s.spin = rounds("wait_spin_rounds", "wait_spin_rounds_syscall");
