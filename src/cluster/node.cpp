@@ -62,6 +62,8 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
   if (rank_ == 0 && options.embed_registry) {
     server_ = std::make_unique<registry::Server>(registry::server_options_at(options.registry, options.token));
   }
+  registry_address_ = options.registry;
+  registry_token_ = options.token;
   client_ = std::make_unique<registry::Client>(options.registry, options.token, registry_timeout_);
 
   context_ = std::make_unique<fabric::Context>(options.fabric);
@@ -219,6 +221,8 @@ std::string Node::peer_address(int rank) {
   return address;
 }
 
+std::string Node::service_address() const { return service_->address(); }
+
 fabric::Endpoint Node::connect(fabric::Worker& worker, int rank) {
   return worker.connect(rank, peer_address(rank));
 }
@@ -230,24 +234,98 @@ std::string Node::wait_for(const std::string& name, std::chrono::milliseconds ti
 }
 
 std::string Node::wait_for_from(const std::string& name, int publisher, std::chrono::milliseconds timeout) {
-  if (timeout.count() == 0) timeout = registry_timeout_;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(200);
-  for (;;) {
-    // Dead before the look: a record it published is there now, else it never will be.
-    const bool dead = publisher >= 0 && publisher != rank_ && !context_->peer_failure(publisher).empty();
-    if (std::optional<std::string> value = client_->try_lookup(name)) return *value;
-    if (dead) {
-      throw Error(Errc::peer_failed, "rank " + std::to_string(publisher) + " died before it published '" + name +
-                                         "': " + context_->peer_failure(publisher));
+  return *wait_all({name}, {publisher}, timeout).front();
+}
+
+std::unique_ptr<registry::Client> Node::take_waiter() {
+  {
+    std::lock_guard lock(waiters_mutex_);
+    if (!idle_waiters_.empty()) {
+      std::unique_ptr<registry::Client> waiter = std::move(idle_waiters_.back());
+      idle_waiters_.pop_back();
+      return waiter;
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      throw Error(Errc::timeout, "registry: record '" + name + "' not published within " +
-                                     std::to_string(timeout.count()) + " ms");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
+  auto waiter = std::make_unique<registry::Client>(registry_address_, registry_token_, registry_timeout_);
+  std::lock_guard lock(waiters_mutex_);
+  all_waiters_.push_back(waiter.get());
+  return waiter;
+}
+
+void Node::return_waiter(std::unique_ptr<registry::Client> waiter, bool healthy) {
+  std::lock_guard lock(waiters_mutex_);
+  if (healthy) {
+    idle_waiters_.push_back(std::move(waiter));
+    return;
+  }
+  const registry::Client::Stats s = waiter->stats();
+  retired_.requests += s.requests;
+  retired_.connections += s.connections;
+  retired_.bytes_sent += s.bytes_sent;
+  retired_.bytes_received += s.bytes_received;
+  std::erase(all_waiters_, waiter.get());
+}
+
+std::vector<std::optional<std::string>> Node::wait_all(const std::vector<std::string>& names,
+                                                       const std::vector<int>& publishers,
+                                                       std::chrono::milliseconds timeout, bool skip_dead) {
+  if (timeout.count() == 0) timeout = registry_timeout_;
+  if (!publishers.empty() && publishers.size() != names.size()) {
+    throw Error(Errc::invalid_argument, "cluster: wait for " + std::to_string(names.size()) + " records with " +
+                                            std::to_string(publishers.size()) + " publishers");
+  }
+  std::vector<std::optional<std::string>> values(names.size());
+  std::vector<std::string> asked_names;
+  std::vector<int> asked_publishers;
+  std::vector<std::size_t> asked;  // indices of what the held request waits for
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const int r = publishers.empty() ? -1 : publishers[i];
+    if (r >= 0 && r != rank_ && r < size_ && !context_->peer_failure(r).empty()) {
+      // Declared dead here (this rank's view may be ahead of the registry's): what it published
+      // is there now, else it never will be.
+      values[i] = client_->try_lookup(names[i]);
+      if (!values[i] && !skip_dead) {
+        throw Error(Errc::peer_failed, "rank " + std::to_string(r) + " died before it published '" + names[i] +
+                                           "': " + context_->peer_failure(r));
+      }
+      continue;
+    }
+    asked.push_back(i);
+    asked_names.push_back(names[i]);
+    asked_publishers.push_back(r);
+  }
+  if (asked.empty()) return values;
+  std::unique_ptr<registry::Client> waiter = take_waiter();
+  std::vector<std::optional<std::string>> got;
+  try {
+    got = waiter->wait_all(asked_names, asked_publishers, timeout, skip_dead);
+  } catch (const Error& e) {
+    const bool usable = waiter->usable();  // the registry's answers leave it usable
+    return_waiter(std::move(waiter), usable);
+    throw;
+  }
+  return_waiter(std::move(waiter), true);
+  for (std::size_t k = 0; k < asked.size(); ++k) values[asked[k]] = std::move(got[k]);
+  return values;
+}
+
+RegistryStats Node::registry_stats() {
+  RegistryStats sum;
+  auto add = [&sum](const registry::Client::Stats& s) {
+    sum.requests += s.requests;
+    sum.connections += s.connections;
+    sum.bytes_sent += s.bytes_sent;
+    sum.bytes_received += s.bytes_received;
+  };
+  add(client_->stats());
+  if (barrier_client_) add(barrier_client_->stats());
+  std::lock_guard lock(waiters_mutex_);
+  for (const registry::Client* waiter : all_waiters_) add(waiter->stats());
+  sum.requests += retired_.requests;
+  sum.connections += retired_.connections;
+  sum.bytes_sent += retired_.bytes_sent;
+  sum.bytes_received += retired_.bytes_received;
+  return sum;
 }
 
 void Node::adopt_progress(fabric::Worker& worker) { progress_->adopt(worker); }

@@ -20,42 +20,17 @@ void fail_call(const Status& status, const char* kind, const std::string& name, 
 
 namespace {
 
-// The record of every rank 0 .. ranks-1 under `prefix`, waiting up to `timeout` in all; a rank that
-// died before it published gives nullopt when `dead_ok`, else peer_failed.
+// The record of every rank 0 .. ranks-1 under `prefix`, in one held registry request of up to
+// `timeout`; a rank that died before it published gives nullopt when `dead_ok`, else peer_failed.
 std::vector<std::optional<std::string>> gather(Node& node, const std::string& prefix, int ranks,
                                                std::chrono::milliseconds timeout, bool dead_ok) {
-  const auto limit = std::chrono::steady_clock::now() + timeout;
-  std::vector<std::optional<std::string>> records;
-  records.reserve(static_cast<std::size_t>(ranks));
+  std::vector<std::string> names;
+  std::vector<int> publishers;
   for (int r = 0; r < ranks; ++r) {
-    const std::string name = prefix + std::to_string(r);
-    // Short waits, so that a rank that died is noticed at once instead of timing out.
-    for (;;) {
-      try {
-        records.emplace_back(node.wait_for(name, std::chrono::milliseconds(100)));
-        break;
-      } catch (const Error& e) {
-        if (e.code() != Errc::timeout) throw;
-        if (!node.fabric().peer_failure(r).empty()) {
-          // It may have published just before it died: the record decides, not the order in
-          // which the news arrived.
-          if (std::optional<std::string> late = node.registry().try_lookup(name)) {
-            records.emplace_back(std::move(late));
-            break;
-          }
-          if (!dead_ok) {
-            throw Error(Errc::peer_failed, "rank " + std::to_string(r) + " died before it reported '" + name + "'");
-          }
-          records.emplace_back(std::nullopt);
-          break;
-        }
-        if (std::chrono::steady_clock::now() > limit) {
-          throw Error(Errc::timeout, "rank " + std::to_string(r) + " did not report '" + name + "'");
-        }
-      }
-    }
+    names.push_back(prefix + std::to_string(r));
+    publishers.push_back(r);
   }
-  return records;
+  return node.wait_all(names, publishers, timeout, dead_ok);
 }
 
 }  // namespace

@@ -797,6 +797,19 @@ Status Endpoint::flush() {
   return s.wait(ucp_ep_flush_nbx(s.ep, &param), "flush");
 }
 
+Request Endpoint::flush_async() {
+  detail::EndpointState& s = state();
+  Request request;
+  request.what_ = "flush";
+  if (s.posted || !s.check_peer().is_ok()) {
+    request.status_ = flush();  // issued stores to confirm, or a known failure: at once
+    return request;
+  }
+  ucp_request_param_t param{};
+  track(request, ucp_ep_flush_nbx(s.ep, &param));
+  return request;
+}
+
 Status Endpoint::am_send(std::uint16_t id, std::span<const std::byte> data) {
   detail::EndpointState& s = state();
   if (!s.check_peer().is_ok()) return s.failure;

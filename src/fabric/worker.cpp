@@ -318,6 +318,23 @@ Endpoint Worker::connect(int peer_rank, std::string_view peer_address, Handshake
   return endpoint;
 }
 
+std::vector<Endpoint> Worker::connect_all(const std::vector<std::pair<int, std::string>>& peers) {
+  std::vector<Endpoint> endpoints;
+  endpoints.reserve(peers.size());
+  for (const auto& [rank, address] : peers) endpoints.push_back(connect(rank, address, Handshake::deferred));
+  std::vector<Request> flushes;
+  flushes.reserve(endpoints.size());
+  for (Endpoint& endpoint : endpoints) flushes.push_back(endpoint.flush_async());
+  for (std::size_t i = 0; i < flushes.size(); ++i) {
+    if (Status s = flushes[i].wait(); !s) {
+      throw Error(s.code() == Errc::timeout ? Errc::timeout : Errc::peer_failed,
+                  "fabric: worker '" + impl_->name + "' cannot connect to rank " + std::to_string(peers[i].first) +
+                      ": the connection handshake failed: " + s.message());
+    }
+  }
+  return endpoints;
+}
+
 void Worker::set_am_handler(std::uint16_t id, AmHandler handler) {
   if (id >= kFirstReservedAmId) {
     throw Error(Errc::invalid_argument, "fabric: worker '" + impl_->name + "': active message id " +

@@ -11,12 +11,6 @@ inline std::string target_record(const std::string& flow, std::size_t target_ind
   return "flow/" + flow + "/target/" + std::to_string(target_index);
 }
 
-// The address of the worker on which a target receives segments as active messages; published
-// before target_record, and only by targets that offer the active-message path.
-inline std::string target_address_record(const std::string& flow, std::size_t target_index) {
-  return target_record(flow, target_index) + "/address";
-}
-
 // Adds `delta` bytes to what this process holds for `flow` (see flow::memory_bytes).
 void account_memory(const std::string& flow, std::ptrdiff_t delta);
 

@@ -93,6 +93,53 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
   connect(node, worker, links, deadline);
 }
 
+namespace {
+
+// A target's record: everything a source needs to reach its rings, in one registry value (one
+// request fetches the records of every target):
+//   path byte: 'a' (segments as active messages to a worker of the target's own) or 'r' (one-sided
+//              operations through the rank's service worker)
+//   4 bytes, little-endian: the length of the worker address that follows
+//   the address of the worker to connect to
+//   the region descriptor of the rings (fabric::RegionDescriptor::serialize)
+struct TargetRecord {
+  bool active_message = false;
+  std::string address;
+  fabric::RegionDescriptor region;
+};
+
+std::string encode_target_record(bool active_message, const std::string& address, const std::string& region) {
+  std::string out;
+  out.reserve(5 + address.size() + region.size());
+  out += active_message ? 'a' : 'r';
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((address.size() >> (8 * i)) & 0xff);
+  out += address;
+  out += region;
+  return out;
+}
+
+TargetRecord decode_target_record(std::string_view record, const std::string& who) {
+  std::size_t length = 0;
+  if (record.size() >= 5) {
+    for (int i = 0; i < 4; ++i) length |= std::size_t{static_cast<unsigned char>(record[1 + i])} << (8 * i);
+  }
+  if (record.size() < 5 || (record[0] != 'a' && record[0] != 'r') || record.size() - 5 < length) {
+    throw Error(Errc::protocol, who + ": its ring record (" + std::to_string(record.size()) +
+                                    " B) is not one this build reads (a target of another DFI version?)");
+  }
+  TargetRecord out;
+  out.active_message = record[0] == 'a';
+  out.address = std::string(record.substr(5, length));
+  out.region = fabric::RegionDescriptor::parse(record.substr(5 + length));
+  return out;
+}
+
+std::string target_name(const TargetRef& target) {
+  return "target (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")";
+}
+
+}  // namespace
+
 void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std::vector<Link>& links,
                           const Deadline& deadline) {
   const memory::RingLayout layout = spec_.layout();
@@ -101,39 +148,62 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
   memory::RemoteRingOptions access;
   access.allow_mapped = spec_.options.direct_write;
 
-  // Targets that receive segments as active messages do so on a worker of their own: one
-  // endpoint per such target. Others are reached through their rank's service worker.
-  std::unordered_map<int, fabric::Endpoint*> by_rank;
-  std::unordered_map<std::size_t, fabric::Endpoint*> by_target;
+  // Every target's record in one held registry request.
+  std::vector<std::string> names;
+  std::vector<int> publishers;
   for (const Link& link : links) {
+    names.push_back(target_record(spec_.name, link.target));
+    publishers.push_back(spec_.targets.at(link.target).rank);
+  }
+  std::vector<std::optional<std::string>> found;
+  try {
+    found = node.wait_all(names, publishers, time_left(deadline));
+  } catch (const Error& e) {
+    if (e.code() == Errc::peer_failed || e.code() == Errc::timeout) {
+      // Name the first target missing (a look per target, on this error path only).
+      for (std::size_t i = 0; i < links.size(); ++i) {
+        if (node.registry().try_lookup(names[i])) continue;
+        throw Error(e.code(), label_ + ": " + target_name(spec_.targets.at(links[i].target)) +
+                                  " did not open the flow: " + e.what());
+      }
+    }
+    throw Error(e.code(), label_ + ": " + e.what());
+  }
+  std::vector<TargetRecord> records;
+  records.reserve(links.size());
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    records.push_back(decode_target_record(*found[i], label_ + ": " + target_name(spec_.targets.at(links[i].target))));
+  }
+
+  // One endpoint per worker to reach: a rank's service worker (one-sided operations), or a
+  // target's own worker (segments as active messages); all handshakes at once.
+  std::unordered_map<std::string, std::size_t> endpoint_of;  // worker address -> index in endpoints_
+  std::vector<std::pair<int, std::string>> peers;
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    if (endpoint_of.try_emplace(records[i].address, peers.size()).second) {
+      peers.emplace_back(spec_.targets.at(links[i].target).rank, records[i].address);
+    }
+  }
+  const std::size_t first_endpoint = endpoints_.size();
+  try {
+    for (fabric::Endpoint& ep : worker.connect_all(peers)) endpoints_.push_back(std::make_unique<fabric::Endpoint>(std::move(ep)));
+  } catch (const Error& e) {
+    throw Error(e.code(), label_ + ": " + e.what());
+  }
+
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const Link& link = links[i];
     const TargetRef target = spec_.targets.at(link.target);
-    std::string record;
+    fabric::Endpoint* ep = endpoints_[first_endpoint + endpoint_of.at(records[i].address)].get();
+    access.allow_am = records[i].active_message;
     try {
-      record = node.wait_for_from(target_record(spec_.name, link.target), target.rank, time_left(deadline));
+      // Over shm, attaching to a target whose process died fails (its segment is gone).
+      remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(records[i].region)));
     } catch (const Error& e) {
-      throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
-                                std::to_string(target.id) + ") did not open the flow: " + e.what());
-    }
-    // Published before the region record, so it is there now if the target offers it.
-    std::optional<std::string> address = node.registry().try_lookup(target_address_record(spec_.name, link.target));
-    access.allow_am = address.has_value();
-    fabric::Endpoint*& ep = address ? by_target[link.target] : by_rank[target.rank];
-    if (ep == nullptr) {
-      endpoints_.push_back(std::make_unique<fabric::Endpoint>(address ? worker.connect(target.rank, *address)
-                                                                      : node.connect(worker, target.rank)));
-      ep = endpoints_.back().get();
-    }
-    // Attaching to a dead shm peer fails (its segment is gone): ask the kernel first, which
-    // knows before the failure detector does, and name the target.
-    if (node.process_gone(target.rank)) {
-      throw Error(Errc::peer_failed, label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
-                                         std::to_string(target.id) + ") died before this source attached to its ring");
-    }
-    try {
-      remotes_.push_back(std::make_unique<fabric::RemoteMemory>(ep->attach(fabric::RegionDescriptor::parse(record))));
-    } catch (const Error& e) {
-      throw Error(e.code(), label_ + ": target (rank " + std::to_string(target.rank) + ", id " +
-                                std::to_string(target.id) + "): " + e.what());
+      const bool gone = e.code() == Errc::peer_failed || node.process_gone(target.rank);
+      throw Error(gone ? Errc::peer_failed : e.code(),
+                  label_ + ": " + target_name(target) +
+                      (gone ? " died before this source attached to its ring: " : ": ") + e.what());
     }
     writers_.push_back(std::make_unique<RingWriter>(spec_.options.mode, options, worker, *ep, *remotes_.back(),
                                                     link.ring * layout.bytes(), layout, access, link.label));
@@ -204,8 +274,9 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
   open_sources_ = spec_.sources.size();
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
   try {
-    if (worker_) node.registry().publish(target_address_record(spec_.name, index), worker_->address());
-    node.registry().publish(target_record(spec_.name, index), region_.descriptor().serialize());
+    node.registry().publish(target_record(spec_.name, index),
+                            encode_target_record(worker_ != nullptr, worker_ ? worker_->address() : node.service_address(),
+                                                 region_.descriptor().serialize()));
   } catch (const Error& e) {
     if (worker_) node.abandon_progress(*worker_);
     account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size()));

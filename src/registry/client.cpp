@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <mutex>
@@ -100,15 +101,26 @@ class Client::Impl {
 
   // Sends `request` and returns the reply object (ok or not). Transport failures throw and leave
   // the connection broken. `what` describes the request for messages ("lookup of 'x'").
-  Json call(const Json& request, const std::string& what, milliseconds reply_timeout);
+  // `peer_failed_answers`: the request's own answer may be peer_failed (wait_all), which then
+  // leaves the connection usable.
+  Json call(const Json& request, const std::string& what, milliseconds reply_timeout,
+            bool peer_failed_answers = false);
   // Throws the registry's error carried by a not-ok reply.
   [[noreturn]] void throw_reply_error(const Json& reply, const std::string& what) const;
   std::string reply_value(const Json& reply, const std::string& what) const;
   // The members of a members reply (rank -> info); throws protocol for a malformed one.
   std::map<int, std::string> reply_members(const Json& reply) const;
   void interrupt() noexcept;
+  bool usable() {
+    std::lock_guard lock(mutex_);
+    return broken_.empty();
+  }
 
   const std::string address_;
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::uint64_t> connections_{0};
+  std::atomic<std::uint64_t> bytes_sent_{0};
+  std::atomic<std::uint64_t> bytes_received_{0};
 
  private:
   void connect(milliseconds connect_timeout);
@@ -184,6 +196,7 @@ void Client::Impl::hello(const std::string& token) {
                                             std::to_string(kMaxHelloBytes) + " bytes");
   }
   const Json reply = exchange(frame, what, kRequestTimeout);
+  connections_.fetch_add(1, std::memory_order_relaxed);
   if (!reply.at("ok").get<bool>()) {
     // The server closes the connection after any hello error; the message is the server's,
     // prefixed with who rejected us.
@@ -195,7 +208,8 @@ void Client::Impl::hello(const std::string& token) {
   }
 }
 
-Json Client::Impl::call(const Json& request, const std::string& what, milliseconds reply_timeout) {
+Json Client::Impl::call(const Json& request, const std::string& what, milliseconds reply_timeout,
+                        bool peer_failed_answers) {
   const std::string frame = protocol::encode_frame(request, kMaxRequestBytes);
   std::lock_guard lock(mutex_);
   if (!broken_.empty()) {
@@ -203,6 +217,7 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
                                        ", the connection failed earlier: " + broken_);
   }
   Json reply;
+  requests_.fetch_add(1, std::memory_order_relaxed);
   try {
     reply = exchange(frame, what, reply_timeout);
   } catch (const Error& e) {
@@ -215,7 +230,7 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
     // After a protocol or peer_failed error frame the server closes the connection (protocol.hpp,
     // "Connection errors"); remember why, so later calls name the cause instead of an EOF.
     const std::string& code = *protocol::find_string(reply, "code");
-    if (code == errc_name(Errc::protocol) || code == errc_name(Errc::peer_failed)) {
+    if (code == errc_name(Errc::protocol) || (code == errc_name(Errc::peer_failed) && !peer_failed_answers)) {
       broken_ = *protocol::find_string(reply, "error");
       std::lock_guard fd_lock(fd_mutex_);
       fd_.reset();
@@ -227,6 +242,7 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
 Json Client::Impl::exchange(const std::string& frame, const std::string& what,
                             milliseconds reply_timeout) {
   const Deadline deadline(reply_timeout);
+  bytes_sent_.fetch_add(frame.size(), std::memory_order_relaxed);
   send_all(frame, deadline, what);
   char header[protocol::kHeaderBytes];
   recv_exact(header, sizeof(header), deadline, what, reply_timeout);
@@ -236,6 +252,7 @@ Json Client::Impl::exchange(const std::string& frame, const std::string& what,
   }
   std::string body(length, '\0');
   recv_exact(body.data(), body.size(), deadline, what, reply_timeout);
+  bytes_received_.fetch_add(protocol::kHeaderBytes + body.size(), std::memory_order_relaxed);
   std::string why;
   std::optional<Json> reply = protocol::parse_object(body, &why);
   if (!reply) throw protocol_error(what, "reply body " + why + "; expected one JSON object");
@@ -392,6 +409,50 @@ std::string Client::wait_for(const std::string& name, milliseconds timeout) {
                                  milliseconds(ms) + kReplySlack);
   if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
   return impl_->reply_value(reply, what);
+}
+
+std::vector<std::optional<std::string>> Client::wait_all(const std::vector<std::string>& names,
+                                                         const std::vector<int>& publishers, milliseconds timeout,
+                                                         bool skip_dead) {
+  for (const std::string& name : names) check_name(name);
+  if (!publishers.empty() && publishers.size() != names.size()) {
+    throw Error(Errc::invalid_argument, "registry: wait_all of " + std::to_string(names.size()) + " records with " +
+                                            std::to_string(publishers.size()) + " publishers");
+  }
+  const std::string what = names.size() == 1 ? "wait for " + protocol::quote_name(names[0])
+                                             : "wait for " + std::to_string(names.size()) + " records";
+  const std::int64_t ms = timeout_ms(timeout, "wait_all for", names.empty() ? std::string("-") : names[0]);
+  Json request{{"op", "wait_all"}, {"names", names}, {"timeout_ms", ms}};
+  if (!publishers.empty()) request["publishers"] = publishers;
+  if (skip_dead) request["skip_dead"] = true;
+  const Json reply = impl_->call(request, what, milliseconds(ms) + kReplySlack, /*peer_failed_answers=*/true);
+  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  auto values = reply.find("values");
+  if (values == reply.end() || !values->is_array() || values->size() != names.size()) {
+    throw Error(Errc::protocol, "registry at " + address() + " sent a malformed reply to " + what +
+                                    ": no 'values' array of " + std::to_string(names.size()));
+  }
+  std::vector<std::optional<std::string>> out;
+  out.reserve(names.size());
+  for (const Json& value : *values) {
+    if (value.is_null() && skip_dead) {
+      out.emplace_back();
+      continue;
+    }
+    std::optional<std::string> decoded = value.is_string() ? protocol::base64_decode(value.get<std::string>()) : std::nullopt;
+    if (!decoded) {
+      throw Error(Errc::protocol, "registry at " + address() + " sent a malformed reply to " + what + ": a bad value");
+    }
+    out.push_back(std::move(decoded));
+  }
+  return out;
+}
+
+bool Client::usable() const { return impl_->usable(); }
+
+Client::Stats Client::stats() const noexcept {
+  return {impl_->requests_.load(std::memory_order_relaxed), impl_->connections_.load(std::memory_order_relaxed),
+          impl_->bytes_sent_.load(std::memory_order_relaxed), impl_->bytes_received_.load(std::memory_order_relaxed)};
 }
 
 void Client::remove(const std::string& name) {

@@ -37,6 +37,16 @@
 //   {"op":"lookup","name":STR}                               -> {"ok":true,"value":B64}
 //   {"op":"wait","name":STR,"timeout_ms":INT}                -> {"ok":true,"value":B64}
 //        As lookup, but held until name is published or timeout_ms passes.
+//   {"op":"wait_all","names":[STR,...],"publishers":[INT,...],"skip_dead":BOOL,"timeout_ms":INT}
+//                                                            -> {"ok":true,"values":[B64|null,...]}
+//        As wait, for every name at once (one request for many records): held until each name
+//        is published, then answered with the values in the order of names. publishers
+//        (optional) holds one rank per name, the member expected to publish it (-1: none); when
+//        that rank is no member (at the request or while it is held) and its name is unpublished,
+//        the answer is peer_failed ("registry: rank 3 is no member (it left or died) and never
+//        published 'x'"), or, with skip_dead (optional, default false), that name's value is
+//        null. A timeout answers timeout naming how many are missing and the first.
+//        invalid_argument: a bad name, publishers of another length than names.
 //   {"op":"remove","name":STR}                               -> {"ok":true}
 //   {"op":"join","rank":INT,"info":B64}                      -> {"ok":true}
 //        Makes this connection member `rank` (0..2^31-1) until it closes.

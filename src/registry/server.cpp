@@ -29,6 +29,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "dfi/common/config.hpp"
@@ -53,7 +54,18 @@ constexpr std::size_t kRejectSlack = 64;  // rejected connections lingering beyo
 constexpr int kListenBacklog = 128;
 
 enum class Phase { open, closing, draining, dead };
-enum class Pending { none, wait, barrier, members };
+enum class Pending { none, wait, wait_all, barrier, members };
+
+// A parked wait_all: the names awaited, in request order, and which of them are settled
+// (published, or skipped because their publisher left).
+struct AwaitAll {
+  std::vector<std::string> names;
+  std::vector<int> publishers;  // empty, or one per name: the rank expected to publish it, -1 none
+  bool skip_dead = false;
+  std::vector<char> settled;    // per name
+  std::vector<char> skipped;    // per name: settled as null (its publisher left unpublished)
+  std::size_t unsettled = 0;
+};
 
 struct Connection {
   std::uint64_t id = 0;
@@ -70,8 +82,9 @@ struct Connection {
   std::optional<Clock::time_point> out_since;  // when `out` first could not be sent
   Clock::time_point linger_until;
 
-  Pending pending = Pending::none;  // a parked wait, barrier or members watch
+  Pending pending = Pending::none;  // a parked wait, wait_all, barrier or members watch
   std::string pending_name;
+  AwaitAll await;  // the parked wait_all (pending == Pending::wait_all)
   std::int64_t pending_timeout_ms = 0;
   Clock::time_point pending_deadline;
 
@@ -154,6 +167,13 @@ class Loop {
   void handle_publish(Connection& c, const Json& request);
   void handle_lookup(Connection& c, const Json& request);
   void handle_wait(Connection& c, const Json& request, Clock::time_point now);
+  void handle_wait_all(Connection& c, const Json& request, Clock::time_point now);
+  // Settles what it can of c's wait_all (published names; names whose publisher is no member)
+  // and answers it when everything is settled or a publisher left; true when answered.
+  bool settle(Connection& c);
+  // Answers c's wait_all with `message` and forgets it in awaited_.
+  void finish_await(Connection& c, const Json& message);
+  void forget_await(Connection& c);
   void handle_remove(Connection& c, const Json& request);
   void handle_join(Connection& c, const Json& request);
   void handle_members(Connection& c, const Json& request, Clock::time_point now);
@@ -193,6 +213,9 @@ class Loop {
   std::map<int, Member> members_;
   std::uint64_t members_version_ = 1;  // counts membership changes
   std::map<std::string, BarrierRound> barriers_;
+  // Record name -> the connections whose parked wait_all awaits it (an index, so that a publish
+  // touches only its waiters).
+  std::unordered_map<std::string, std::vector<std::uint64_t>> awaited_;
 };
 
 // ---- loop -------------------------------------------------------------------------------------
@@ -441,6 +464,14 @@ void Loop::expire(Connection& c, Clock::time_point now) {
                                                     protocol::quote_name(c.pending_name) +
                                                     " not published within " +
                                                     std::to_string(c.pending_timeout_ms) + " ms"));
+  } else if (c.pending == Pending::wait_all && now >= c.pending_deadline) {
+    std::size_t first = 0;
+    while (c.await.settled[first]) ++first;
+    const std::string message = "registry: " + std::to_string(c.await.unsettled) + " of " +
+                                std::to_string(c.await.names.size()) + " records not published within " +
+                                std::to_string(c.pending_timeout_ms) + " ms (the first: " +
+                                protocol::quote_name(c.await.names[first]) + ")";
+    finish_await(c, protocol::error_reply(Errc::timeout, message));
   } else if (c.pending == Pending::barrier && now >= c.pending_deadline) {
     const BarrierRound& round = barriers_.at(c.pending_name);
     const std::string message = "registry: barrier " + protocol::quote_name(c.pending_name) +
@@ -494,6 +525,7 @@ void Loop::fail(Connection& c, const std::string& message) {
 
 void Loop::release_state(Connection& c) {
   if (c.pending == Pending::barrier) withdraw_arrival(c);
+  if (c.pending == Pending::wait_all) forget_await(c);
   c.pending = Pending::none;
   bool left = false;
   for (int rank : c.ranks) {
@@ -634,6 +666,8 @@ void Loop::handle(Connection& c, const Json& request, Clock::time_point now) {
     handle_lookup(c, request);
   } else if (*op == "wait") {
     handle_wait(c, request, now);
+  } else if (*op == "wait_all") {
+    handle_wait_all(c, request, now);
   } else if (*op == "remove") {
     handle_remove(c, request);
   } else if (*op == "join") {
@@ -694,6 +728,17 @@ void Loop::handle_publish(Connection& c, const Json& request) {
     if (woken.is_null()) woken = Json{{"ok", true}, {"value", protocol::base64_encode(it->second)}};
     complete_pending(other, woken);
   }
+  auto awaited = awaited_.find(name);
+  if (awaited == awaited_.end()) return;
+  const std::vector<std::uint64_t> ids = std::move(awaited->second);
+  awaited_.erase(awaited);
+  for (std::uint64_t id : ids) {
+    auto other = connections_.find(id);
+    if (other != connections_.end() && other->second.phase == Phase::open &&
+        other->second.pending == Pending::wait_all) {
+      settle(other->second);
+    }
+  }
 }
 
 void Loop::handle_lookup(Connection& c, const Json& request) {
@@ -733,6 +778,105 @@ void Loop::handle_wait(Connection& c, const Json& request, Clock::time_point now
   c.pending_name = name;
   c.pending_timeout_ms = timeout_ms;
   c.pending_deadline = now + std::chrono::milliseconds(timeout_ms);
+}
+
+// {"op":"wait_all","names":[...],"publishers":[...],"skip_dead":BOOL,"timeout_ms":INT}: see
+// protocol.hpp.
+void Loop::handle_wait_all(Connection& c, const Json& request, Clock::time_point now) {
+  auto names = request.find("names");
+  if (names == request.end() || !names->is_array()) throw bad_field(request, "wait_all", "names", "an array");
+  AwaitAll await;
+  await.names.reserve(names->size());
+  for (const Json& name : *names) {
+    if (!name.is_string()) {
+      throw ProtocolViolation{"registry: an entry of field 'names' of request 'wait_all' is " +
+                              std::string(protocol::kind_of(name)) + ", expected a string"};
+    }
+    await.names.push_back(name.get<std::string>());
+  }
+  if (auto publishers = request.find("publishers"); publishers != request.end()) {
+    if (!publishers->is_array()) throw bad_field(request, "wait_all", "publishers", "an array");
+    for (const Json& rank : *publishers) {
+      if (!rank.is_number_integer() || rank.get<std::int64_t>() < -1 || rank.get<std::int64_t>() > INT_MAX) {
+        throw ProtocolViolation{"registry: an entry of field 'publishers' of request 'wait_all' is " +
+                                std::string(protocol::kind_of(rank)) + ", expected a rank (an integer >= -1)"};
+      }
+      await.publishers.push_back(static_cast<int>(rank.get<std::int64_t>()));
+    }
+  }
+  await.skip_dead = optional_bool(request, "wait_all", "skip_dead", false);
+  const std::int64_t timeout_ms = need_timeout(request, "wait_all");
+  std::string why;
+  for (const std::string& name : await.names) {
+    if (!check_name(name, why)) return reply_error(c, Errc::invalid_argument, why);
+  }
+  if (!await.publishers.empty() && await.publishers.size() != await.names.size()) {
+    return reply_error(c, Errc::invalid_argument,
+                       "registry: wait_all names " + std::to_string(await.names.size()) + " records but " +
+                           std::to_string(await.publishers.size()) + " publishers");
+  }
+  if (timeout_ms < 0) return reply_error(c, Errc::invalid_argument, "registry: wait_all with negative timeout");
+  await.settled.assign(await.names.size(), 0);
+  await.skipped.assign(await.names.size(), 0);
+  await.unsettled = await.names.size();
+  c.await = std::move(await);
+  c.pending = Pending::wait_all;
+  c.pending_timeout_ms = timeout_ms;
+  c.pending_deadline = now + std::chrono::milliseconds(timeout_ms);
+  if (settle(c)) return;
+  if (timeout_ms == 0) {
+    c.pending_deadline = now;
+    return expire(c, now);
+  }
+  for (std::size_t i = 0; i < c.await.names.size(); ++i) {
+    if (!c.await.settled[i]) awaited_[c.await.names[i]].push_back(c.id);
+  }
+}
+
+bool Loop::settle(Connection& c) {
+  AwaitAll& await = c.await;
+  for (std::size_t i = 0; i < await.names.size() && await.unsettled > 0; ++i) {
+    if (await.settled[i]) continue;
+    if (records_.contains(await.names[i])) {
+      await.settled[i] = 1;
+      --await.unsettled;
+      continue;
+    }
+    const int publisher = await.publishers.empty() ? -1 : await.publishers[i];
+    if (publisher < 0 || members_.contains(publisher)) continue;
+    if (!await.skip_dead) {
+      finish_await(c, protocol::error_reply(Errc::peer_failed, "registry: rank " + std::to_string(publisher) +
+                                                                   " is no member (it left or died) and never published " +
+                                                                   protocol::quote_name(await.names[i])));
+      return true;
+    }
+    await.settled[i] = 1;
+    await.skipped[i] = 1;
+    --await.unsettled;
+  }
+  if (await.unsettled > 0) return false;
+  Json values = Json::array();
+  for (std::size_t i = 0; i < await.names.size(); ++i) {
+    values.push_back(await.skipped[i] ? Json() : Json(protocol::base64_encode(records_.at(await.names[i]))));
+  }
+  finish_await(c, Json{{"ok", true}, {"values", std::move(values)}});
+  return true;
+}
+
+void Loop::forget_await(Connection& c) {
+  for (std::size_t i = 0; i < c.await.names.size(); ++i) {
+    if (c.await.settled[i]) continue;
+    auto it = awaited_.find(c.await.names[i]);
+    if (it == awaited_.end()) continue;
+    std::erase(it->second, c.id);
+    if (it->second.empty()) awaited_.erase(it);
+  }
+  c.await = {};
+}
+
+void Loop::finish_await(Connection& c, const Json& message) {
+  forget_await(c);
+  complete_pending(c, message);
 }
 
 void Loop::handle_remove(Connection& c, const Json& request) {
@@ -782,6 +926,11 @@ Json Loop::members_reply() const {
 
 void Loop::members_changed() {
   ++members_version_;
+  for (auto& [id, other] : connections_) {
+    if (other.phase == Phase::open && other.pending == Pending::wait_all && !other.await.publishers.empty()) {
+      settle(other);
+    }
+  }
   Json changed;  // built once, shared by every watch
   for (auto& [id, other] : connections_) {
     if (other.phase != Phase::open || other.pending != Pending::members) continue;

@@ -69,6 +69,14 @@ struct NodeOptions {
 // Options from the settings table and the launcher's environment.
 NodeOptions node_options_from_environment();
 
+// Requests and bytes a node's registry clients exchanged (Node::registry_stats).
+struct RegistryStats {
+  std::uint64_t requests = 0;     // requests answered (each a round trip), hellos excluded
+  std::uint64_t connections = 0;  // registry connections opened (each with a hello round trip)
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+};
+
 class Node {
  public:
   // Joins the cluster. Throws dfi::Error: invalid_argument (no rank/size found, bad settings),
@@ -98,6 +106,8 @@ class Node {
   // before it sleeps (BackoffSettings::from_config(polls_are_syscalls)). Reads the settings.
   BackoffSettings poll_backoff() { return BackoffSettings::from_config(!fabric().capabilities().native_one_sided); }
 
+  // This rank's service worker address (what peer_address gives the others). Thread-safe.
+  std::string service_address() const;
   // The service worker address of `rank` (cached after the first lookup). Thread-safe.
   std::string peer_address(int rank);
   // An endpoint from `worker` to the service worker of `rank`. Throws dfi::Error(invalid_argument)
@@ -120,6 +130,20 @@ class Node {
   std::string wait_for_from(const std::string& name, int publisher,
                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
+  // The records `names`, in that order, in one registry request held until all are published
+  // (registry timeout when `timeout` is 0). `publishers` is empty or names, per record, the rank
+  // that publishes it (-1: none): a record whose publisher is declared dead without having
+  // published it ends the wait with dfi::Error(peer_failed) naming the rank and the record, or,
+  // with `skip_dead`, is nullopt. Like wait_for, it never holds the shared registry connection
+  // (a waiting thread takes a connection of its own from a pool), so threads of one process can
+  // wait for each other's records. Throws dfi::Error(timeout) naming how many are missing.
+  std::vector<std::optional<std::string>> wait_all(const std::vector<std::string>& names,
+                                                   const std::vector<int>& publishers,
+                                                   std::chrono::milliseconds timeout = std::chrono::milliseconds(0),
+                                                   bool skip_dead = false);
+  // What this process's registry clients exchanged so far (the membership watcher's held watch
+  // excluded): requests, bytes sent and received, summed. Thread-safe.
+  RegistryStats registry_stats();
   // Final barrier: after it no peer touches this process's memory any more. Rank 0 hosts the
   // registry, so it must not leave before the others are done with it. Stops the liveness
   // watcher, since ranks now leave on purpose. When ranks died (failed_ranks() not empty), the
@@ -160,6 +184,18 @@ class Node {
   std::unique_ptr<fabric::ProgressThread> progress_;
   std::unique_ptr<registry::Client> watch_client_;
   std::unique_ptr<registry::Client> barrier_client_;
+  std::string registry_address_;
+  std::string registry_token_;
+  // Connections for held waits (wait_for, wait_all): a waiting thread takes one, and gives it
+  // back after; created when none is free. Guarded by waiters_mutex_.
+  std::mutex waiters_mutex_;
+  std::vector<std::unique_ptr<registry::Client>> idle_waiters_;
+  std::vector<const registry::Client*> all_waiters_;  // idle or lent, for registry_stats()
+  RegistryStats retired_;  // of waiters dropped after an error
+  // A waiter from the pool (a new connection when none is idle).
+  std::unique_ptr<registry::Client> take_waiter();
+  // Back to the pool, or dropped (counted in retired_) when its call failed.
+  void return_waiter(std::unique_ptr<registry::Client> waiter, bool healthy);
   bool registry_in_rank0_ = true;  // the embedded registry: losing it means rank 0 is gone
   std::thread watcher_;
   mutable std::mutex watcher_mutex_;

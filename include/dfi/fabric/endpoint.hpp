@@ -174,6 +174,10 @@ class Endpoint {
   // put_async), and where RMA is emulated, the stores of post_words. Errors: peer_failed,
   // timeout, invalid_argument (a posted store the peer refused).
   Status flush();
+  // Starts a flush of a fresh endpoint (nothing issued on it yet) and returns at once: the
+  // Request completes when flush() would have returned, so flushes of many endpoints overlap
+  // (Worker::connect_all). Errors as flush(), from the Request.
+  Request flush_async();
   // Where RMA is emulated, word operations (atomics, load_words, store_words and their async
   // forms) are active messages the peer's worker applies. From hold_word_ops() until
   // release_word_ops(), those issued on this endpoint are kept and sent together as one message

@@ -14,6 +14,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "dfi/common/error.hpp"
 
@@ -97,6 +99,11 @@ class Worker {
   // peer_failed if UCX refuses it or the peer died during the handshake; timeout if the peer
   // did not answer the handshake within op_timeout_ms.
   Endpoint connect(int peer_rank, std::string_view peer_address, Handshake handshake = Handshake::complete);
+
+  // One endpoint per (rank, address) of `peers`, in that order, with every handshake completed
+  // (Handshake::complete) in parallel: the handshakes overlap, so connecting to N peers takes
+  // about one round trip, not N. Errors as connect(), naming the first peer that failed.
+  std::vector<Endpoint> connect_all(const std::vector<std::pair<int, std::string>>& peers);
 
   // Installs the handler for AM `id` (replacing any previous one). Call before peers send it.
   // Throws dfi::Error(invalid_argument) for ids >= kFirstReservedAmId.

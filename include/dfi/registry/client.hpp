@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dfi/registry/limits.hpp"
 
@@ -83,6 +84,17 @@ class Client {
   // timeout is invalid_argument. Holds the connection while waiting.
   std::string wait_for(const std::string& name, std::chrono::milliseconds timeout);
 
+  // The values of every record in `names`, in that order, waiting up to `timeout` (clamped to
+  // kMaxWaitTimeout) until all are published: one request, however many names. `publishers` is
+  // empty or holds one rank per name, the member expected to publish it (-1: none): a name whose
+  // publisher is no member (it left or died) while the name is unpublished ends the wait with
+  // peer_failed ("registry: rank 3 is no member (it left or died) and never published 'x'"), or,
+  // with `skip_dead`, gives nullopt for that name. Holds the connection while waiting.
+  // Errors: timeout ("registry: 2 of 64 records not published within N ms (the first: 'x')");
+  // invalid_argument (a bad name, publishers of another length, a negative timeout).
+  std::vector<std::optional<std::string>> wait_all(const std::vector<std::string>& names,
+                                                   const std::vector<int>& publishers,
+                                                   std::chrono::milliseconds timeout, bool skip_dead = false);
   // Deletes `name`; throws not_found if there is none.
   void remove(const std::string& name);
 
@@ -97,6 +109,19 @@ class Client {
   // or unchanged after `timeout`; sets `version` to that of the answer. Holds the connection
   // while waiting (use a Client of its own). Errors: as members(); peer_failed after interrupt().
   std::map<int, std::string> members_after(std::uint64_t& version, std::chrono::milliseconds timeout);
+  // False once a failure made the connection unusable (every later call fails with
+  // peer_failed). Thread-safe.
+  bool usable() const;
+  // What this client exchanged with the registry so far: requests (each answered by one reply;
+  // the hello not included), connections (hellos answered: 1) and bytes of frames sent and
+  // received (the hello's included). Thread-safe.
+  struct Stats {
+    std::uint64_t requests = 0;
+    std::uint64_t connections = 0;
+    std::uint64_t bytes_sent = 0;
+    std::uint64_t bytes_received = 0;
+  };
+  Stats stats() const noexcept;
   // Ends a call blocked in another thread (it fails with peer_failed) and breaks the connection.
   // Thread-safe; for stopping a watcher.
   void interrupt() noexcept;

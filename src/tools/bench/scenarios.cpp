@@ -18,6 +18,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_combiner_scenario());
   all.push_back(make_mpi_p2p_scenario());
   all.push_back(make_mpi_alltoall_scenario());
+  all.push_back(make_scale_scenario());
   all.push_back(make_join_scenario());
   all.push_back(make_join_fr_scenario());
   all.push_back(make_ghj_scenario());

@@ -27,6 +27,7 @@ std::unique_ptr<Scenario> make_kv_failover_scenario();   // kv_bench.cpp
 std::unique_ptr<Scenario> make_kv_jepsen_scenario();     // kv_bench.cpp
 std::unique_ptr<Scenario> make_rsi_scenario();           // rsi_bench.cpp
 std::unique_ptr<Scenario> make_python_scenario();        // python_bench.cpp
+std::unique_ptr<Scenario> make_scale_scenario();         // scale_bench.cpp
 std::unique_ptr<Scenario> make_commtier_scenario();      // commtier_bench.cpp
 std::unique_ptr<Scenario> make_driven_lat_scenario();    // driven_lat_bench.cpp
 std::unique_ptr<Scenario> make_driven_restart_scenario();  // driven_restart_bench.cpp
