@@ -196,6 +196,92 @@ TEST(Registry, WaitForTimesOutWithinBound) {
   EXPECT_EQ(client->lookup("after"), "v");
 }
 
+TEST(Registry, WaitAllAnswersOnceEveryNameIsPublishedInOneRequest) {
+  Server server(ServerOptions{});
+  auto waiter = connect_to(server);
+  auto publisher = connect_to(server);
+  publisher->publish("a", "1");
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    publisher->publish("c", all_bytes());
+    std::this_thread::sleep_for(50ms);
+    publisher->publish("b", "");
+  });
+  const Client::Stats before = waiter->stats();
+  const auto values = waiter->wait_all({"a", "b", "c", "a"}, {}, kLongWait);
+  later.join();
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0], "1");
+  EXPECT_EQ(values[1], "");
+  EXPECT_EQ(values[2], all_bytes());
+  EXPECT_EQ(values[3], "1");
+  const Client::Stats after = waiter->stats();
+  EXPECT_EQ(after.requests - before.requests, 1u);  // one request, however many names
+  EXPECT_GT(after.bytes_sent, before.bytes_sent);
+  EXPECT_GT(after.bytes_received - before.bytes_received, all_bytes().size());
+  EXPECT_EQ(after.connections, 1u);
+  EXPECT_TRUE(waiter->wait_all({}, {}, 0ms).empty());
+}
+
+TEST(Registry, WaitAllTimeoutNamesWhatIsMissingAndKeepsTheConnection) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  client->publish("here", "v");
+  const auto start = Clock::now();
+  const Error e = capture_error([&] { (void)client->wait_all({"here", "gone-1", "gone-2"}, {}, 200ms); });
+  EXPECT_EQ(e.code(), Errc::timeout);
+  EXPECT_STREQ(e.what(), "registry: 2 of 3 records not published within 200 ms (the first: 'gone-1')");
+  EXPECT_GE(ms_since(start), 190);
+  const Error at_once = capture_error([&] { (void)client->wait_all({"gone-2"}, {}, 0ms); });
+  EXPECT_EQ(at_once.code(), Errc::timeout);
+  // A later publish of an awaited name finds no stale waiter, and the connection still serves.
+  client->publish("gone-1", "x");
+  EXPECT_EQ(client->wait_all({"gone-1", "here"}, {}, 0ms), (std::vector<std::optional<std::string>>{"x", "v"}));
+}
+
+TEST(Registry, WaitAllEndsWhenAPublisherLeavesWithoutPublishing) {
+  Server server(ServerOptions{});
+  auto waiter = connect_to(server);
+  auto member = connect_to(server);
+  auto other = connect_to(server);
+  member->join(3, "m");
+  other->join(4, "o");
+  other->publish("from-4", "four");
+  std::thread leave([&] {
+    std::this_thread::sleep_for(100ms);
+    member.reset();  // rank 3 dies: its connection closes
+  });
+  const auto start = Clock::now();
+  const Error e = capture_error([&] { (void)waiter->wait_all({"from-4", "from-3"}, {4, 3}, kLongWait); });
+  leave.join();
+  EXPECT_EQ(e.code(), Errc::peer_failed);
+  EXPECT_TRUE(contains(e.what(), "rank 3 is no member (it left or died) and never published 'from-3'")) << e.what();
+  EXPECT_LT(ms_since(start), 3000);
+  // A request error: the connection serves on. A publisher already gone fails at once, unless
+  // its record is there.
+  EXPECT_TRUE(waiter->usable());
+  EXPECT_EQ(capture_error([&] { (void)waiter->wait_all({"from-3"}, {3}, kLongWait); }).code(), Errc::peer_failed);
+  other->publish("late-3", "published before it left");
+  EXPECT_EQ(waiter->wait_all({"late-3"}, {3}, kLongWait).front(), "published before it left");
+  // With skip_dead the dead publisher's record is null and the others are awaited.
+  std::thread publish([&] {
+    std::this_thread::sleep_for(50ms);
+    other->publish("later-4", "L");
+  });
+  const auto values = waiter->wait_all({"from-3", "later-4"}, {3, 4}, kLongWait, /*skip_dead=*/true);
+  publish.join();
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>{std::nullopt, "L"}));
+}
+
+TEST(Registry, WaitAllRejectsBadArgumentsBeforeSending) {
+  Server server(ServerOptions{});
+  auto client = connect_to(server);
+  EXPECT_EQ(capture_error([&] { (void)client->wait_all({"a", ""}, {}, 10ms); }).code(), Errc::invalid_argument);
+  EXPECT_EQ(capture_error([&] { (void)client->wait_all({"a", "b"}, {1}, 10ms); }).code(), Errc::invalid_argument);
+  EXPECT_EQ(capture_error([&] { (void)client->wait_all({"a"}, {}, -1ms); }).code(), Errc::invalid_argument);
+  EXPECT_EQ(client->stats().requests, 0u);
+}
+
 // ---- barriers ---------------------------------------------------------------------------------
 
 TEST(Registry, BarrierReleasesFourThreadsTogetherAndIsReusable) {

@@ -250,6 +250,18 @@ std::vector<Malformed> malformed_cases() {
       {"wait timeout fraction", true, frame(R"({"op":"wait","name":"x","timeout_ms":1.5})"), false,
        "registry: field 'timeout_ms' of request 'wait' is a floating-point number, expected an "
        "integer"},
+      {"wait_all without names", true, frame(R"({"op":"wait_all","timeout_ms":1})"), false,
+       "registry: request 'wait_all' has no field 'names'"},
+      {"wait_all names string", true, frame(R"({"op":"wait_all","names":"x","timeout_ms":1})"), false,
+       "registry: field 'names' of request 'wait_all' is a string, expected an array"},
+      {"wait_all name number", true, frame(R"({"op":"wait_all","names":["x",2],"timeout_ms":1})"), false,
+       "registry: an entry of field 'names' of request 'wait_all' is an integer, expected a string"},
+      {"wait_all publisher text", true,
+       frame(R"({"op":"wait_all","names":["x"],"publishers":["0"],"timeout_ms":1})"), false,
+       "registry: an entry of field 'publishers' of request 'wait_all' is a string, expected a rank (an "
+       "integer >= -1)"},
+      {"wait_all without timeout", true, frame(R"({"op":"wait_all","names":["x"]})"), false,
+       "registry: request 'wait_all' has no field 'timeout_ms'"},
       {"remove name boolean", true, frame(R"({"op":"remove","name":true})"), false,
        "registry: field 'name' of request 'remove' is a boolean, expected a string"},
       {"join rank fraction", true, frame(R"({"op":"join","rank":1.5,"info":""})"), false,

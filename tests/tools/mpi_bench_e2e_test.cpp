@@ -121,6 +121,34 @@ TEST(BenchMpiAlltoall, QuickOverTcp) {
   check_alltoall(r, {"64"});
 }
 
+// scale: 4 and 8 ranks, 1 and 2 threads; every panel has both thread counts at both sizes, the
+// whole-run panel MPI too, and the registry requests per open stay within issue 27's bound.
+void check_scale(const json& r) {
+  ASSERT_TRUE(r.is_object());
+  for (const char* id : {"open", "open_cpu", "join", "requests", "memory"}) check_panel(r, id, {"dfi_1", "dfi_2"}, {"4", "8"}, 0, 0);
+  check_panel(r, "whole", {"dfi_1", "dfi_2", "mpi"}, {"4", "8"}, 4, 0.3);
+  const json* requests = find_by_id(r["panels"], "requests");
+  ASSERT_NE(requests, nullptr);
+  for (const json& series : (*requests)["series"]) {
+    for (const json& point : series["points"]) {
+      // One source and one target per thread: spec waits, record publish and the wait for every
+      // target's record; 4 per rank with one thread.
+      EXPECT_LE(point["value"].get<double>(), series["id"] == "dfi_1" ? 4 : 8) << series["id"] << " at " << point["x"];
+      EXPECT_GE(point["value"].get<double>(), 2) << series["id"] << " at " << point["x"];
+    }
+  }
+}
+
+TEST(BenchScale, QuickOverShm) {
+  if (!have_mpi()) return;
+  check_scale(run_quick("scale", "shm", {"--set", "threads=[1,2]"}));
+}
+
+TEST(BenchScale, QuickOverTcp) {
+  if (!have_mpi()) return;
+  check_scale(run_quick("scale", "tcp", {"--set", "threads=[1,2]"}));
+}
+
 void check_join(const json& r, const std::string& size) {
   ASSERT_TRUE(r.is_object());
   check_panel(r, "runtime", {"dfi", "mpi_put", "mpi_alltoallv"}, {size}, 2, 1 / 1.5);

@@ -19,11 +19,13 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "cluster_job.hpp"
+#include "cpu_time.hpp"
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/worker.hpp"
@@ -93,6 +95,7 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
 
   const std::size_t targets = spec.targets.size();
   std::vector<double> opened(2 * threads), first_push(threads), closed(2 * threads);
+  std::vector<std::int64_t> open_cpu_ns(2 * threads);  // CPU time of each opening thread's open
   std::vector<std::uint64_t> received(threads), received_sum(threads), sent_sum(threads);
   std::atomic<std::size_t> memory{0};
   const cluster::RegistryStats before = node.registry_stats();
@@ -102,8 +105,10 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
   for (int t = 0; t < threads; ++t) {
     group.start("target " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
       gate.ready_and_wait();  // phase 1: open
+      const std::int64_t cpu = thread_cpu_ns();
       flow::ShuffleTarget target(node, spec.name, t);
       opened[threads + t] = seconds_between(open_start, Clock::now());
+      open_cpu_ns[threads + t] = thread_cpu_ns() - cpu;
       gate.ready_and_wait();  // phase 2: push and consume
       flow::TupleBatch batch;
       for (;;) {
@@ -121,8 +126,10 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
     group.start("source " + std::to_string(t), [&, t](RankThreads::Gate& gate) {
       fabric::Worker worker(node.fabric(), "bench scale source " + std::to_string(t));
       gate.ready_and_wait();
+      const std::int64_t cpu = thread_cpu_ns();
       flow::ShuffleSource source(node, worker, spec.name, t);
       opened[t] = seconds_between(open_start, Clock::now());
+      open_cpu_ns[t] = thread_cpu_ns() - cpu;
       gate.ready_and_wait();
       const std::size_t me = std::size_t(node.rank()) * threads + t;
       const auto push_start = Clock::now();
@@ -165,6 +172,7 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
   report_rank_result(out, {{"rank", node.rank()},
                            {"join_s", seconds_between(started, joined)},
                            {"open_s", *std::max_element(opened.begin(), opened.end())},
+                           {"open_cpu_s", double(std::accumulate(open_cpu_ns.begin(), open_cpu_ns.end(), std::int64_t{0})) / 1e9},
                            {"first_push_s", *std::max_element(first_push.begin(), first_push.end())},
                            {"close_s", *std::max_element(closed.begin(), closed.end()) -
                                            *std::max_element(opened.begin(), opened.end())},
@@ -235,6 +243,8 @@ class Scale : public Scenario {
     auto threads_text = [](int t) { return std::to_string(t) + (t == 1 ? " thread" : " threads"); };
     Panel& open = result.panel("open", "Flow open (slowest rank) vs ranks", ranks_axis, {"open", "s", "log10"},
                                Better::lower);
+    Panel& open_cpu = result.panel("open_cpu", "CPU time of a rank's open (its opening threads; the median rank)",
+                                   ranks_axis, {"CPU time", "s", "log10"}, Better::lower);
     Panel& join = result.panel("join", "Cluster join (slowest rank) vs ranks", ranks_axis, {"join", "s", "log10"},
                                Better::lower);
     Panel& whole = result.panel("whole", "Whole run (start, join, open, push, close) vs MPI start + first all-to-all",
@@ -246,12 +256,13 @@ class Scale : public Scenario {
     for (int t : thread_counts) {
       const std::string id = "dfi_" + std::to_string(t);
       const std::string what = "DFI, " + threads_text(t) + " per rank";
-      for (Panel* p : {&open, &join, &whole, &requests, &memory}) p->series(id, Role::dfi, what);
+      for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &memory}) p->series(id, Role::dfi, what);
     }
     whole.series("mpi", Role::baseline, "OpenMPI: mpirun, MPI_Init, first MPI_Alltoall");
     for (int t : thread_counts) whole.compare("dfi_" + std::to_string(t), "mpi", 0.3);
 
     std::map<int, std::map<int, std::vector<double>>> open_samples;  // threads -> ranks -> seconds
+    std::map<int, std::map<int, std::vector<double>>> cpu_samples;   // threads -> ranks -> CPU s
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (int n : sizes) {
         const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
@@ -270,6 +281,7 @@ class Scale : public Scenario {
             std::map<int, json> reports = run_rank_job(job, context);
             const double wall = seconds_between(start, Clock::now());
             double join_s = 0, open_s = 0, memory_bytes = 0, most_requests = 0;
+            std::vector<double> cpu;
             std::uint64_t sent = 0, sent_sum = 0, got = 0, got_sum = 0;
             for (int r = 0; r < n; ++r) {
               if (!reports.count(r)) {
@@ -278,6 +290,7 @@ class Scale : public Scenario {
               const json& p = reports.at(r);
               join_s = std::max(join_s, p.at("join_s").get<double>());
               open_s = std::max(open_s, p.at("open_s").get<double>());
+              cpu.push_back(p.at("open_cpu_s").get<double>());
               memory_bytes = std::max(memory_bytes, p.at("memory_bytes").get<double>());
               most_requests = std::max(most_requests, p.at("registry_requests").get<double>());
               sent += p.at("sent_tuples").get<std::uint64_t>();
@@ -296,14 +309,16 @@ class Scale : public Scenario {
             const std::string id = "dfi_" + std::to_string(t);
             const std::string command = rank_job_command(job, context);
             open.add(id, n, open_s);
+            open_cpu.add(id, n, median(cpu));
             join.add(id, n, join_s);
             whole.add(id, n, wall);
             requests.add(id, n, most_requests);
             memory.add(id, n, memory_bytes / 1048576.0);
-            for (Panel* p : {&open, &join, &whole, &requests, &memory}) p->add_command(id, command);
+            for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &memory}) p->add_command(id, command);
             open_samples[t][n].push_back(open_s);
+            cpu_samples[t][n].push_back(median(cpu));
             context.say(round + ", " + threads_text(t) + ": DFI join " + format_fixed(join_s, 3) + " s, open " +
-                        format_fixed(open_s, 3) + " s, whole run " + format_fixed(wall, 2) + " s, " +
+                        format_fixed(open_s, 3) + " s (CPU " + format_fixed(median(cpu), 3) + " s), whole run " + format_fixed(wall, 2) + " s, " +
                         format_fixed(most_requests, 0) + " registry requests per rank");
           }
         };
@@ -327,17 +342,20 @@ class Scale : public Scenario {
         run_alternating(rep, run_dfi, run_mpi_side);
       }
     }
-    for (const auto& [t, by_ranks] : open_samples) {
-      std::map<int, double> medians;
-      for (const auto& [n, samples] : by_ranks) medians[n] = median(samples);
-      const int lo = std::max(16, sizes.front());
-      const double e = growth_exponent(medians, lo, sizes.back());
-      if (!std::isnan(e)) {
-        result.add_note("Open-time growth exponent, " + threads_text(t) + " per rank, " + std::to_string(lo) +
-                        " to " + std::to_string(sizes.back()) + " ranks (least squares on log-log medians): " +
+    const int lo = std::max(16, sizes.front());
+    auto exponent_note = [&](const std::map<int, std::map<int, std::vector<double>>>& samples, const std::string& what) {
+      for (const auto& [t, by_ranks] : samples) {
+        std::map<int, double> medians;
+        for (const auto& [n, values] : by_ranks) medians[n] = median(values);
+        const double e = growth_exponent(medians, lo, sizes.back());
+        if (std::isnan(e)) continue;
+        result.add_note(what + " growth exponent, " + threads_text(t) + " per rank, " + std::to_string(lo) + " to " +
+                        std::to_string(sizes.back()) + " ranks (least squares on log-log medians): " +
                         format_fixed(e, 2) + " (target <= 1.2).");
       }
-    }
+    };
+    exponent_note(open_samples, "Open time (slowest rank)");
+    exponent_note(cpu_samples, "Open CPU time per rank");
     result.add_note("All ranks share this machine's cores: at 64 ranks on 2 cores every rank waits for the "
                     "others' turns, for DFI and MPI alike.");
   }
