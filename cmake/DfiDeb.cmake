@@ -19,7 +19,7 @@ set(CPACK_DEBIAN_PACKAGE_MAINTAINER "DFI maintainers <maintainers@users.noreply.
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dfi_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)   # needs dpkg-dev and file (scripts/dev installs both)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "libucx-dev, pkg-config")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libucx-dev, libcurl4-openssl-dev, pkg-config")
 # The control file's Description: the summary, then this (CPackDeb indents it).
 set(CPACK_PACKAGE_DESCRIPTION "Shuffle, replicate and combiner flows between threads of many \
 processes, over shared memory, TCP, InfiniBand or RoCE through UCX. Contains libdfi (shared and \

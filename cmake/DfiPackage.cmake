@@ -63,7 +63,7 @@ foreach(target dfi_shared dfi_static)
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-  target_link_libraries(${target} PUBLIC Threads::Threads PRIVATE PkgConfig::UCX)
+  target_link_libraries(${target} PUBLIC Threads::Threads PRIVATE PkgConfig::UCX PkgConfig::CURL)
   target_compile_features(${target} INTERFACE cxx_std_20)
   target_link_options(${target} INTERFACE ${DFI_SANITIZE_LINK})
   dfi_target_options(${target})

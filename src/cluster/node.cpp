@@ -58,6 +58,8 @@ Node::Node(NodeOptions options) : rank_(options.rank), size_(options.size) {
                           ? options.registry_timeout
                           : std::chrono::milliseconds(config::get_int("registry_timeout_ms"));
 
+  // An etcd cluster (etcd://...) is never embedded: it is the coordination service itself.
+  if (options.registry.rfind("etcd://", 0) == 0) options.embed_registry = false;
   registry_in_rank0_ = options.embed_registry;
   if (rank_ == 0 && options.embed_registry) {
     server_ = std::make_unique<registry::Server>(registry::server_options_at(options.registry, options.token));
@@ -128,6 +130,13 @@ void Node::watch(std::chrono::milliseconds hold) {
     }
     lock.lock();
     if (watcher_stop_) break;
+    if (!registry_lost && !registry_in_rank0_ && members.find(rank_) == members.end()) {
+      // This rank's own membership ended while its connection lives (an etcd lease that expired
+      // while etcd was out of reach): the others count it as dead, as when the connection is lost.
+      registry_lost = true;
+      registry_error = "its membership ended (its lease expired: the registry was out of reach for longer than "
+                       "registry_dead_after_ms?)";
+    }
     if (registry_lost) {
       if (registry_in_rank0_) {
         // The embedded registry lives in rank 0: losing it means rank 0 is gone.

@@ -13,6 +13,7 @@
 
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
+#include "client_impl.hpp"
 #include "net.hpp"
 #include "protocol.hpp"
 
@@ -95,9 +96,27 @@ net::Fd try_connect(const addrinfo* ai, const Deadline& deadline, std::string& e
 
 }  // namespace
 
-class Client::Impl {
+// The client of DFI's own registry (server.cpp, protocol.hpp).
+class ProtocolClient final : public Client::Impl {
  public:
-  Impl(std::string host_port, std::string token, milliseconds connect_timeout);
+  ProtocolClient(std::string host_port, std::string token, milliseconds connect_timeout);
+
+  void publish(const std::string& name, std::string_view value, bool replace) override;
+  std::optional<std::string> try_lookup(const std::string& name) override;
+  std::string wait_for(const std::string& name, milliseconds timeout) override;
+  std::vector<std::optional<std::string>> wait_all(const std::vector<std::string>& names,
+                                                   const std::vector<int>& publishers, milliseconds timeout,
+                                                   bool skip_dead) override;
+  void remove(const std::string& name) override;
+  void join(int rank, std::string_view info) override;
+  std::map<int, std::string> members() override;
+  std::map<int, std::string> members_after(std::uint64_t& version, milliseconds timeout) override;
+  void barrier(const std::string& name, int count, milliseconds timeout) override;
+  void interrupt() noexcept override;
+  bool usable() override {
+    std::lock_guard lock(mutex_);
+    return broken_.empty();
+  }
 
   // Sends `request` and returns the reply object (ok or not). Transport failures throw and leave
   // the connection broken. `what` describes the request for messages ("lookup of 'x'").
@@ -110,17 +129,6 @@ class Client::Impl {
   std::string reply_value(const Json& reply, const std::string& what) const;
   // The members of a members reply (rank -> info); throws protocol for a malformed one.
   std::map<int, std::string> reply_members(const Json& reply) const;
-  void interrupt() noexcept;
-  bool usable() {
-    std::lock_guard lock(mutex_);
-    return broken_.empty();
-  }
-
-  const std::string address_;
-  std::atomic<std::uint64_t> requests_{0};
-  std::atomic<std::uint64_t> connections_{0};
-  std::atomic<std::uint64_t> bytes_sent_{0};
-  std::atomic<std::uint64_t> bytes_received_{0};
 
  private:
   void connect(milliseconds connect_timeout);
@@ -138,13 +146,13 @@ class Client::Impl {
   std::string broken_;  // guarded by mutex_; the failure that made fd_ unusable
 };
 
-Client::Impl::Impl(std::string host_port, std::string token, milliseconds connect_timeout)
-    : address_(std::move(host_port)), target_(net::split_host_port(address_)) {
+ProtocolClient::ProtocolClient(std::string host_port, std::string token, milliseconds connect_timeout)
+    : Impl(std::move(host_port)), target_(net::split_host_port(address_)) {
   connect(connect_timeout);
   hello(token);
 }
 
-void Client::Impl::connect(milliseconds connect_timeout) {
+void ProtocolClient::connect(milliseconds connect_timeout) {
   const Deadline deadline(std::max(connect_timeout, milliseconds(0)));
   const std::string port_text = std::to_string(target_.port);
   std::string last_error = "no attempt made";
@@ -183,7 +191,7 @@ void Client::Impl::connect(milliseconds connect_timeout) {
   }
 }
 
-void Client::Impl::hello(const std::string& token) {
+void ProtocolClient::hello(const std::string& token) {
   const Json request{{"op", "hello"}, {"token", token}, {"version", protocol::kVersion}};
   const std::string what = "hello";
   std::string frame;
@@ -208,7 +216,7 @@ void Client::Impl::hello(const std::string& token) {
   }
 }
 
-Json Client::Impl::call(const Json& request, const std::string& what, milliseconds reply_timeout,
+Json ProtocolClient::call(const Json& request, const std::string& what, milliseconds reply_timeout,
                         bool peer_failed_answers) {
   const std::string frame = protocol::encode_frame(request, kMaxRequestBytes);
   std::lock_guard lock(mutex_);
@@ -239,7 +247,7 @@ Json Client::Impl::call(const Json& request, const std::string& what, millisecon
   return reply;
 }
 
-Json Client::Impl::exchange(const std::string& frame, const std::string& what,
+Json ProtocolClient::exchange(const std::string& frame, const std::string& what,
                             milliseconds reply_timeout) {
   const Deadline deadline(reply_timeout);
   bytes_sent_.fetch_add(frame.size(), std::memory_order_relaxed);
@@ -265,7 +273,7 @@ Json Client::Impl::exchange(const std::string& frame, const std::string& what,
   return std::move(*reply);
 }
 
-void Client::Impl::send_all(std::string_view bytes, const Deadline& deadline,
+void ProtocolClient::send_all(std::string_view bytes, const Deadline& deadline,
                             const std::string& what) {
   while (!bytes.empty()) {
     const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
@@ -297,7 +305,7 @@ void Client::Impl::send_all(std::string_view bytes, const Deadline& deadline,
   }
 }
 
-void Client::Impl::recv_exact(char* out, std::size_t size, const Deadline& deadline,
+void ProtocolClient::recv_exact(char* out, std::size_t size, const Deadline& deadline,
                               const std::string& what, milliseconds reply_timeout) {
   std::size_t got = 0;
   while (got < size) {
@@ -334,12 +342,12 @@ void Client::Impl::recv_exact(char* out, std::size_t size, const Deadline& deadl
   }
 }
 
-Error Client::Impl::protocol_error(const std::string& what, const std::string& detail) const {
+Error ProtocolClient::protocol_error(const std::string& what, const std::string& detail) const {
   return Error(Errc::protocol,
                "registry at " + address_ + " sent a malformed reply to " + what + ": " + detail);
 }
 
-void Client::Impl::throw_reply_error(const Json& reply, const std::string& what) const {
+void ProtocolClient::throw_reply_error(const Json& reply, const std::string& what) const {
   const std::string& code_name = *protocol::find_string(reply, "code");
   const std::string& message = *protocol::find_string(reply, "error");
   const std::optional<Errc> code = protocol::errc_from_name(code_name);
@@ -350,7 +358,7 @@ void Client::Impl::throw_reply_error(const Json& reply, const std::string& what)
   throw Error(*code, message);
 }
 
-std::string Client::Impl::reply_value(const Json& reply, const std::string& what) const {
+std::string ProtocolClient::reply_value(const Json& reply, const std::string& what) const {
   const std::string* text = protocol::find_string(reply, "value");
   if (text == nullptr) throw protocol_error(what, "reply has no string 'value'");
   std::optional<std::string> value = protocol::base64_decode(*text);
@@ -358,78 +366,56 @@ std::string Client::Impl::reply_value(const Json& reply, const std::string& what
   return std::move(*value);
 }
 
-// ---- Client -----------------------------------------------------------------------------------
-
-Client::Client(std::string host_port, std::string token, milliseconds connect_timeout)
-    : impl_(std::make_unique<Impl>(std::move(host_port), std::move(token), connect_timeout)) {}
-
-Client::~Client() = default;
-
-const std::string& Client::address() const noexcept { return impl_->address_; }
-
-void Client::publish(const std::string& name, std::string_view value, bool replace) {
-  check_name(name);
-  if (value.size() > kMaxValueBytes) {
-    throw Error(Errc::invalid_argument, "registry: value of record " + protocol::quote_name(name) +
-                                            " is " + std::to_string(value.size()) +
-                                            " bytes, over the limit of " +
-                                            std::to_string(kMaxValueBytes));
-  }
+void ProtocolClient::publish(const std::string& name, std::string_view value, bool replace) {
   const std::string what = "publish of " + protocol::quote_name(name);
-  const Json reply = impl_->call(Json{{"op", "publish"},
-                                      {"name", name},
-                                      {"value", protocol::base64_encode(value)},
-                                      {"replace", replace}},
-                                 what, kRequestTimeout);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  const Json reply = call(Json{{"op", "publish"},
+                               {"name", name},
+                               {"value", protocol::base64_encode(value)},
+                               {"replace", replace}},
+                          what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
 }
 
-std::string Client::lookup(const std::string& name) {
-  std::optional<std::string> value = try_lookup(name);
-  if (!value) throw Error(Errc::not_found, "registry: no record " + protocol::quote_name(name));
-  return std::move(*value);
+std::map<int, std::string> ProtocolClient::members() {
+  const std::string what = "members";
+  const Json reply = call(Json{{"op", "members"}}, what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
+  return reply_members(reply);
 }
 
-std::optional<std::string> Client::try_lookup(const std::string& name) {
-  check_name(name);
+std::optional<std::string> ProtocolClient::try_lookup(const std::string& name) {
   const std::string what = "lookup of " + protocol::quote_name(name);
-  const Json reply = impl_->call(Json{{"op", "lookup"}, {"name", name}}, what, kRequestTimeout);
+  const Json reply = call(Json{{"op", "lookup"}, {"name", name}}, what, kRequestTimeout);
   if (!reply.at("ok").get<bool>()) {
     if (*protocol::find_string(reply, "code") == errc_name(Errc::not_found)) return std::nullopt;
-    impl_->throw_reply_error(reply, what);
+    throw_reply_error(reply, what);
   }
-  return impl_->reply_value(reply, what);
+  return reply_value(reply, what);
 }
 
-std::string Client::wait_for(const std::string& name, milliseconds timeout) {
-  check_name(name);
+std::string ProtocolClient::wait_for(const std::string& name, milliseconds timeout) {
   const std::int64_t ms = timeout_ms(timeout, "wait for", name);
   const std::string what = "wait for " + protocol::quote_name(name);
-  const Json reply = impl_->call(Json{{"op", "wait"}, {"name", name}, {"timeout_ms", ms}}, what,
+  const Json reply = call(Json{{"op", "wait"}, {"name", name}, {"timeout_ms", ms}}, what,
                                  milliseconds(ms) + kReplySlack);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
-  return impl_->reply_value(reply, what);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
+  return reply_value(reply, what);
 }
 
-std::vector<std::optional<std::string>> Client::wait_all(const std::vector<std::string>& names,
+std::vector<std::optional<std::string>> ProtocolClient::wait_all(const std::vector<std::string>& names,
                                                          const std::vector<int>& publishers, milliseconds timeout,
                                                          bool skip_dead) {
-  for (const std::string& name : names) check_name(name);
-  if (!publishers.empty() && publishers.size() != names.size()) {
-    throw Error(Errc::invalid_argument, "registry: wait_all of " + std::to_string(names.size()) + " records with " +
-                                            std::to_string(publishers.size()) + " publishers");
-  }
   const std::string what = names.size() == 1 ? "wait for " + protocol::quote_name(names[0])
                                              : "wait for " + std::to_string(names.size()) + " records";
   const std::int64_t ms = timeout_ms(timeout, "wait_all for", names.empty() ? std::string("-") : names[0]);
   Json request{{"op", "wait_all"}, {"names", names}, {"timeout_ms", ms}};
   if (!publishers.empty()) request["publishers"] = publishers;
   if (skip_dead) request["skip_dead"] = true;
-  const Json reply = impl_->call(request, what, milliseconds(ms) + kReplySlack, /*peer_failed_answers=*/true);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  const Json reply = call(request, what, milliseconds(ms) + kReplySlack, /*peer_failed_answers=*/true);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
   auto values = reply.find("values");
   if (values == reply.end() || !values->is_array() || values->size() != names.size()) {
-    throw Error(Errc::protocol, "registry at " + address() + " sent a malformed reply to " + what +
+    throw Error(Errc::protocol, "registry at " + address_ + " sent a malformed reply to " + what +
                                     ": no 'values' array of " + std::to_string(names.size()));
   }
   std::vector<std::optional<std::string>> out;
@@ -441,74 +427,49 @@ std::vector<std::optional<std::string>> Client::wait_all(const std::vector<std::
     }
     std::optional<std::string> decoded = value.is_string() ? protocol::base64_decode(value.get<std::string>()) : std::nullopt;
     if (!decoded) {
-      throw Error(Errc::protocol, "registry at " + address() + " sent a malformed reply to " + what + ": a bad value");
+      throw Error(Errc::protocol, "registry at " + address_ + " sent a malformed reply to " + what + ": a bad value");
     }
     out.push_back(std::move(decoded));
   }
   return out;
 }
 
-bool Client::usable() const { return impl_->usable(); }
 
-Client::Stats Client::stats() const noexcept {
-  return {impl_->requests_.load(std::memory_order_relaxed), impl_->connections_.load(std::memory_order_relaxed),
-          impl_->bytes_sent_.load(std::memory_order_relaxed), impl_->bytes_received_.load(std::memory_order_relaxed)};
-}
-
-void Client::remove(const std::string& name) {
-  check_name(name);
+void ProtocolClient::remove(const std::string& name) {
   const std::string what = "remove of " + protocol::quote_name(name);
-  const Json reply = impl_->call(Json{{"op", "remove"}, {"name", name}}, what, kRequestTimeout);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  const Json reply = call(Json{{"op", "remove"}, {"name", name}}, what, kRequestTimeout);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
 }
 
-void Client::join(int rank, std::string_view info) {
-  if (rank < 0) {
-    throw Error(Errc::invalid_argument,
-                "registry: cannot join as rank " + std::to_string(rank) + ": ranks are >= 0");
-  }
-  if (info.size() > kMaxInfoBytes) {
-    throw Error(Errc::invalid_argument, "registry: info of rank " + std::to_string(rank) + " is " +
-                                            std::to_string(info.size()) +
-                                            " bytes, over the limit of " +
-                                            std::to_string(kMaxInfoBytes));
-  }
+void ProtocolClient::join(int rank, std::string_view info) {
   const std::string what = "join of rank " + std::to_string(rank);
   const Json reply =
-      impl_->call(Json{{"op", "join"}, {"rank", rank}, {"info", protocol::base64_encode(info)}},
+      call(Json{{"op", "join"}, {"rank", rank}, {"info", protocol::base64_encode(info)}},
                   what, kRequestTimeout);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
 }
 
-void Client::Impl::interrupt() noexcept {
+void ProtocolClient::interrupt() noexcept {
   std::lock_guard fd_lock(fd_mutex_);
   if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
-void Client::interrupt() noexcept { impl_->interrupt(); }
 
-std::map<int, std::string> Client::members() {
-  const std::string what = "members";
-  const Json reply = impl_->call(Json{{"op", "members"}}, what, kRequestTimeout);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
-  return impl_->reply_members(reply);
-}
-
-std::map<int, std::string> Client::members_after(std::uint64_t& version, milliseconds timeout) {
+std::map<int, std::string> ProtocolClient::members_after(std::uint64_t& version, milliseconds timeout) {
   const std::string what = "members watch";
   const std::int64_t ms = timeout_ms(timeout, "members watch", "members");
-  const Json reply = impl_->call(Json{{"op", "members"}, {"since", version}, {"timeout_ms", ms}}, what,
+  const Json reply = call(Json{{"op", "members"}, {"since", version}, {"timeout_ms", ms}}, what,
                                  milliseconds(ms) + kReplySlack);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
   const std::optional<std::int64_t> v = protocol::find_int(reply, "version");
   if (!v || *v < 0) {
-    throw Error(Errc::protocol, "registry at " + address() + " sent a malformed reply to members: no 'version'");
+    throw Error(Errc::protocol, "registry at " + address_ + " sent a malformed reply to members: no 'version'");
   }
   version = static_cast<std::uint64_t>(*v);
-  return impl_->reply_members(reply);
+  return reply_members(reply);
 }
 
-std::map<int, std::string> Client::Impl::reply_members(const Json& reply) const {
+std::map<int, std::string> ProtocolClient::reply_members(const Json& reply) const {
   auto list = reply.find("members");
   if (list == reply.end() || !list->is_array()) {
     throw Error(Errc::protocol, "registry at " + address_ +
@@ -530,6 +491,108 @@ std::map<int, std::string> Client::Impl::reply_members(const Json& reply) const 
   return out;
 }
 
+void ProtocolClient::barrier(const std::string& name, int count, milliseconds timeout) {
+  const std::int64_t ms = timeout_ms(timeout, "barrier", name);
+  const std::string what = "barrier " + protocol::quote_name(name);
+  const Json reply =
+      call(Json{{"op", "barrier"}, {"name", name}, {"count", count}, {"timeout_ms", ms}},
+                  what, milliseconds(ms) + kReplySlack);
+  if (!reply.at("ok").get<bool>()) throw_reply_error(reply, what);
+}
+
+// ---- Client -----------------------------------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<Client::Impl> make_client(std::string address, std::string token, milliseconds connect_timeout) {
+  if (address.rfind("etcd://", 0) == 0) {
+    return make_etcd_client(std::move(address), std::move(token), connect_timeout);
+  }
+  if (const std::size_t scheme = address.find("://"); scheme != std::string::npos) {
+    throw Error(Errc::invalid_argument, "registry address '" + address + "': unknown scheme '" +
+                                            address.substr(0, scheme) +
+                                            "' (expected host:port, or etcd://host:port[,host:port...])");
+  }
+  return std::make_unique<ProtocolClient>(std::move(address), std::move(token), connect_timeout);
+}
+
+}  // namespace
+
+Client::Client(std::string host_port, std::string token, milliseconds connect_timeout)
+    : impl_(make_client(std::move(host_port), std::move(token), connect_timeout)) {}
+
+Client::~Client() = default;
+
+const std::string& Client::address() const noexcept { return impl_->address_; }
+
+void Client::publish(const std::string& name, std::string_view value, bool replace) {
+  check_name(name);
+  if (value.size() > kMaxValueBytes) {
+    throw Error(Errc::invalid_argument, "registry: value of record " + protocol::quote_name(name) +
+                                            " is " + std::to_string(value.size()) +
+                                            " bytes, over the limit of " +
+                                            std::to_string(kMaxValueBytes));
+  }
+  impl_->publish(name, value, replace);
+}
+
+std::string Client::lookup(const std::string& name) {
+  std::optional<std::string> value = try_lookup(name);
+  if (!value) throw Error(Errc::not_found, "registry: no record " + protocol::quote_name(name));
+  return std::move(*value);
+}
+
+std::optional<std::string> Client::try_lookup(const std::string& name) {
+  check_name(name);
+  return impl_->try_lookup(name);
+}
+
+std::string Client::wait_for(const std::string& name, milliseconds timeout) {
+  check_name(name);
+  (void)timeout_ms(timeout, "wait for", name);
+  return impl_->wait_for(name, std::min(timeout, kMaxWaitTimeout));
+}
+
+std::vector<std::optional<std::string>> Client::wait_all(const std::vector<std::string>& names,
+                                                         const std::vector<int>& publishers, milliseconds timeout,
+                                                         bool skip_dead) {
+  for (const std::string& name : names) check_name(name);
+  if (!publishers.empty() && publishers.size() != names.size()) {
+    throw Error(Errc::invalid_argument, "registry: wait_all of " + std::to_string(names.size()) + " records with " +
+                                            std::to_string(publishers.size()) + " publishers");
+  }
+  (void)timeout_ms(timeout, "wait_all for", names.empty() ? std::string("-") : names[0]);
+  return impl_->wait_all(names, publishers, std::min(timeout, kMaxWaitTimeout), skip_dead);
+}
+
+void Client::remove(const std::string& name) {
+  check_name(name);
+  impl_->remove(name);
+}
+
+void Client::join(int rank, std::string_view info) {
+  if (rank < 0) {
+    throw Error(Errc::invalid_argument,
+                "registry: cannot join as rank " + std::to_string(rank) + ": ranks are >= 0");
+  }
+  if (info.size() > kMaxInfoBytes) {
+    throw Error(Errc::invalid_argument, "registry: info of rank " + std::to_string(rank) + " is " +
+                                            std::to_string(info.size()) +
+                                            " bytes, over the limit of " +
+                                            std::to_string(kMaxInfoBytes));
+  }
+  impl_->join(rank, info);
+}
+
+std::map<int, std::string> Client::members() { return impl_->members(); }
+
+std::map<int, std::string> Client::members_after(std::uint64_t& version, milliseconds timeout) {
+  (void)timeout_ms(timeout, "members watch", "members");
+  return impl_->members_after(version, std::min(timeout, kMaxWaitTimeout));
+}
+
+void Client::interrupt() noexcept { impl_->interrupt(); }
+
 void Client::barrier(const std::string& name, int count, milliseconds timeout) {
   check_name(name);
   if (count < 1) {
@@ -537,12 +600,15 @@ void Client::barrier(const std::string& name, int count, milliseconds timeout) {
                                             " count " + std::to_string(count) +
                                             " must be at least 1");
   }
-  const std::int64_t ms = timeout_ms(timeout, "barrier", name);
-  const std::string what = "barrier " + protocol::quote_name(name);
-  const Json reply =
-      impl_->call(Json{{"op", "barrier"}, {"name", name}, {"count", count}, {"timeout_ms", ms}},
-                  what, milliseconds(ms) + kReplySlack);
-  if (!reply.at("ok").get<bool>()) impl_->throw_reply_error(reply, what);
+  (void)timeout_ms(timeout, "barrier", name);
+  impl_->barrier(name, count, std::min(timeout, kMaxWaitTimeout));
+}
+
+bool Client::usable() const { return impl_->usable(); }
+
+Client::Stats Client::stats() const noexcept {
+  return {impl_->requests_.load(std::memory_order_relaxed), impl_->connections_.load(std::memory_order_relaxed),
+          impl_->bytes_sent_.load(std::memory_order_relaxed), impl_->bytes_received_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace dfi::registry

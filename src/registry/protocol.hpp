@@ -93,6 +93,8 @@
 //                     connection holds
 //   timeout           a wait or barrier ran out ("registry: barrier 'b' timed out after 50 ms
 //                     with 1 of 2 arrived")
+//   peer_failed       a wait_all whose publisher is no member (the only request error with this
+//                     code: the connection stays open, unlike the connection error below)
 //
 // Connection errors: the server sends the frame, then shuts down its sending side, discards
 // whatever else arrives for up to one second and closes the connection.

@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
   bool registry_apart = false;
   run->add_flag("--registry-apart", registry_apart,
                 "Serve the registry from the launcher instead of rank 0, so that any rank may die (not with --netns)");
+  std::string registry_address;
+  run->add_option("--registry", registry_address,
+                  "Coordinate through this registry instead of one in rank 0: etcd://host:port[,host:port...] (an "
+                  "etcd v3 cluster; records under a prefix of this run's own) or host:port (dfi registry serve)");
   run->add_option("program", cluster_options.argv, "PROGRAM ARGS... (after --)")->required();
 
   auto* fabric = app.add_subcommand("fabric", "Fabric tools");
@@ -301,6 +305,13 @@ int main(int argc, char** argv) {
       cluster_options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
       cluster_options.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
       std::optional<dfi::tools::RegistryApart> apart;
+      if (registry_apart && !registry_address.empty()) {
+        throw dfi::Error(dfi::Errc::invalid_argument, "dfi cluster run: --registry and --registry-apart exclude each other");
+      }
+      if (!registry_address.empty()) {
+        cluster_options.extra_env.insert(cluster_options.extra_env.begin(),
+                                         {{"DFI_REGISTRY", registry_address}, {"DFI_REGISTRY_EXTERNAL", "1"}});
+      }
       if (registry_apart) {
         if (cluster_options.netns) {
           throw dfi::Error(dfi::Errc::invalid_argument,

@@ -25,7 +25,7 @@ TEST_P(OpenScale, EveryFlowTypeOpensAndClosesOn32Ranks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, OpenScale, ::testing::Values("shm", "tcp"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace dfi

@@ -135,8 +135,10 @@ class Client {
   // is negative. `timeout` is clamped to kMaxWaitTimeout.
   void barrier(const std::string& name, int count, std::chrono::milliseconds timeout);
 
- private:
+  // The kind of registry behind a client (internal: src/registry/client_impl.hpp).
   class Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

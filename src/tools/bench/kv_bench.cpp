@@ -496,7 +496,7 @@ class KvEtcdScenario : public Scenario {
         auto etcd = [&] {
           for (const std::string& d : data) {
             context.say(round + ", etcd (" + d + ")");
-            EtcdCluster cluster(replicas, d == "disk" ? EtcdData::disk : EtcdData::tmpfs);
+            launch::EtcdCluster cluster(replicas, etcd_data_root(d == "disk" ? EtcdData::disk : EtcdData::tmpfs));
             std::string command;
             const json r = run_etcd_ycsb(cluster,
                                          {.clients = kClientRanks * threads, .window = window, .keys = keys,

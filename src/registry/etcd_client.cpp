@@ -1,0 +1,630 @@
+// The registry kept in an etcd v3 cluster (DFI_REGISTRY=etcd://host:port[,host:port...]): the
+// same records, membership and barriers as DFI's own registry, through etcd's JSON gateway
+// (HTTP/1.1 + JSON, served by every etcd member at /v3/...) with libcurl.
+//
+// Why the JSON gateway and not gRPC: etcd documents it as a stable API of every v3 server; libcurl
+// and nlohmann-json are small, maintained Debian packages, while gRPC C++ needs protobuf code
+// generated from etcd's .proto files (and their gogoproto and google.api imports) at build time.
+//
+// Keys, under the cluster's prefix P = "dfi/<token>/" ("dfi/default/" without a token):
+//   P r/<name>    a record
+//   P m/<rank>    a member, attached to its client's lease (TTL: registry_dead_after_ms, at least
+//                 1 s; kept alive from a thread of its own): a rank whose process dies or loses
+//                 etcd leaves when its lease expires
+//   P b/<name>    a barrier: "<arrivals>/<count>", arrivals counted by compare-and-swap
+// Waits are watches: a range read of what is awaited, then a watch of P from the next revision
+// that applies the events it sees, until everything is there (or a publisher's member key is
+// deleted, or the deadline passes). A request that fails at one endpoint (refused, reset, no
+// leader during an election) is tried at the next until its deadline, so killing etcd's leader
+// costs a wait no more than the election.
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "client_impl.hpp"
+#include "dfi/common/config.hpp"
+#include "dfi/common/deadline.hpp"
+#include "dfi/common/error.hpp"
+#include "protocol.hpp"
+
+namespace dfi::registry {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kRequestTimeout{10'000};
+constexpr milliseconds kFirstRetryPause{10};
+constexpr milliseconds kMaxRetryPause{200};
+
+std::string b64(std::string_view bytes) { return protocol::base64_encode(bytes); }
+
+std::string unb64(const json& value) {
+  if (!value.is_string()) return {};
+  std::optional<std::string> out = protocol::base64_decode(value.get<std::string>());
+  return out ? *out : std::string();
+}
+
+std::int64_t int_field(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end()) return 0;
+  if (it->is_string()) return std::stoll(it->get<std::string>());
+  if (it->is_number_integer()) return it->get<std::int64_t>();
+  return 0;
+}
+
+// The smallest key above every key that starts with `prefix` (etcd's range_end of a prefix).
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last < 0xff) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// One libcurl handle: POSTs of JSON bodies to one of the endpoints, a reply or a stream of
+// replies (newline-delimited JSON objects) back. Used by one thread at a time.
+class Http {
+ public:
+  Http() : curl_(curl_easy_init()) {
+    if (curl_ == nullptr) throw Error(Errc::io, "registry: cannot create a libcurl handle");
+  }
+  ~Http() { curl_easy_cleanup(curl_); }
+  Http(const Http&) = delete;
+  Http& operator=(const Http&) = delete;
+
+  // What one POST brought back: the transport error (empty when none), the HTTP status, and
+  // every JSON object received (one for a plain call; the stream's so far for a watch).
+  struct Reply {
+    std::string error;
+    long status = 0;
+    std::string body;
+  };
+
+  // POSTs `body` to `url`; `on_chunk` (when given) sees the body as it arrives and returns false
+  // to end the transfer (not an error then). `abort` ends it with an error.
+  Reply post(const std::string& url, const std::string& body, milliseconds timeout,
+             const std::function<bool(std::string&)>& on_chunk, const std::atomic<bool>& abort) {
+    Reply reply;
+    Transfer transfer{&reply.body, &on_chunk, &abort, false};
+    curl_easy_reset(curl_);
+    curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl_, CURLOPT_POST, 1L);
+    curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(curl_, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long long>(timeout.count(), 1)));
+    curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::clamp<long long>(timeout.count(), 1, 1000)));
+    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &Http::on_write);
+    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &transfer);
+    curl_easy_setopt(curl_, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION, &Http::on_progress);
+    curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &transfer);
+    curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+    curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
+    const CURLcode rc = curl_easy_perform(curl_);
+    curl_slist_free_all(headers);
+    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &reply.status);
+    if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && transfer.done)) {
+      reply.error = abort.load() ? std::string("interrupted") : curl_easy_strerror(rc);
+    }
+    return reply;
+  }
+
+ private:
+  struct Transfer {
+    std::string* body;
+    const std::function<bool(std::string&)>* on_chunk;
+    const std::atomic<bool>* abort;
+    bool done;  // on_chunk asked to end
+  };
+  static std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user) {
+    auto* t = static_cast<Transfer*>(user);
+    t->body->append(data, size * count);
+    if (*t->on_chunk && !(*t->on_chunk)(*t->body)) {
+      t->done = true;
+      return 0;  // ends the transfer (CURLE_WRITE_ERROR, which post() takes for success)
+    }
+    return size * count;
+  }
+  static int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<Transfer*>(user)->abort->load() ? 1 : 0;
+  }
+  CURL* curl_;
+};
+
+class EtcdClient final : public Client::Impl {
+ public:
+  EtcdClient(std::string address, std::string token, milliseconds connect_timeout)
+      : Impl(std::move(address)) {
+    global_init();
+    const std::string list = address_.substr(std::string_view("etcd://").size());
+    for (std::size_t at = 0; at <= list.size();) {
+      const std::size_t comma = std::min(list.find(',', at), list.size());
+      const std::string endpoint = list.substr(at, comma - at);
+      if (endpoint.empty() || endpoint.find(':') == std::string::npos || endpoint.find('/') != std::string::npos) {
+        throw Error(Errc::invalid_argument, "registry address '" + address_ + "': '" + endpoint +
+                                                "' is not host:port (expected etcd://host:port[,host:port...])");
+      }
+      endpoints_.push_back("http://" + endpoint);
+      at = comma + 1;
+    }
+    prefix_ = "dfi/" + (token.empty() ? std::string("default") : token) + "/";
+    ttl_seconds_ = std::max<long long>(1, (config::get_int("registry_dead_after_ms") + 999) / 1000);
+    // Reachable at all? (Errors name every endpoint tried.)
+    (void)call("/v3/maintenance/status", json::object(), "the status check", connect_timeout);
+    connections_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  ~EtcdClient() override {
+    {
+      std::lock_guard lock(lease_mutex_);
+      stop_keepalive_ = true;
+    }
+    lease_wake_.notify_all();
+    if (keepalive_.joinable()) keepalive_.join();
+    if (lease_ != 0 && !interrupted_.load()) {
+      // Leaving on purpose: the memberships end now, not at the lease's expiry.
+      try {
+        (void)call("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}}, "the lease revoke", milliseconds(2000));
+      } catch (const Error&) {
+      }
+    }
+  }
+
+  void publish(const std::string& name, std::string_view value, bool replace) override {
+    const std::string key = record_key(name);
+    if (replace) {
+      (void)call("/v3/kv/put", json{{"key", b64(key)}, {"value", b64(value)}}, "publish of " + protocol::quote_name(name));
+      return;
+    }
+    const json reply = call("/v3/kv/txn", create_txn(key, value, 0), "publish of " + protocol::quote_name(name));
+    if (!reply.value("succeeded", false)) {
+      throw Error(Errc::already_exists, "registry: record " + protocol::quote_name(name) + " already exists");
+    }
+  }
+
+  std::optional<std::string> try_lookup(const std::string& name) override {
+    const json reply = call("/v3/kv/range", json{{"key", b64(record_key(name))}}, "lookup of " + protocol::quote_name(name));
+    auto kvs = reply.find("kvs");
+    if (kvs == reply.end() || !kvs->is_array() || kvs->empty()) return std::nullopt;
+    return unb64((*kvs)[0].value("value", json("")));
+  }
+
+  std::string wait_for(const std::string& name, milliseconds timeout) override {
+    try {
+      return *wait_all({name}, {}, timeout, false).front();
+    } catch (const Error& e) {
+      if (e.code() != Errc::timeout) throw;
+      throw Error(Errc::timeout, "registry: record " + protocol::quote_name(name) + " not published within " +
+                                     std::to_string(timeout.count()) + " ms");
+    }
+  }
+
+  std::vector<std::optional<std::string>> wait_all(const std::vector<std::string>& names,
+                                                   const std::vector<int>& publishers, milliseconds timeout,
+                                                   bool skip_dead) override {
+    const Deadline deadline(timeout);
+    const std::string what = names.size() == 1 ? "wait for " + protocol::quote_name(names[0])
+                                               : "wait for " + std::to_string(names.size()) + " records";
+    std::vector<std::optional<std::string>> values(names.size());
+    std::vector<char> dead_skipped(names.size(), 0);
+    for (;;) {
+      // What is there now: every awaited record and every publisher's member key, in one read.
+      json ops = json::array();
+      for (const std::string& name : names) ops.push_back({{"request_range", {{"key", b64(record_key(name))}}}});
+      std::set<int> ranks;
+      for (int r : publishers) {
+        if (r >= 0) ranks.insert(r);
+      }
+      for (int r : ranks) ops.push_back({{"request_range", {{"key", b64(member_key(r))}, {"count_only", true}}}});
+      const json reply = call("/v3/kv/txn", json{{"success", ops}}, what, read_bound(deadline));
+      const json& responses = reply.at("responses");
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const json& range = responses.at(i).at("response_range");
+        auto kvs = range.find("kvs");
+        if (kvs != range.end() && kvs->is_array() && !kvs->empty()) values[i] = unb64((*kvs)[0].value("value", json("")));
+      }
+      std::set<int> members;
+      std::size_t at = names.size();
+      for (int r : ranks) {
+        if (int_field(responses.at(at++).at("response_range"), "count") > 0) members.insert(r);
+      }
+      const std::int64_t revision = int_field(reply.at("header"), "revision");
+
+      // Settles what it can; true when everything is, or a publisher left (then `left` says
+      // which; never throws: it also runs inside libcurl's callback).
+      std::optional<std::size_t> left;
+      auto settled = [&]() {
+        std::size_t open = 0;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          if (values[i] || dead_skipped[i]) continue;
+          const int r = publishers.empty() ? -1 : publishers[i];
+          if (r >= 0 && !members.contains(r)) {
+            if (!skip_dead) {
+              left = i;
+              return true;
+            }
+            dead_skipped[i] = 1;
+            continue;
+          }
+          ++open;
+        }
+        return open == 0;
+      };
+      auto answer = [&]() {
+        if (left) {
+          throw Error(Errc::peer_failed, "registry: rank " + std::to_string(publishers[*left]) +
+                                             " is no member (it left or died) and never published " +
+                                             protocol::quote_name(names[*left]));
+        }
+        return values;
+      };
+      if (settled()) return answer();
+      if (deadline.expired()) throw wait_timeout(names, values, dead_skipped, timeout);
+
+      // Watch everything under the prefix from the next revision; apply what concerns us.
+      std::map<std::string, std::size_t> by_key;
+      for (std::size_t i = 0; i < names.size(); ++i) by_key.emplace(record_key(names[i]), i);
+      bool done = false;
+      watch(prefix_, revision + 1, deadline, what, [&](const json& event) {
+        const std::string key = unb64(event.at("kv").value("key", json("")));
+        const bool deleted = event.value("type", std::string()) == "DELETE";
+        if (auto it = by_key.find(key); it != by_key.end()) {
+          if (deleted) {
+            values[it->second].reset();
+          } else {
+            values[it->second] = unb64(event.at("kv").value("value", json("")));
+          }
+          for (std::size_t i = 0; i < names.size(); ++i) {
+            if (names[i] == names[it->second]) values[i] = values[it->second];
+          }
+        } else if (key.compare(0, prefix_.size() + 2, prefix_ + "m/") == 0) {
+          const int r = std::atoi(key.c_str() + prefix_.size() + 2);
+          if (deleted) {
+            members.erase(r);
+          } else {
+            members.insert(r);
+          }
+        }
+        done = settled();
+        return !done;
+      });
+      if (done) return answer();
+      if (deadline.expired()) throw wait_timeout(names, values, dead_skipped, timeout);
+      // The watch ended early (its endpoint went away, or history was compacted): read again.
+    }
+  }
+
+  void remove(const std::string& name) override {
+    const json reply = call("/v3/kv/deleterange", json{{"key", b64(record_key(name))}}, "remove of " + protocol::quote_name(name));
+    if (int_field(reply, "deleted") == 0) {
+      throw Error(Errc::not_found, "registry: no record " + protocol::quote_name(name));
+    }
+  }
+
+  void join(int rank, std::string_view info) override {
+    const std::int64_t lease = ensure_lease();
+    const json reply = call("/v3/kv/txn", create_txn(member_key(rank), info, lease), "join of rank " + std::to_string(rank));
+    if (!reply.value("succeeded", false)) {
+      throw Error(Errc::already_exists, "registry: rank " + std::to_string(rank) + " is already a member (under " +
+                                            address_ + ", prefix '" + prefix_ +
+                                            "': a live cluster holds it if no process of this cluster does)");
+    }
+  }
+
+  std::map<int, std::string> members() override {
+    std::int64_t revision = 0;
+    return read_members(revision);
+  }
+
+  std::map<int, std::string> members_after(std::uint64_t& version, milliseconds timeout) override {
+    if (version != 0) {
+      // Any change to the membership since `version` ends the watch at once (etcd replays it).
+      const Deadline deadline(timeout);
+      bool changed = false;
+      while (!changed && !deadline.expired()) {
+        watch(prefix_ + "m/", static_cast<std::int64_t>(version) + 1, deadline, "members watch", [&](const json&) {
+          changed = true;
+          return false;
+        });
+      }
+      if (!changed) {
+        std::int64_t ignored = 0;
+        return read_members(ignored);  // unchanged: the same version
+      }
+    }
+    std::int64_t revision = 0;
+    std::map<int, std::string> out = read_members(revision);
+    version = static_cast<std::uint64_t>(revision);
+    return out;
+  }
+
+  void barrier(const std::string& name, int count, milliseconds timeout) override {
+    const Deadline deadline(timeout);
+    const std::string key = prefix_ + "b/" + name;
+    const std::string what = "barrier " + protocol::quote_name(name);
+    // Arrive: the arrivals counter + 1, by compare-and-swap.
+    std::int64_t arrival = 0;
+    for (;;) {
+      const auto [arrivals, stored_count, mod] = read_barrier(key, what, deadline);
+      if (arrivals % std::max(stored_count, 1) != 0 && stored_count != count) {
+        throw Error(Errc::invalid_argument, "registry: barrier " + protocol::quote_name(name) + " called with count " +
+                                                std::to_string(count) + " while " + std::to_string(stored_count) +
+                                                " participants are expected by those already waiting");
+      }
+      if (swap_barrier(key, mod, arrivals + 1, count, what, deadline)) {
+        arrival = arrivals;
+        break;
+      }
+    }
+    const std::int64_t round_end = (arrival / count + 1) * count;
+    for (;;) {
+      const bool late = deadline.expired();
+      const Deadline step = late ? Deadline(kRequestTimeout) : deadline;
+      const auto [arrivals, stored_count, mod] = read_barrier(key, what, step);
+      (void)stored_count;
+      if (arrivals >= round_end) return;
+      if (late) {
+        // Withdraw this arrival, unless the round filled meanwhile.
+        if (swap_barrier(key, mod, arrivals - 1, count, what, step)) {
+          throw Error(Errc::timeout, "registry: barrier " + protocol::quote_name(name) + " timed out after " +
+                                         std::to_string(timeout.count()) + " ms with " +
+                                         std::to_string(arrivals - (round_end - count)) + " of " +
+                                         std::to_string(count) + " arrived");
+        }
+        continue;
+      }
+      watch(key, mod + 1, deadline, what, [&](const json&) { return false; });
+    }
+  }
+
+  void interrupt() noexcept override { interrupted_.store(true); }
+
+  bool usable() override { return !interrupted_.load(); }
+
+ private:
+  std::string record_key(const std::string& name) const { return prefix_ + "r/" + name; }
+  std::string member_key(int rank) const { return prefix_ + "m/" + std::to_string(rank); }
+
+  static json create_txn(const std::string& key, std::string_view value, std::int64_t lease) {
+    json put{{"key", b64(key)}, {"value", b64(value)}};
+    if (lease != 0) put["lease"] = std::to_string(lease);
+    return json{{"compare", json::array({{{"key", b64(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
+                {"success", json::array({{{"request_put", put}}})}};
+  }
+
+  // The bound of one read inside a wait: what is left of it, but at least a second, so that a
+  // wait at its deadline still gets its final answer.
+  static milliseconds read_bound(const Deadline& deadline) {
+    return std::clamp(milliseconds(deadline.remaining_ms()), milliseconds(1000), kRequestTimeout);
+  }
+
+  static milliseconds remaining(const Deadline& deadline, const std::string& what) {
+    (void)what;
+    return milliseconds(std::max<long long>(deadline.remaining_ms(), 1));
+  }
+
+  Error wait_timeout(const std::vector<std::string>& names, const std::vector<std::optional<std::string>>& values,
+                     const std::vector<char>& skipped, milliseconds timeout) const {
+    std::size_t missing = 0, first = names.size();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (values[i] || skipped[i]) continue;
+      ++missing;
+      first = std::min(first, i);
+    }
+    return Error(Errc::timeout, "registry: " + std::to_string(missing) + " of " + std::to_string(names.size()) +
+                                    " records not published within " + std::to_string(timeout.count()) +
+                                    " ms (the first: " + protocol::quote_name(names[first]) + ")");
+  }
+
+  std::map<int, std::string> read_members(std::int64_t& revision) {
+    const std::string from = prefix_ + "m/";
+    const json reply = call("/v3/kv/range", json{{"key", b64(from)}, {"range_end", b64(prefix_end(from))}}, "members");
+    revision = int_field(reply.at("header"), "revision");
+    std::map<int, std::string> out;
+    if (auto kvs = reply.find("kvs"); kvs != reply.end() && kvs->is_array()) {
+      for (const json& kv : *kvs) {
+        const std::string key = unb64(kv.value("key", json("")));
+        out.emplace(std::atoi(key.c_str() + from.size()), unb64(kv.value("value", json(""))));
+      }
+    }
+    return out;
+  }
+
+  struct BarrierState {
+    std::int64_t arrivals = 0;
+    int count = 0;
+    std::int64_t mod_revision = 0;  // 0: no key yet
+  };
+  BarrierState read_barrier(const std::string& key, const std::string& what, const Deadline& deadline) {
+    const json reply = call("/v3/kv/range", json{{"key", b64(key)}}, what, read_bound(deadline));
+    BarrierState state;
+    auto kvs = reply.find("kvs");
+    if (kvs == reply.end() || !kvs->is_array() || kvs->empty()) return state;
+    const std::string value = unb64((*kvs)[0].value("value", json("")));
+    const std::size_t slash = value.find('/');
+    state.arrivals = std::atoll(value.c_str());
+    state.count = slash == std::string::npos ? 0 : std::atoi(value.c_str() + slash + 1);
+    state.mod_revision = int_field((*kvs)[0], "mod_revision");
+    return state;
+  }
+  bool swap_barrier(const std::string& key, std::int64_t mod_revision, std::int64_t arrivals, int count,
+                    const std::string& what, const Deadline& deadline) {
+    const json compare = mod_revision == 0
+                             ? json{{"key", b64(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}
+                             : json{{"key", b64(key)}, {"target", "MOD"}, {"result", "EQUAL"}, {"mod_revision", std::to_string(mod_revision)}};
+    const json put{{"request_put", {{"key", b64(key)}, {"value", b64(std::to_string(arrivals) + "/" + std::to_string(count))}}}};
+    const json reply = call("/v3/kv/txn", json{{"compare", json::array({compare})}, {"success", json::array({put})}}, what,
+                            read_bound(deadline));
+    return reply.value("succeeded", false);
+  }
+
+  // The lease this client's memberships hang on, granted at the first join and kept alive from a
+  // thread of its own (a held watch on the request handle must not delay it).
+  std::int64_t ensure_lease() {
+    std::lock_guard lock(lease_mutex_);
+    if (lease_ != 0) return lease_;
+    const json reply = call("/v3/lease/grant", json{{"TTL", std::to_string(ttl_seconds_)}}, "the lease grant");
+    lease_ = int_field(reply, "ID");
+    if (lease_ == 0) throw Error(Errc::protocol, "registry " + address_ + ": the lease grant answered no ID: " + reply.dump());
+    keepalive_ = std::thread([this] { keep_alive(); });
+    return lease_;
+  }
+
+  void keep_alive() {
+    Http http;
+    std::unique_lock lock(lease_mutex_);
+    const auto period = milliseconds(ttl_seconds_ * 1000 / 3);
+    std::size_t endpoint = 0;
+    while (!lease_wake_.wait_for(lock, period, [this] { return stop_keepalive_; })) {
+      const std::string body = json{{"ID", std::to_string(lease_)}}.dump();
+      lock.unlock();
+      // Every endpoint once, until one answers; the lease outlives a missed beat by 2 periods.
+      for (std::size_t tried = 0; tried < endpoints_.size() && !interrupted_.load(); ++tried) {
+        const Http::Reply r = http.post(endpoints_[endpoint] + "/v3/lease/keepalive", body, period, {}, interrupted_);
+        requests_.fetch_add(1, std::memory_order_relaxed);
+        if (r.error.empty() && r.status == 200) break;
+        endpoint = (endpoint + 1) % endpoints_.size();
+      }
+      lock.lock();
+    }
+  }
+
+  // POSTs `body` to `path` at the current endpoint, moving on to the next while they fail, until
+  // `timeout`. Returns the reply object; throws what the registry decided or why none answered.
+  json call(const std::string& path, const json& body, const std::string& what, milliseconds timeout = kRequestTimeout) {
+    std::lock_guard lock(mutex_);
+    const Deadline deadline(timeout);
+    const std::string text = body.dump();
+    std::string failures;
+    milliseconds pause = kFirstRetryPause;
+    for (;;) {
+      for (std::size_t tried = 0; tried < endpoints_.size(); ++tried) {
+        check_interrupted(what);
+        const std::string& endpoint = endpoints_[current_];
+        const Http::Reply r = http_.post(endpoint + path, text, remaining(deadline, what), {}, interrupted_);
+        count(text.size(), r.body.size());
+        std::optional<json> reply = parse(r);
+        if (r.error.empty() && r.status == 200 && reply) return std::move(*reply);
+        failures = endpoint.substr(7) + ": " + failure_text(r, reply);
+        current_ = (current_ + 1) % endpoints_.size();
+        if (deadline.expired()) break;
+      }
+      check_interrupted(what);
+      if (deadline.expired()) {
+        throw Error(Errc::timeout, "registry " + address_ + ": no etcd endpoint answered " + what + " within " +
+                                       std::to_string(timeout.count()) + " ms (the last: " + failures + ")");
+      }
+      std::this_thread::sleep_for(std::min(pause, milliseconds(std::max<long long>(deadline.remaining_ms(), 0))));
+      pause = std::min(pause * 2, kMaxRetryPause);
+    }
+  }
+
+  // Watches keys from `key` (a prefix when it ends in '/', else that key alone) from `revision`,
+  // handing every event to `on_event` until it returns false, the deadline passes, or the stream
+  // ends (its endpoint failed: the caller reads again). Moves to the next endpoint on failure.
+  void watch(const std::string& key, std::int64_t revision, const Deadline& deadline, const std::string& what,
+             const std::function<bool(const json&)>& on_event) {
+    std::lock_guard lock(mutex_);
+    json create{{"key", b64(key)}, {"start_revision", std::to_string(revision)}};
+    if (!key.empty() && key.back() == '/') create["range_end"] = b64(prefix_end(key));
+    const std::string text = json{{"create_request", create}}.dump();
+    std::size_t parsed = 0;
+    bool stop = false;
+    auto on_chunk = [&](std::string& body) {
+      for (std::size_t end; !stop && (end = body.find('\n', parsed)) != std::string::npos; parsed = end + 1) {
+        json message = json::parse(body.begin() + static_cast<std::ptrdiff_t>(parsed),
+                                   body.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
+        if (message.is_discarded()) continue;
+        const json& result = message.contains("result") ? message["result"] : message;
+        if (result.value("canceled", false)) return false;  // compacted: the caller reads again
+        if (auto events = result.find("events"); events != result.end() && events->is_array()) {
+          for (const json& event : *events) {
+            if (!on_event(event)) {
+              stop = true;
+              break;
+            }
+          }
+        }
+      }
+      return !stop;
+    };
+    check_interrupted(what);
+    const Http::Reply r = http_.post(endpoints_[current_] + "/v3/watch", text, remaining(deadline, what), on_chunk, interrupted_);
+    count(text.size(), r.body.size());
+    check_interrupted(what);
+    if (!stop && !deadline.expired() && (!r.error.empty() || r.status != 200)) {
+      // This endpoint failed: the next try uses the next one (after a short pause, so that an
+      // election in progress is not hammered).
+      current_ = (current_ + 1) % endpoints_.size();
+      std::this_thread::sleep_for(std::min(kFirstRetryPause, milliseconds(std::max<long long>(deadline.remaining_ms(), 0))));
+    }
+  }
+
+  void count(std::size_t sent, std::size_t received) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    bytes_sent_.fetch_add(sent, std::memory_order_relaxed);
+    bytes_received_.fetch_add(received, std::memory_order_relaxed);
+  }
+
+  void check_interrupted(const std::string& what) const {
+    if (interrupted_.load()) {
+      throw Error(Errc::peer_failed, "registry " + address_ + ": " + what + " was interrupted (the client was stopped)");
+    }
+  }
+
+  static std::optional<json> parse(const Http::Reply& r) {
+    if (!r.error.empty()) return std::nullopt;
+    json reply = json::parse(r.body, nullptr, false);
+    if (reply.is_discarded() || !reply.is_object()) return std::nullopt;
+    return reply;
+  }
+
+  static std::string failure_text(const Http::Reply& r, const std::optional<json>& reply) {
+    if (!r.error.empty()) return r.error;
+    if (reply && reply->contains("error")) return "HTTP " + std::to_string(r.status) + ": " + (*reply)["error"].dump();
+    if (reply && reply->contains("message")) return "HTTP " + std::to_string(r.status) + ": " + (*reply)["message"].dump();
+    return "HTTP " + std::to_string(r.status) + ": " + protocol::clip(r.body, 200);
+  }
+
+  std::vector<std::string> endpoints_;  // "http://host:port"
+  std::string prefix_;
+  long long ttl_seconds_ = 3;
+  std::atomic<bool> interrupted_{false};
+  std::mutex mutex_;  // one request at a time on http_
+  Http http_;
+  std::size_t current_ = 0;  // guarded by mutex_: the endpoint that answered last
+
+  std::mutex lease_mutex_;
+  std::condition_variable lease_wake_;
+  bool stop_keepalive_ = false;  // guarded by lease_mutex_
+  std::int64_t lease_ = 0;       // guarded by lease_mutex_ (set once)
+  std::thread keepalive_;
+};
+
+}  // namespace
+
+std::unique_ptr<Client::Impl> make_etcd_client(std::string address, std::string token, milliseconds connect_timeout) {
+  return std::make_unique<EtcdClient>(std::move(address), std::move(token), connect_timeout);
+}
+
+}  // namespace dfi::registry
