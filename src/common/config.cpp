@@ -77,7 +77,9 @@ constexpr std::array kEntries{
           "read when a target opens (e.g. 'flow=kv.v*.accept,to=2,delay=150,every=10'; drops only on ordered "
           "replicate flows; syntax in include/dfi/flow/detail/faults.hpp); empty: none"},
     Entry{"registry", "DFI_REGISTRY", "127.0.0.1:7420",
-          "host:port of the registry; rank 0 embeds the server there unless DFI_REGISTRY_EXTERNAL=1"},
+          "host:port of the registry; rank 0 embeds the server there unless DFI_REGISTRY_EXTERNAL=1. "
+          "etcd://host:port[,host:port...]: coordinate through an etcd v3 cluster instead (nothing embedded; "
+          "records under the prefix dfi/<DFI_REGISTRY_TOKEN>/)"},
     Entry{"registry_token", "DFI_REGISTRY_TOKEN", "",
           "Shared secret for the registry; required when the server binds a non-loopback address"},
     Entry{"registry_timeout_ms", "DFI_REGISTRY_TIMEOUT_MS", "30000",
@@ -85,7 +87,8 @@ constexpr std::array kEntries{
     Entry{"registry_dead_after_ms", "DFI_REGISTRY_DEAD_AFTER_MS", "3000",
           "The embedded registry closes a member's connection that stops answering (TCP keepalive from 1 s "
           "of silence, unacknowledged data) after about this long: a rank cut off from the network (a "
-          "partition) is then declared dead like one that died; 0: the kernel's defaults (hours)"},
+          "partition) is then declared dead like one that died; 0: the kernel's defaults (hours). On etcd: "
+          "the TTL of a member's lease (whole seconds, at least 1)"},
     Entry{"registry_external", "DFI_REGISTRY_EXTERNAL", "0",
           "1: do not embed the registry in rank 0; connect to an already running server"},
 };

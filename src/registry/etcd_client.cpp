@@ -11,7 +11,10 @@
 //   P m/<rank>    a member, attached to its client's lease (TTL: registry_dead_after_ms, at least
 //                 1 s; kept alive from a thread of its own): a rank whose process dies or loses
 //                 etcd leaves when its lease expires
-//   P b/<name>    a barrier: "<arrivals>/<count>", arrivals counted by compare-and-swap
+//   P b/<name>/<id>  an arrival at a barrier (its place among the arrivals: the count of keys
+//                 under P b/<name>/ in the transaction that put it)
+// Barrier arrivals are withdrawn by their own timeout only (not when the waiting process dies, as
+// the embedded registry does): a barrier that a dead rank arrived at may release one short.
 // Waits are watches: a range read of what is awaited, then a watch of P from the next revision
 // that applies the events it sees, until everything is there (or a publisher's member key is
 // deleted, or the deadline passes). A request that fails at one endpoint (refused, reset, no
@@ -24,6 +27,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -44,6 +48,9 @@ using Clock = std::chrono::steady_clock;
 constexpr milliseconds kRequestTimeout{10'000};
 constexpr milliseconds kFirstRetryPause{10};
 constexpr milliseconds kMaxRetryPause{200};
+constexpr milliseconds kFirstAttempt{1000};
+// A wait for more names than this reads them with one range over their common prefix.
+constexpr std::size_t kFewNames = 16;
 
 std::string b64(std::string_view bytes) { return protocol::base64_encode(bytes); }
 
@@ -72,6 +79,25 @@ std::string prefix_end(std::string prefix) {
     prefix.pop_back();
   }
   return std::string(1, '\0');
+}
+
+// 16 random hex digits.
+std::string random_id() {
+  std::random_device random;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < 16; ++i) id += kHex[random() & 0xf];
+  return id;
+}
+
+// The longest prefix every key of `keys` starts with.
+std::string common_prefix(const std::map<std::string, std::size_t>& keys) {
+  if (keys.empty()) return {};
+  const std::string& first = keys.begin()->first;
+  const std::string& last = keys.rbegin()->first;  // sorted: the first and last differ earliest
+  std::size_t n = 0;
+  while (n < first.size() && n < last.size() && first[n] == last[n]) ++n;
+  return first.substr(0, n);
 }
 
 void global_init() {
@@ -138,10 +164,14 @@ class Http {
   };
   static std::size_t on_write(char* data, std::size_t size, std::size_t count, void* user) {
     auto* t = static_cast<Transfer*>(user);
-    t->body->append(data, size * count);
-    if (*t->on_chunk && !(*t->on_chunk)(*t->body)) {
-      t->done = true;
-      return 0;  // ends the transfer (CURLE_WRITE_ERROR, which post() takes for success)
+    try {  // nothing may unwind through libcurl
+      t->body->append(data, size * count);
+      if (*t->on_chunk && !(*t->on_chunk)(*t->body)) {
+        t->done = true;
+        return 0;  // ends the transfer (CURLE_WRITE_ERROR, which post() takes for success)
+      }
+    } catch (...) {
+      return 0;  // CURLE_WRITE_ERROR without `done`: the transfer failed
     }
     return size * count;
   }
@@ -197,7 +227,7 @@ class EtcdClient final : public Client::Impl {
       return;
     }
     const json reply = call("/v3/kv/txn", create_txn(key, value, 0), "publish of " + protocol::quote_name(name));
-    if (!reply.value("succeeded", false)) {
+    if (!created(reply, value, 0)) {
       throw Error(Errc::already_exists, "registry: record " + protocol::quote_name(name) + " already exists");
     }
   }
@@ -228,25 +258,41 @@ class EtcdClient final : public Client::Impl {
     std::vector<std::optional<std::string>> values(names.size());
     std::vector<char> dead_skipped(names.size(), 0);
     for (;;) {
-      // What is there now: every awaited record and every publisher's member key, in one read.
+      // What is there now, in one read of at most kMaxTxnOps ranges (etcd's --max-txn-ops is 128
+      // by default): a few names one range each, many names one range over their common prefix
+      // (a flow's target records share "flow/<name>/target/"), filtered here; and the members.
+      std::map<std::string, std::size_t> by_key;
+      for (std::size_t i = 0; i < names.size(); ++i) by_key.emplace(record_key(names[i]), i);
       json ops = json::array();
-      for (const std::string& name : names) ops.push_back({{"request_range", {{"key", b64(record_key(name))}}}});
-      std::set<int> ranks;
-      for (int r : publishers) {
-        if (r >= 0) ranks.insert(r);
+      if (names.size() <= kFewNames) {
+        for (const auto& [key, index] : by_key) ops.push_back({{"request_range", {{"key", b64(key)}}}});
+      } else {
+        const std::string common = common_prefix(by_key);
+        ops.push_back({{"request_range", {{"key", b64(common)}, {"range_end", b64(prefix_end(common))}}}});
       }
-      for (int r : ranks) ops.push_back({{"request_range", {{"key", b64(member_key(r))}, {"count_only", true}}}});
+      const bool watch_members = std::any_of(publishers.begin(), publishers.end(), [](int r) { return r >= 0; });
+      const std::string members_from = prefix_ + "m/";
+      if (watch_members) {
+        ops.push_back({{"request_range", {{"key", b64(members_from)}, {"range_end", b64(prefix_end(members_from))},
+                                          {"keys_only", true}}}});
+      }
       const json reply = call("/v3/kv/txn", json{{"success", ops}}, what, read_bound(deadline));
-      const json& responses = reply.at("responses");
-      for (std::size_t i = 0; i < names.size(); ++i) {
-        const json& range = responses.at(i).at("response_range");
-        auto kvs = range.find("kvs");
-        if (kvs != range.end() && kvs->is_array() && !kvs->empty()) values[i] = unb64((*kvs)[0].value("value", json("")));
-      }
       std::set<int> members;
-      std::size_t at = names.size();
-      for (int r : ranks) {
-        if (int_field(responses.at(at++).at("response_range"), "count") > 0) members.insert(r);
+      for (const json& response : reply.at("responses")) {
+        const json& range = response.at("response_range");
+        auto kvs = range.find("kvs");
+        if (kvs == range.end() || !kvs->is_array()) continue;
+        for (const json& kv : *kvs) {
+          const std::string key = unb64(kv.value("key", json("")));
+          if (auto it = by_key.find(key); it != by_key.end()) {
+            values[it->second] = unb64(kv.value("value", json("")));
+          } else if (key.compare(0, members_from.size(), members_from) == 0) {
+            members.insert(std::atoi(key.c_str() + members_from.size()));
+          }
+        }
+      }
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (!values[i]) values[i] = values[by_key.at(record_key(names[i]))];  // a repeated name
       }
       const std::int64_t revision = int_field(reply.at("header"), "revision");
 
@@ -282,17 +328,16 @@ class EtcdClient final : public Client::Impl {
       if (deadline.expired()) throw wait_timeout(names, values, dead_skipped, timeout);
 
       // Watch everything under the prefix from the next revision; apply what concerns us.
-      std::map<std::string, std::size_t> by_key;
-      for (std::size_t i = 0; i < names.size(); ++i) by_key.emplace(record_key(names[i]), i);
       bool done = false;
       watch(prefix_, revision + 1, deadline, what, [&](const json& event) {
-        const std::string key = unb64(event.at("kv").value("key", json("")));
+        const json kv = event.value("kv", json::object());
+        const std::string key = unb64(kv.value("key", json("")));
         const bool deleted = event.value("type", std::string()) == "DELETE";
         if (auto it = by_key.find(key); it != by_key.end()) {
           if (deleted) {
             values[it->second].reset();
           } else {
-            values[it->second] = unb64(event.at("kv").value("value", json("")));
+            values[it->second] = unb64(kv.value("value", json("")));
           }
           for (std::size_t i = 0; i < names.size(); ++i) {
             if (names[i] == names[it->second]) values[i] = values[it->second];
@@ -324,7 +369,7 @@ class EtcdClient final : public Client::Impl {
   void join(int rank, std::string_view info) override {
     const std::int64_t lease = ensure_lease();
     const json reply = call("/v3/kv/txn", create_txn(member_key(rank), info, lease), "join of rank " + std::to_string(rank));
-    if (!reply.value("succeeded", false)) {
+    if (!created(reply, info, lease)) {
       throw Error(Errc::already_exists, "registry: rank " + std::to_string(rank) + " is already a member (under " +
                                             address_ + ", prefix '" + prefix_ +
                                             "': a live cluster holds it if no process of this cluster does)");
@@ -360,40 +405,46 @@ class EtcdClient final : public Client::Impl {
 
   void barrier(const std::string& name, int count, milliseconds timeout) override {
     const Deadline deadline(timeout);
-    const std::string key = prefix_ + "b/" + name;
+    const std::string dir = prefix_ + "b/" + name + "/";
     const std::string what = "barrier " + protocol::quote_name(name);
-    // Arrive: the arrivals counter + 1, by compare-and-swap.
-    std::int64_t arrival = 0;
-    for (;;) {
-      const auto [arrivals, stored_count, mod] = read_barrier(key, what, deadline);
-      if (arrivals % std::max(stored_count, 1) != 0 && stored_count != count) {
-        throw Error(Errc::invalid_argument, "registry: barrier " + protocol::quote_name(name) + " called with count " +
-                                                std::to_string(count) + " while " + std::to_string(stored_count) +
-                                                " participants are expected by those already waiting");
+    // Arrive: a key of this arrival's own (no contention between arrivals) and, in the same
+    // transaction, the number of arrivals so far, this one included: its place k (1-based) among
+    // every arrival ever. Arrivals (r-1)*count+1 .. r*count form round r.
+    const std::string mine = dir + arrival_id();
+    const json range{{"key", b64(dir)}, {"range_end", b64(prefix_end(dir))}, {"count_only", true}};
+    const json arrive = call("/v3/kv/txn",
+                             json{{"success", json::array({{{"request_put", {{"key", b64(mine)}, {"value", b64(std::to_string(count))}}}},
+                                                           {{"request_range", range}}})}},
+                             what, read_bound(deadline));
+    std::int64_t arrived = int_field(arrive.at("responses").at(1).at("response_range"), "count");
+    std::int64_t revision = int_field(arrive.at("header"), "revision");
+    const std::int64_t round_end = (arrived + count - 1) / count * count;
+    while (arrived < round_end) {
+      if (deadline.expired()) {
+        // Withdraw, unless the round filled meanwhile: the arrivals after it take its place.
+        const json now = call("/v3/kv/range", range, what, kRequestTimeout);
+        arrived = int_field(now, "count");
+        if (arrived >= round_end) return;
+        (void)call("/v3/kv/deleterange", json{{"key", b64(mine)}}, what, kRequestTimeout);
+        throw Error(Errc::timeout, "registry: barrier " + protocol::quote_name(name) + " timed out after " +
+                                       std::to_string(timeout.count()) + " ms with " +
+                                       std::to_string(arrived - (round_end - count)) + " of " + std::to_string(count) +
+                                       " arrived");
       }
-      if (swap_barrier(key, mod, arrivals + 1, count, what, deadline)) {
-        arrival = arrivals;
-        break;
+      // Count the arrivals (and withdrawals) after the last read until the round is full.
+      bool ended_early = true;
+      watch(dir, revision + 1, deadline, what, [&](const json& event) {
+        arrived += event.value("type", std::string()) == "DELETE" ? -1 : 1;
+        if (arrived < round_end) return true;
+        ended_early = false;
+        return false;
+      });
+      if (ended_early && arrived < round_end && !deadline.expired()) {
+        // The watch ended before the round filled (its endpoint failed): count afresh.
+        const json now = call("/v3/kv/range", range, what, read_bound(deadline));
+        arrived = int_field(now, "count");
+        revision = int_field(now.at("header"), "revision");
       }
-    }
-    const std::int64_t round_end = (arrival / count + 1) * count;
-    for (;;) {
-      const bool late = deadline.expired();
-      const Deadline step = late ? Deadline(kRequestTimeout) : deadline;
-      const auto [arrivals, stored_count, mod] = read_barrier(key, what, step);
-      (void)stored_count;
-      if (arrivals >= round_end) return;
-      if (late) {
-        // Withdraw this arrival, unless the round filled meanwhile.
-        if (swap_barrier(key, mod, arrivals - 1, count, what, step)) {
-          throw Error(Errc::timeout, "registry: barrier " + protocol::quote_name(name) + " timed out after " +
-                                         std::to_string(timeout.count()) + " ms with " +
-                                         std::to_string(arrivals - (round_end - count)) + " of " +
-                                         std::to_string(count) + " arrived");
-        }
-        continue;
-      }
-      watch(key, mod + 1, deadline, what, [&](const json&) { return false; });
     }
   }
 
@@ -403,13 +454,30 @@ class EtcdClient final : public Client::Impl {
 
  private:
   std::string record_key(const std::string& name) const { return prefix_ + "r/" + name; }
+  // A name no other arrival at any barrier of any client has: this client's random id and a
+  // count.
+  std::string arrival_id() { return id_ + "-" + std::to_string(arrivals_.fetch_add(1)); }
   std::string member_key(int rank) const { return prefix_ + "m/" + std::to_string(rank); }
 
   static json create_txn(const std::string& key, std::string_view value, std::int64_t lease) {
     json put{{"key", b64(key)}, {"value", b64(value)}};
     if (lease != 0) put["lease"] = std::to_string(lease);
     return json{{"compare", json::array({{{"key", b64(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
-                {"success", json::array({{{"request_put", put}}})}};
+                {"success", json::array({{{"request_put", put}}})},
+                {"failure", json::array({{{"request_range", {{"key", b64(key)}}}}})}};
+  }
+
+  // Whether a create transaction took effect: it succeeded, or (a retried attempt, the first one
+  // having been applied though its answer was lost) the key holds exactly what it would have put.
+  static bool created(const json& reply, std::string_view value, std::int64_t lease) {
+    if (reply.value("succeeded", false)) return true;
+    auto responses = reply.find("responses");
+    if (responses == reply.end() || !responses->is_array() || responses->empty()) return false;
+    const json range = (*responses)[0].value("response_range", json::object());
+    auto kvs = range.find("kvs");
+    if (kvs == range.end() || !kvs->is_array() || kvs->empty()) return false;
+    const json& kv = (*kvs)[0];
+    return unb64(kv.value("value", json(""))) == value && int_field(kv, "lease") == lease;
   }
 
   // The bound of one read inside a wait: what is left of it, but at least a second, so that a
@@ -448,34 +516,6 @@ class EtcdClient final : public Client::Impl {
       }
     }
     return out;
-  }
-
-  struct BarrierState {
-    std::int64_t arrivals = 0;
-    int count = 0;
-    std::int64_t mod_revision = 0;  // 0: no key yet
-  };
-  BarrierState read_barrier(const std::string& key, const std::string& what, const Deadline& deadline) {
-    const json reply = call("/v3/kv/range", json{{"key", b64(key)}}, what, read_bound(deadline));
-    BarrierState state;
-    auto kvs = reply.find("kvs");
-    if (kvs == reply.end() || !kvs->is_array() || kvs->empty()) return state;
-    const std::string value = unb64((*kvs)[0].value("value", json("")));
-    const std::size_t slash = value.find('/');
-    state.arrivals = std::atoll(value.c_str());
-    state.count = slash == std::string::npos ? 0 : std::atoi(value.c_str() + slash + 1);
-    state.mod_revision = int_field((*kvs)[0], "mod_revision");
-    return state;
-  }
-  bool swap_barrier(const std::string& key, std::int64_t mod_revision, std::int64_t arrivals, int count,
-                    const std::string& what, const Deadline& deadline) {
-    const json compare = mod_revision == 0
-                             ? json{{"key", b64(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}
-                             : json{{"key", b64(key)}, {"target", "MOD"}, {"result", "EQUAL"}, {"mod_revision", std::to_string(mod_revision)}};
-    const json put{{"request_put", {{"key", b64(key)}, {"value", b64(std::to_string(arrivals) + "/" + std::to_string(count))}}}};
-    const json reply = call("/v3/kv/txn", json{{"compare", json::array({compare})}, {"success", json::array({put})}}, what,
-                            read_bound(deadline));
-    return reply.value("succeeded", false);
   }
 
   // The lease this client's memberships hang on, granted at the first join and kept alive from a
@@ -517,14 +557,25 @@ class EtcdClient final : public Client::Impl {
     const std::string text = body.dump();
     std::string failures;
     milliseconds pause = kFirstRetryPause;
+    // One attempt's bound, doubling each round: a member cut from its leader holds a request
+    // until etcd's own request timeout (5 s + 2 election timeouts), long after a new leader is
+    // elected; another attempt at another member is answered as soon as there is one.
+    milliseconds attempt = kFirstAttempt;
     for (;;) {
       for (std::size_t tried = 0; tried < endpoints_.size(); ++tried) {
         check_interrupted(what);
         const std::string& endpoint = endpoints_[current_];
-        const Http::Reply r = http_.post(endpoint + path, text, remaining(deadline, what), {}, interrupted_);
+        const Http::Reply r =
+            http_.post(endpoint + path, text, std::min(attempt, remaining(deadline, what)), {}, interrupted_);
         count(text.size(), r.body.size());
         std::optional<json> reply = parse(r);
         if (r.error.empty() && r.status == 200 && reply) return std::move(*reply);
+        if (r.error.empty() && r.status >= 400 && r.status < 500) {
+          // etcd decided (a request it refuses, such as a transaction over --max-txn-ops): any
+          // member would answer the same, so this is the answer.
+          throw Error(r.status == 400 ? Errc::invalid_argument : Errc::protocol,
+                      "registry " + address_ + ": etcd refused " + what + ": " + failure_text(r, reply));
+        }
         failures = endpoint.substr(7) + ": " + failure_text(r, reply);
         current_ = (current_ + 1) % endpoints_.size();
         if (deadline.expired()) break;
@@ -536,6 +587,7 @@ class EtcdClient final : public Client::Impl {
       }
       std::this_thread::sleep_for(std::min(pause, milliseconds(std::max<long long>(deadline.remaining_ms(), 0))));
       pause = std::min(pause * 2, kMaxRetryPause);
+      attempt *= 2;
     }
   }
 
@@ -607,6 +659,8 @@ class EtcdClient final : public Client::Impl {
   }
 
   std::vector<std::string> endpoints_;  // "http://host:port"
+  std::string id_ = random_id();
+  std::atomic<std::uint64_t> arrivals_{0};
   std::string prefix_;
   long long ttl_seconds_ = 3;
   std::atomic<bool> interrupted_{false};

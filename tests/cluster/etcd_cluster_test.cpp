@@ -12,6 +12,7 @@
 
 #include "cluster_run.hpp"
 #include "dfi/launch/etcd_cluster.hpp"
+#include "etcd_suite.hpp"
 
 namespace dfi {
 namespace {
@@ -22,29 +23,22 @@ using testing::RunOptions;
 
 class EtcdCluster : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    if (launch::etcd_unavailable().empty()) etcd_ = new launch::EtcdCluster(3, "/dev/shm");
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
+  static void SetUpTestSuite() { testing::EtcdSuite::start(); }
+  static void TearDownTestSuite() { testing::EtcdSuite::stop(); }
   void SetUp() override {
-    if (std::string why = launch::etcd_unavailable(); !why.empty()) GTEST_SKIP() << "etcd is missing: " << why;
-    ASSERT_NE(etcd_, nullptr);
+    if (std::string why = testing::EtcdSuite::missing(); !why.empty()) GTEST_SKIP() << why;
+    etcd_ = testing::EtcdSuite::cluster();
   }
   // Every rank coordinates through the suite's etcd cluster (each run under a prefix of its own:
   // the launcher's fresh token).
-  static RunOptions on_etcd(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  RunOptions on_etcd(std::chrono::seconds timeout = std::chrono::seconds(120)) const {
     RunOptions options;
     options.timeout = timeout;
     options.env = {{"DFI_REGISTRY", etcd_->url()}, {"DFI_REGISTRY_EXTERNAL", "1"}};
     return options;
   }
-  static launch::EtcdCluster* etcd_;
+  launch::EtcdCluster* etcd_ = nullptr;
 };
-
-launch::EtcdCluster* EtcdCluster::etcd_ = nullptr;
 
 TEST_P(EtcdCluster, RandomShuffleFlowsDeliverEveryTupleExactlyOnce) {
   auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "property", "20261128", "40"}, on_etcd());

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "dfi/common/error.hpp"
 #include "dfi/launch/etcd_cluster.hpp"
 #include "dfi/registry/client.hpp"
+#include "etcd_suite.hpp"
 #include "registry/registry_test_util.hpp"
 
 namespace dfi::registry {
@@ -25,26 +27,18 @@ using namespace testing;  // dfi::registry::testing
 
 class EtcdRegistry : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (!launch::etcd_unavailable().empty()) return;
-    etcd_ = new launch::EtcdCluster(3, "/dev/shm");
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
+  static void SetUpTestSuite() { dfi::testing::EtcdSuite::start(); }
+  static void TearDownTestSuite() { dfi::testing::EtcdSuite::stop(); }
   void SetUp() override {
-    if (std::string why = launch::etcd_unavailable(); !why.empty()) GTEST_SKIP() << "etcd is missing: " << why;
-    ASSERT_NE(etcd_, nullptr);
+    if (std::string why = dfi::testing::EtcdSuite::missing(); !why.empty()) GTEST_SKIP() << why;
+    etcd_ = dfi::testing::EtcdSuite::cluster();
   }
   // A client of its own cluster prefix (the token), so tests do not see each other's keys.
-  static std::unique_ptr<Client> client(const std::string& cluster) {
+  std::unique_ptr<Client> client(const std::string& cluster) const {
     return std::make_unique<Client>(etcd_->url(), cluster, 10s);
   }
-  static launch::EtcdCluster* etcd_;
+  launch::EtcdCluster* etcd_ = nullptr;
 };
-
-launch::EtcdCluster* EtcdRegistry::etcd_ = nullptr;
 
 long long ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -177,7 +171,11 @@ TEST_F(EtcdRegistry, ZLeaderKilledWhileAWaitIsHeldCostsNoMoreThanTheElection) {
   wait.join();
   EXPECT_EQ(error, "");
   EXPECT_EQ(got, "v");
-  EXPECT_LT(ms_since(killed), 10000);
+  // etcd elects a new leader within about its election timeout (1 s by default) once the
+  // followers miss the leader's heartbeats; the publish and the held wait go on from there.
+  const long long stalled = ms_since(killed);
+  std::cout << "the publish and the held wait completed " << stalled << " ms after the leader's kill\n";
+  EXPECT_LT(stalled, 5000);  // the election (1-2 s here) and one retry
   EXPECT_GE(etcd_->leader(), 0);
   EXPECT_NE(etcd_->leader(), leader);
 }

@@ -128,7 +128,8 @@ class Client {
 
   // Returns once `count` clients (this one included) have called barrier(name, count) in the
   // current round; the next `count` arrivals form the next round. Holds the connection while
-  // waiting. If a waiting participant disconnects, its arrival is withdrawn.
+  // waiting. If a waiting participant disconnects, its arrival is withdrawn (on etcd only its own
+  // timeout withdraws it).
   // Errors: timeout ("registry: barrier 'X' timed out after N ms with 2 of 4 arrived"; this
   // client's arrival is withdrawn); invalid_argument if count < 1, count exceeds the server's
   // connection limit, count differs from the count of participants already waiting, or timeout

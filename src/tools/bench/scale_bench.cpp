@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <string>
@@ -30,6 +31,7 @@
 #include "dfi/common/error.hpp"
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "dfi/launch/etcd_cluster.hpp"
 #include "mpi_baseline.hpp"
 #include "rank_threads.hpp"
 #include "scenarios.hpp"
@@ -98,8 +100,7 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
   std::vector<std::int64_t> open_cpu_ns(2 * threads);  // CPU time of each opening thread's open
   std::vector<std::uint64_t> received(threads), received_sum(threads), sent_sum(threads);
   std::atomic<std::size_t> memory{0};
-  const cluster::RegistryStats before = node.registry_stats();
-  cluster::RegistryStats during;
+  cluster::RegistryStats before, during;
   RankThreads group("bench scale: rank " + std::to_string(node.rank()));
   Clock::time_point open_start;
   for (int t = 0; t < threads; ++t) {
@@ -150,7 +151,10 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
       closed[t] = seconds_between(open_start, Clock::now());
     });
   }
-  open_start = group.release([&] { node.barrier("bench/scale/open"); });
+  open_start = group.release([&] {
+    node.barrier("bench/scale/open");
+    before = node.registry_stats();  // the open's registry traffic: what happens from here
+  });
   // Every thread opened (or failed): the open's registry traffic is what happened since.
   group.release([&] {
     during = node.registry_stats();
@@ -166,9 +170,7 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
     got_sum += received_sum[t];
     put_sum += sent_sum[t];
   }
-  // The barriers of this program cost a request each (the two around the open are counted in
-  // `during`): subtract the one inside the open window.
-  const std::uint64_t requests = during.requests - before.requests - 1;
+  const std::uint64_t requests = during.requests - before.requests;
   report_rank_result(out, {{"rank", node.rank()},
                            {"join_s", seconds_between(started, joined)},
                            {"open_s", *std::max_element(opened.begin(), opened.end())},
@@ -211,6 +213,8 @@ class Scale : public Scenario {
   std::vector<Parameter> parameters() const override {
     return {{"ranks", json::array({4, 8}), json::array({4, 8, 16, 32, 64}), "cluster sizes"},
             {"threads", json::array({1}), json::array({1, 2}), "source and target threads per rank"},
+            {"registries", json::array({"embedded"}), json::array({"embedded", "etcd"}),
+             "embedded (rank 0 serves DFI's registry) and/or etcd (a 3-member etcd cluster on loopback)"},
             {"tuples_per_target", 64, 64, "tuples from every source to every target"},
             {"segments", 4, 4, "segments per ring"},
             {"segment_bytes", 4096, 4096, "bytes per segment"},
@@ -221,13 +225,26 @@ class Scale : public Scenario {
                         "MPI_Alltoall of tuples_per_target 16 B tuples to every rank, wall time of mpirun"}};
   }
   std::string unavailable(const RunContext& context) const override {
-    (void)context;
-    return mpi_baseline_unavailable();
+    if (std::string why = mpi_baseline_unavailable(); !why.empty()) return why;
+    for (const json& registry : context.param("registries")) {
+      if (registry == "etcd" && !launch::etcd_unavailable().empty()) return "etcd: " + launch::etcd_unavailable();
+    }
+    return {};
   }
 
   void run(RunContext& context, Result& result) override {
     const std::vector<int> sizes = context.param("ranks").get<std::vector<int>>();
     const std::vector<int> thread_counts = context.param("threads").get<std::vector<int>>();
+    const std::vector<std::string> registries = context.param("registries").get<std::vector<std::string>>();
+    for (const std::string& r : registries) {
+      if (r != "embedded" && r != "etcd") throw Error(Errc::invalid_argument, "bench scale: registries are embedded and etcd");
+    }
+    // One etcd cluster for every etcd run (each run keys its records under its own prefix).
+    std::unique_ptr<launch::EtcdCluster> etcd;
+    if (std::count(registries.begin(), registries.end(), "etcd") > 0) {
+      etcd = std::make_unique<launch::EtcdCluster>(3, "/dev/shm");
+      result.add_baseline("etcd", "3 etcd members on loopback (tmpfs), as the registry of the etcd runs: " + etcd->command());
+    }
     const std::size_t tuples = context.param("tuples_per_target").get<std::size_t>();
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     for (int n : sizes) {
@@ -251,25 +268,35 @@ class Scale : public Scenario {
                                 ranks_axis, {"wall time", "s", "log10"}, Better::lower);
     Panel& requests = result.panel("requests", "Registry requests per rank during the open (the most of any rank)",
                                    ranks_axis, {"requests", ""}, Better::lower);
+    Panel& bytes = result.panel("registry_bytes", "Registry bytes per rank during the open (the most of any rank)",
+                                ranks_axis, {"bytes", "KiB", "log10"}, Better::lower);
     Panel& memory = result.panel("memory", "Flow memory per rank (rings hosted and written)", ranks_axis,
                                  {"memory", "MiB", "log10"}, Better::lower);
-    for (int t : thread_counts) {
-      const std::string id = "dfi_" + std::to_string(t);
-      const std::string what = "DFI, " + threads_text(t) + " per rank";
-      for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &memory}) p->series(id, Role::dfi, what);
+    auto series_id = [](int t, const std::string& registry) {
+      return "dfi_" + std::to_string(t) + (registry == "embedded" ? std::string() : "_" + registry);
+    };
+    for (const std::string& registry : registries) {
+      for (int t : thread_counts) {
+        const std::string what = "DFI, " + threads_text(t) + " per rank" + (registry == "etcd" ? ", etcd" : "");
+        for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &bytes, &memory}) p->series(series_id(t, registry), Role::dfi, what);
+      }
     }
     whole.series("mpi", Role::baseline, "OpenMPI: mpirun, MPI_Init, first MPI_Alltoall");
-    for (int t : thread_counts) whole.compare("dfi_" + std::to_string(t), "mpi", 0.3);
+    for (const std::string& registry : registries) {
+      for (int t : thread_counts) whole.compare(series_id(t, registry), "mpi", 0.3);
+    }
 
-    std::map<int, std::map<int, std::vector<double>>> open_samples;  // threads -> ranks -> seconds
-    std::map<int, std::map<int, std::vector<double>>> cpu_samples;   // threads -> ranks -> CPU s
+    std::map<std::string, std::map<int, std::vector<double>>> open_samples;  // series -> ranks -> seconds
+    std::map<std::string, std::map<int, std::vector<double>>> cpu_samples;   // series -> ranks -> CPU s
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (int n : sizes) {
         const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) +
                                   ", " + std::to_string(n) + " ranks";
         auto run_dfi = [&] {
+          for (const std::string& registry : registries) {
           for (int t : thread_counts) {
             RankJob job;
+            if (registry == "etcd") job.env = {{"DFI_REGISTRY", etcd->url()}, {"DFI_REGISTRY_EXTERNAL", "1"}};
             job.nodes = n;
             job.scenario = name();
             job.params = {{"threads", t},
@@ -280,7 +307,7 @@ class Scale : public Scenario {
             const auto start = Clock::now();
             std::map<int, json> reports = run_rank_job(job, context);
             const double wall = seconds_between(start, Clock::now());
-            double join_s = 0, open_s = 0, memory_bytes = 0, most_requests = 0;
+            double join_s = 0, open_s = 0, memory_bytes = 0, most_requests = 0, most_bytes = 0;
             std::vector<double> cpu;
             std::uint64_t sent = 0, sent_sum = 0, got = 0, got_sum = 0;
             for (int r = 0; r < n; ++r) {
@@ -293,6 +320,7 @@ class Scale : public Scenario {
               cpu.push_back(p.at("open_cpu_s").get<double>());
               memory_bytes = std::max(memory_bytes, p.at("memory_bytes").get<double>());
               most_requests = std::max(most_requests, p.at("registry_requests").get<double>());
+              most_bytes = std::max(most_bytes, p.at("registry_bytes").get<double>());
               sent += p.at("sent_tuples").get<std::uint64_t>();
               sent_sum += p.at("sent_key_sum").get<std::uint64_t>();
               got += p.at("received_tuples").get<std::uint64_t>();
@@ -306,20 +334,22 @@ class Scale : public Scenario {
                                               std::to_string(got) + ", key sums " + std::to_string(sent_sum) +
                                               " / " + std::to_string(got_sum));
             }
-            const std::string id = "dfi_" + std::to_string(t);
+            const std::string id = series_id(t, registry);
             const std::string command = rank_job_command(job, context);
             open.add(id, n, open_s);
             open_cpu.add(id, n, median(cpu));
             join.add(id, n, join_s);
             whole.add(id, n, wall);
             requests.add(id, n, most_requests);
+            bytes.add(id, n, most_bytes / 1024.0);
             memory.add(id, n, memory_bytes / 1048576.0);
-            for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &memory}) p->add_command(id, command);
-            open_samples[t][n].push_back(open_s);
-            cpu_samples[t][n].push_back(median(cpu));
-            context.say(round + ", " + threads_text(t) + ": DFI join " + format_fixed(join_s, 3) + " s, open " +
+            for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &bytes, &memory}) p->add_command(id, command);
+            open_samples[id][n].push_back(open_s);
+            cpu_samples[id][n].push_back(median(cpu));
+            context.say(round + ", " + threads_text(t) + ", " + registry + " registry: DFI join " + format_fixed(join_s, 3) + " s, open " +
                         format_fixed(open_s, 3) + " s (CPU " + format_fixed(median(cpu), 3) + " s), whole run " + format_fixed(wall, 2) + " s, " +
                         format_fixed(most_requests, 0) + " registry requests per rank");
+          }
           }
         };
         auto run_mpi_side = [&] {
@@ -343,13 +373,13 @@ class Scale : public Scenario {
       }
     }
     const int lo = std::max(16, sizes.front());
-    auto exponent_note = [&](const std::map<int, std::map<int, std::vector<double>>>& samples, const std::string& what) {
-      for (const auto& [t, by_ranks] : samples) {
+    auto exponent_note = [&](const std::map<std::string, std::map<int, std::vector<double>>>& samples, const std::string& what) {
+      for (const auto& [id, by_ranks] : samples) {
         std::map<int, double> medians;
         for (const auto& [n, values] : by_ranks) medians[n] = median(values);
         const double e = growth_exponent(medians, lo, sizes.back());
         if (std::isnan(e)) continue;
-        result.add_note(what + " growth exponent, " + threads_text(t) + " per rank, " + std::to_string(lo) + " to " +
+        result.add_note(what + " growth exponent, " + id + ", " + std::to_string(lo) + " to " +
                         std::to_string(sizes.back()) + " ranks (least squares on log-log medians): " +
                         format_fixed(e, 2) + " (target <= 1.2).");
       }

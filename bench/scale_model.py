@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Memory and control messages per node of one N:N shuffle flow, modelled and checked.
+
+    bench/scale_model.py [bench/out/scale-shm.json]
+
+The model (one flow, N nodes, T source threads and T targets per node, rings of R bytes):
+  rings per node     per-thread rings (today): a target hosts one ring per source thread of the
+                     cluster, so a node hosts T * N*T rings; per-rank rings (issue 27, not built
+                     yet): one ring per source rank, T * N
+  memory per node    rings * R (over shm the source side adds nothing: it writes into the mapped
+                     rings; over tcp a source stages one segment per ring it writes)
+  requests per node  per thread: a spec wait per endpoint (2), the target's record (1), the
+                     source's one wait for every target's record (1) = 4 T, whatever N (on etcd a
+                     wait the first read does not answer costs a watch too: at most 7 T)
+  bytes per node     a + b * N per thread: the wait for every target's record carries N*T records
+                     (worker address + ring descriptor); a and b are fitted to the measured runs
+
+The measured points (the JSON of `dfi bench scale`) are printed beside the model's value for
+the same shape, then the model's projection for 64, 256 and 1024 nodes x 16 threads with the
+default rings (shm: 32 segments of 8 KiB; tcp: 8 of 32 KiB: 256 KiB either way).
+"""
+import json
+import sys
+
+RING_HEADER = 2 * 64  # two word lines in front of the segments (memory::RingLayout::bytes)
+GIB = 1 << 30
+
+
+def ring_bytes(segments, segment_bytes):
+    return segments * segment_bytes + RING_HEADER
+
+
+def model_memory(n, t, ring, per_rank=False):
+    rings = t * n if per_rank else t * n * t
+    return rings * ring
+
+
+def fit_line(points):
+    """Least squares y = a + b x."""
+    k = len(points)
+    sx = sum(x for x, _ in points)
+    sy = sum(y for _, y in points)
+    sxx = sum(x * x for x, _ in points)
+    sxy = sum(x * y for x, y in points)
+    b = (k * sxy - sx * sy) / (k * sxx - sx * sx)
+    return (sy - b * sx) / k, b
+
+
+def series_points(result, panel_id, series_id):
+    for panel in result["panels"]:
+        if panel["id"] != panel_id:
+            continue
+        for s in panel["series"]:
+            if s["id"] == series_id:
+                return {int(p["x"]): p["value"] for p in s["points"]}
+    return {}
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else "bench/out/scale-shm.json"
+    with open(path) as f:
+        result = json.load(f)
+    params = result["parameters"]
+    ring = ring_bytes(params["segments"], params["segment_bytes"])
+    print(f"checked against {path} ({result['transport']}, rings of {ring} B)")
+    print(f"{'series':<14}{'N':>5}{'memory MiB':>12}{'model':>9}{'requests':>10}{'model':>7}")
+    worst = 0.0
+    for threads in params["threads"]:
+        for registry in params.get("registries", ["embedded"]):
+            sid = f"dfi_{threads}" + ("" if registry == "embedded" else f"_{registry}")
+            memory = series_points(result, "memory", sid)
+            requests = series_points(result, "requests", sid)
+            for n in sorted(memory):
+                predicted = model_memory(n, threads, ring) / (1 << 20)
+                worst = max(worst, abs(memory[n] - predicted) / predicted)
+                bound = 4 * threads if registry == "embedded" else 7 * threads
+                print(f"{sid:<14}{n:>5}{memory[n]:>12.2f}{predicted:>9.2f}{requests.get(n, 0):>10.0f}{bound:>7}")
+    print(f"largest memory difference, model vs measured: {100 * worst:.1f} %")
+
+    # Registry bytes per rank during the open, fitted as a + b N from the measured runs of one
+    # thread (the slope is what one more target's record costs a source).
+    measured_bytes = series_points(result, "registry_bytes", "dfi_1")
+    a, b = fit_line([(n, kib * 1024) for n, kib in measured_bytes.items()]) if len(measured_bytes) >= 2 else (0, 0)
+    print(f"registry bytes per rank and open, 1 thread: {a:.0f} + {b:.0f} N B (fitted to {sorted(measured_bytes)})")
+    for n, kib in sorted(measured_bytes.items()):
+        print(f"  N = {n:>4}: measured {kib * 1024:>9.0f} B, fit {a + b * n:>9.0f} B")
+    print()
+    print("projection, default rings (256 KiB), 16 threads per node:")
+    print(f"{'nodes':>6}{'per-thread rings GiB':>22}{'per-rank rings GiB':>20}{'requests/open':>15}"
+          f"{'registry MiB/open':>19}")
+    default_ring = ring_bytes(32, 8192)
+    for n in (64, 256, 1024):
+        # 16 source threads each read N*16 records: b per record, 16 times over.
+        megabytes = 16 * (a + b * n * 16) / (1 << 20)
+        print(f"{n:>6}{model_memory(n, 16, default_ring) / GIB:>22.2f}"
+              f"{model_memory(n, 16, default_ring, per_rank=True) / GIB:>20.2f}{4 * 16:>15}{megabytes:>19.1f}")
+    small = ring_bytes(4, 16384)
+    print(f"per-rank rings of {small // 1024} KiB at 1024 x 16: "
+          f"{model_memory(1024, 16, small, per_rank=True) / GIB:.2f} GiB per node")
+    return 0 if worst < 0.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
