@@ -88,7 +88,7 @@ constexpr std::array kEntries{
           "The embedded registry closes a member's connection that stops answering (TCP keepalive from 1 s "
           "of silence, unacknowledged data) after about this long: a rank cut off from the network (a "
           "partition) is then declared dead like one that died; 0: the kernel's defaults (hours). On etcd: "
-          "the TTL of a member's lease (whole seconds, at least 1)"},
+          "the TTL of a member's lease (whole seconds, at least 5)"},
     Entry{"registry_external", "DFI_REGISTRY_EXTERNAL", "0",
           "1: do not embed the registry in rank 0; connect to an already running server"},
 };

@@ -9,7 +9,7 @@
 // Keys, under the cluster's prefix P = "dfi/<token>/" ("dfi/default/" without a token):
 //   P r/<name>    a record
 //   P m/<rank>    a member, attached to its client's lease (TTL: registry_dead_after_ms, at least
-//                 1 s; kept alive from a thread of its own): a rank whose process dies or loses
+//                 5 s; kept alive every third of it from a thread of its own): a rank whose process dies or loses
 //                 etcd leaves when its lease expires
 //   P b/<name>/<id>  an arrival at a barrier (its place among the arrivals: the count of keys
 //                 under P b/<name>/ in the transaction that put it)
@@ -50,6 +50,7 @@ constexpr milliseconds kRequestTimeout{10'000};
 constexpr milliseconds kFirstRetryPause{10};
 constexpr milliseconds kMaxRetryPause{200};
 constexpr milliseconds kFirstAttempt{1000};
+constexpr long long kMinLeaseSeconds = 5;
 // A wait for more names than this reads them with one range over their common prefix.
 constexpr std::size_t kFewNames = 16;
 
@@ -213,7 +214,9 @@ class EtcdClient final : public Client::Impl {
       at = comma + 1;
     }
     prefix_ = "dfi/" + (token.empty() ? std::string("default") : token) + "/";
-    ttl_seconds_ = std::max<long long>(1, (config::get_int("registry_dead_after_ms") + 999) / 1000);
+    // A lease shorter than kMinLeaseSeconds lapses on a loaded host (64 ranks and etcd on 2 cores
+    // missed 3 s of keep-alives and cut live ranks off).
+    ttl_seconds_ = std::max<long long>(kMinLeaseSeconds, (config::get_int("registry_dead_after_ms") + 999) / 1000);
     // Reachable at all? (Errors name every endpoint tried.)
     (void)call("/v3/maintenance/status", json::object(), "the status check", connect_timeout);
     connections_.fetch_add(1, std::memory_order_relaxed);
