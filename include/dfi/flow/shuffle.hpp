@@ -127,12 +127,15 @@ class ShuffleSource {
   // and push_batch() send is one stream per target.
   //  - One target by key hash (1:1, N:1): whole runs are copied into the current segment with one
   //    memcpy per segment (straight into the mapped ring where direct()).
-  //  - Key hash over several targets: the key column is hashed in a loop over the batch (no
-  //    dependence between tuples), then the rows are scattered into per-target write-combine
-  //    buffers of a cache line, which go into the targets' segments whole.
+  //  - Key hash over several targets: the key column of each chunk of 256 rows is hashed in a
+  //    loop of its own (no dependence between rows), then the rows are scattered into per-target
+  //    write-combine lines of a cache line, which go into the targets' segments whole (rows
+  //    wider than half a line, and latency mode, go straight into the segments).
   //  - Routing function: called once per tuple, then scattered the same way.
-  // Every segment the batch fills is published whole at once; the last, partly filled one waits
-  // for more tuples, flush() or close(), as after push(). Completion: when it returns ok, `rows`
+  // Full segments are published whole (a run publishes each segment it fills at once); the last,
+  // partly filled one waits for more tuples, flush() or close(), as after push(). With
+  // drop_for_dead_targets, the rows for a dead target are dropped and counted as with push().
+  // No allocation, lock or system call per row. Completion: when it returns ok, `rows`
   // may be reused and every tuple is in a segment of its target (mapped ring or staging), not
   // necessarily visible there yet.
   // Errors: invalid_argument (`bytes` not a multiple of the tuple width, an explicit-target
