@@ -101,7 +101,7 @@ class ShuffleSource {
   // width, explicit-target flow, routing function out of range), peer_failed (a target died:
   // the first call that sees it), flow_failed (after close, and every call after a
   // peer_failed, at once, naming the same peer), timeout (a target stopped consuming).
-  Status push(const void* tuple, std::size_t bytes) {
+  [[gnu::always_inline]] Status push(const void* tuple, std::size_t bytes) {
     if (bytes != push_width_) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
     if (routing_ == Routing::key_hash) [[likely]] {

@@ -150,6 +150,10 @@ class ShuffleBwRank {
         flow::ShuffleSource source(node, worker, spec.name, t);
         std::vector<std::byte> tuples(block * tb);
         fill_tuple_block(tuples, tb);
+        // Width and count as locals of this thread: through the captured references they would be
+        // reloaded after every tuple store (a std::byte store may alias them).
+        const std::size_t width = tb;
+        const std::uint64_t count = config.tuples_per_source;
         gate.ready_and_wait();
         const Clock::time_point start = Clock::now();
         const std::byte* p = tuples.data();
@@ -158,28 +162,28 @@ class ShuffleBwRank {
         if (config.batch) {
           // The block from its start per call, so that keys cycle as with push.
           std::size_t next_target = 0;
-          for (std::uint64_t left = config.tuples_per_source; left > 0;) {
+          for (std::uint64_t left = count; left > 0;) {
             const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, block));
-            Status s = explicit_routing ? source.push_batch_to(next_target, tuples.data(), n * tb)
-                                        : source.push_batch(tuples.data(), n * tb);
+            Status s = explicit_routing ? source.push_batch_to(next_target, tuples.data(), n * width)
+                                        : source.push_batch(tuples.data(), n * width);
             if (!s) [[unlikely]] throw Error(s.code(), s.message());
             if (++next_target == targets) next_target = 0;
             left -= n;
           }
         } else if (explicit_routing) {
           std::size_t next_target = 0;
-          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
-            if (Status s = source.push_to(next_target, p, tb); !s) [[unlikely]]
+          for (std::uint64_t i = 0; i < count; ++i) {
+            if (Status s = source.push_to(next_target, p, width); !s) [[unlikely]]
               throw Error(s.code(), s.message());
             if (++next_target == targets) next_target = 0;
-            p += tb;
+            p += width;
             if (p == end) p = tuples.data();
           }
         } else {
-          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
-            if (Status s = source.push(p, tb); !s) [[unlikely]]
+          for (std::uint64_t i = 0; i < count; ++i) {
+            if (Status s = source.push(p, width); !s) [[unlikely]]
               throw Error(s.code(), s.message());
-            p += tb;
+            p += width;
             if (p == end) p = tuples.data();
           }
         }
