@@ -32,6 +32,8 @@ Status::Status(Errc code, std::string message) {
   bits_ = reinterpret_cast<std::uintptr_t>(new Block{code, std::move(message)});
 }
 
+void Status::delete_block() noexcept { delete block(); }
+
 std::uintptr_t Status::clone() const {
   return reinterpret_cast<std::uintptr_t>(new Block(*block()));
 }

@@ -1,6 +1,8 @@
 #include "dfi/flow/shuffle.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "dfi/cluster/node.hpp"
 
@@ -50,6 +52,22 @@ ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::s
     key_offset_ = spec.schema.offset(key);
     key_bytes_ = spec.schema.column_bytes(key);
   }
+  // push_batch's routing of a chunk of rows (all but explicit routing), and its scatter over
+  // several targets: a line holds as many whole tuples as fit both a
+  // cache line and a segment; tuples wider than half a line, and latency mode (a segment per
+  // tuple), go straight to their target.
+  if (routing_ != Routing::explicit_target) route_chunk_.resize(kRouteChunk);
+  if (target_count_ > 1 && routing_ != Routing::explicit_target) {
+    const std::size_t capacity = rings_.writer(0).segments().layout().payload_capacity();
+    const std::size_t per_line = std::min(kLineBytes, capacity) / tuple_bytes_;
+    if (spec.options.mode == Mode::bandwidth && per_line >= 2) {
+      line_bytes_ = per_line * tuple_bytes_;
+      line_storage_.resize(target_count_ * kLineBytes + kLineBytes);
+      const auto address = reinterpret_cast<std::uintptr_t>(line_storage_.data());
+      lines_ = line_storage_.data() + ((kLineBytes - address % kLineBytes) % kLineBytes);
+      line_fill_.assign(target_count_, 0);
+    }
+  }
 }
 
 ShuffleSource::~ShuffleSource() {
@@ -85,9 +103,9 @@ bool ShuffleSource::leave_out_dead(std::size_t target, const Status& status) {
   return true;
 }
 
-Status ShuffleSource::push_failed(std::size_t target, Status status) {
+Status ShuffleSource::run_failed(std::size_t target, Status status, std::uint64_t tuples) {
   if (!leave_out_dead(target, status)) return latch(std::move(status));
-  ++dropped_;
+  dropped_ += tuples;
   return {};
 }
 
@@ -119,12 +137,134 @@ Status ShuffleSource::push_to(std::size_t target, const void* tuple, std::size_t
   return s;
 }
 
-Status ShuffleSource::push_bulk(const void* tuples, std::size_t count) {
-  const auto* p = static_cast<const std::byte*>(tuples);
-  for (std::size_t i = 0; i < count; ++i, p += tuple_bytes_) {
-    if (Status s = push(p, tuple_bytes_); !s) return s;
+// ---------------------------------------------------------------------------------------------
+// push_batch
+
+Status ShuffleSource::batch_error(std::size_t bytes) const {
+  if (failure_.failed()) return failure_.again(rings_.label());
+  return {Errc::invalid_argument, rings_.label() + ": a batch of " + std::to_string(bytes) +
+                                      " B is not a whole number of the schema's " + std::to_string(tuple_bytes_) +
+                                      " B tuples {" + rings_.spec().schema.describe() + "}"};
+}
+
+Status ShuffleSource::append_run(std::size_t target, const std::byte* rows, std::size_t bytes) {
+  std::size_t appended = 0;
+  Status s = rings_.writer(target).append_run(rows, bytes, tuple_bytes_, appended);
+  if (!s) [[unlikely]] return run_failed(target, std::move(s), (bytes - appended) / tuple_bytes_);
+  return s;
+}
+
+Status ShuffleSource::push_batch(const void* rows, std::size_t bytes) {
+  // A failed flow accepts no width (push_width_), so one check covers both.
+  if (bytes % push_width_ != 0 || push_width_ == SIZE_MAX) [[unlikely]] return batch_error(bytes);
+  const auto* p = static_cast<const std::byte*>(rows);
+  if (routing_ == Routing::key_hash && target_count_ == 1) return append_run(0, p, bytes);
+  if (routing_ == Routing::explicit_target) {
+    return {Errc::invalid_argument, rings_.label() + ": the flow routes by explicit target; use push_batch_to()"};
+  }
+  return scatter_batch(p, bytes / tuple_bytes_);
+}
+
+Status ShuffleSource::push_batch_to(std::size_t target, const void* rows, std::size_t bytes) {
+  if (bytes % push_width_ != 0 || push_width_ == SIZE_MAX) [[unlikely]] return batch_error(bytes);
+  if (target >= target_count_) {
+    return {Errc::invalid_argument, rings_.label() + ": target " + std::to_string(target) +
+                                        " does not exist (the flow has " + std::to_string(target_count_) + ")"};
+  }
+  return append_run(target, static_cast<const std::byte*>(rows), bytes);
+}
+
+Status ShuffleSource::route_chunk(const std::byte* rows, std::size_t count) {
+  std::uint32_t* const out = route_chunk_.data();
+  const std::size_t width = tuple_bytes_;
+  if (routing_ == Routing::key_hash) {
+    // No dependence between iterations: the multiplies of successive keys overlap.
+    const std::byte* key = rows + key_offset_;
+    const std::size_t n = target_count_;
+    if (key_bytes_ == 8) {
+      for (std::size_t i = 0; i < count; ++i, key += width) {
+        std::uint64_t word;
+        std::memcpy(&word, key, 8);
+        out[i] = static_cast<std::uint32_t>(kernels::route(word, n));
+      }
+    } else {
+      for (std::size_t i = 0; i < count; ++i, key += width)
+        out[i] = static_cast<std::uint32_t>(kernels::route(kernels::load_key(key, key_bytes_), n));
+    }
+    return {};
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    std::size_t target = 0;
+    if (Status s = route_slow(rows + i * width, target); !s) return s;
+    out[i] = static_cast<std::uint32_t>(target);
   }
   return {};
+}
+
+Status ShuffleSource::append_line(std::size_t target, std::size_t bytes) {
+  line_fill_[target] = 0;
+  Status s = rings_.writer(target).append(lines_ + target * kLineBytes, bytes);
+  if (!s) [[unlikely]] return run_failed(target, std::move(s), bytes / tuple_bytes_);
+  return s;
+}
+
+Status ShuffleSource::flush_lines() {
+  for (std::size_t t = 0; t < target_count_; ++t) {
+    if (line_fill_[t] == 0) continue;
+    if (Status s = append_line(t, line_fill_[t]); !s) return s;
+  }
+  return {};
+}
+
+// One chunk of routed rows into the lines (or, without lines, straight into the segments).
+// Width is the tuple width where it is one of the common ones (a copy the compiler sees whole),
+// else 0 (the run-time width).
+template <std::size_t Width>
+Status ShuffleSource::scatter_chunk(const std::byte* rows, std::size_t count) {
+  const std::size_t width = Width != 0 ? Width : tuple_bytes_;
+  const std::uint32_t* const targets = route_chunk_.data();
+  if (line_bytes_ == 0) {
+    for (std::size_t i = 0; i < count; ++i, rows += width) {
+      const std::size_t t = targets[i];
+      Status s = rings_.writer(t).append(rows, width);
+      if (!s) [[unlikely]] {
+        if (s = push_failed(t, std::move(s)); !s) return s;
+      }
+    }
+    return {};
+  }
+  std::uint32_t* const fill = line_fill_.data();
+  const std::size_t line_bytes = line_bytes_;
+  for (std::size_t i = 0; i < count; ++i, rows += width) {
+    const std::size_t t = targets[i];
+    std::memcpy(lines_ + t * kLineBytes + fill[t], rows, width);
+    fill[t] += static_cast<std::uint32_t>(width);
+    if (fill[t] == line_bytes) [[unlikely]] {
+      if (Status s = append_line(t, line_bytes); !s) return s;
+    }
+  }
+  return {};
+}
+
+Status ShuffleSource::scatter_batch(const std::byte* rows, std::size_t count) {
+  Status status;
+  for (std::size_t done = 0; done < count && status;) {
+    const std::size_t n = std::min(kRouteChunk, count - done);
+    const std::byte* chunk = rows + done * tuple_bytes_;
+    if (status = route_chunk(chunk, n); !status) break;
+    switch (tuple_bytes_) {
+      case 8: status = scatter_chunk<8>(chunk, n); break;
+      case 16: status = scatter_chunk<16>(chunk, n); break;
+      case 24: status = scatter_chunk<24>(chunk, n); break;
+      case 32: status = scatter_chunk<32>(chunk, n); break;
+      default: status = scatter_chunk<0>(chunk, n); break;
+    }
+    done += n;
+  }
+  if (line_bytes_ == 0) return status;
+  if (status) return flush_lines();
+  std::fill(line_fill_.begin(), line_fill_.end(), 0);  // the rest of the batch is not pushed
+  return status;
 }
 
 Status ShuffleSource::flush() {
@@ -209,7 +349,19 @@ Status ShuffleTarget::finish(Status status, const memory::SegmentView& view, std
   return status;
 }
 
+Status ShuffleTarget::rest_of_segment(TupleBatch& batch) {
+  batch = TupleBatch{};
+  batch.tuple_bytes = tuple_bytes_;
+  batch.data = rest_;
+  batch.count = rest_bytes_ / tuple_bytes_;
+  batch.source = rest_source_;
+  rest_bytes_ = 0;
+  return {};
+}
+
 Status ShuffleTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeout) {
+  if (rest_bytes_ != 0) [[unlikely]] return rest_of_segment(batch);
+  if (!deferred_.is_ok()) [[unlikely]] return std::exchange(deferred_, Status());
   memory::SegmentView view;
   std::size_t source = 0;
   if (timeout.count() == 0) timeout = stall_timeout_;
@@ -218,10 +370,52 @@ Status ShuffleTarget::consume(TupleBatch& batch, std::chrono::milliseconds timeo
 }
 
 Status ShuffleTarget::try_consume(TupleBatch& batch) {
+  if (rest_bytes_ != 0) [[unlikely]] return rest_of_segment(batch);
+  if (!deferred_.is_ok()) [[unlikely]] return std::exchange(deferred_, Status());
   memory::SegmentView view;
   std::size_t source = 0;
   Status status = rings_.try_next(view, source);
   return finish(std::move(status), view, source, batch);
+}
+
+Status ShuffleTarget::consume_into(void* buffer, std::size_t capacity, std::size_t& bytes,
+                                   std::chrono::milliseconds timeout) {
+  bytes = 0;
+  const std::size_t room = capacity / tuple_bytes_ * tuple_bytes_;
+  if (room == 0) {
+    return {Errc::invalid_argument, rings_.label() + ": consume_into a buffer of " + std::to_string(capacity) +
+                                        " B, smaller than one tuple of " + std::to_string(tuple_bytes_) + " B"};
+  }
+  if (!deferred_.is_ok()) [[unlikely]] return std::exchange(deferred_, Status());
+  if (timeout.count() == 0) timeout = stall_timeout_;
+  auto* out = static_cast<std::byte*>(buffer);
+  while (bytes < room) {
+    if (rest_bytes_ == 0) {
+      memory::SegmentView view;
+      std::size_t source = 0;
+      // Wait only while nothing was copied; after that, take only what is there.
+      Status status = bytes == 0 ? rings_.next(view, source, timeout) : rings_.try_next(view, source);
+      if (status.code() == Errc::retry && bytes > 0) break;
+      if (!status) {
+        if (bytes == 0) return status;
+        deferred_ = std::move(status);  // returned by the next call: these tuples go out first
+        break;
+      }
+      if (view.bytes == 0) break;  // every source closed
+      rest_ = view.data;
+      rest_bytes_ = view.bytes;
+      rest_source_ = source;
+      counters_.tuples += view.bytes / tuple_bytes_;
+      counters_.bytes += view.bytes;
+      ++counters_.segments;
+    }
+    const std::size_t n = std::min(rest_bytes_, room - bytes);
+    std::memcpy(out + bytes, rest_, n);
+    bytes += n;
+    rest_ += n;
+    rest_bytes_ -= n;
+  }
+  return {};
 }
 
 }  // namespace dfi::flow

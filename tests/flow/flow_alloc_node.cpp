@@ -1,13 +1,15 @@
 // Rank program for the allocation test of the flow data paths, started by launch::run_cluster
 // with 2 ranks: rank 0 runs the sources, rank 1 the targets of three 1:1 flows of 16 B tuples,
-// one after the other: a shuffle, a replicate and a combiner flow.
+// one after the other: a shuffle, a replicate and a combiner flow; and, beside the shuffle flow,
+// a 1:2 key-hash shuffle flow whose source pushes batches (the scatter path of push_batch).
 //
 //   flow_alloc_node [TUPLES]   TUPLES per counted loop (default 1000000)
 //
 // Each side warms up first (several laps of the ring, so every slot, staging buffer, credit read
 // and UCX memory pool has been used), the two meet at a barrier, then the heap allocations of
-// each loop are counted: shuffle source push, push_bulk and push_to; shuffle target try_consume
-// (the source holds back for 20 ms first, so that it also returns retry) and consume; replicate
+// each loop are counted: shuffle source push, push_bulk, push_to, push_batch (1:1: whole runs) and
+// push_batch over two targets (the scatter); shuffle target try_consume (the source holds back
+// for 20 ms first, so that it also returns retry), consume_into and consume; replicate
 // source push and target try_consume and consume; combiner source push (1000 keys, shipped every
 // 10000 tuples, so the loop re-fills an emptied table a hundred times). Each loop prints one line
 //
@@ -50,6 +52,8 @@ struct Tuple {
 };
 
 constexpr std::size_t kBulk = 64;          // tuples per push_bulk call
+constexpr std::size_t kBatch = 1000;       // tuples per push_batch call (several segments)
+constexpr std::size_t kInto = 700;         // tuples the consume_into buffer holds
 constexpr std::uint64_t kWarmUp = 100000;  // tuples per call kind before counting
 
 int trace_count() {
@@ -146,9 +150,21 @@ long consume_tuples(Target& target, Batch& batch, std::uint64_t& received, std::
   return retries;
 }
 
+// Pushes `n` tuples from key `key` on with push_batch, kBatch at a time.
+void push_batches(ShuffleSource& source, std::uint64_t& key, std::uint64_t n) {
+  static std::vector<Tuple> chunk(kBatch);
+  for (std::uint64_t i = 0; i < n;) {
+    const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(kBatch, n - i));
+    for (std::size_t j = 0; j < k; ++j) chunk[j] = make(key++);
+    if (Status s = source.push_batch(chunk.data(), k * sizeof(Tuple)); !s) die("push_batch", s);
+    i += k;
+  }
+}
+
 void shuffle_source(cluster::Node& node, Side& side) {
   ShuffleSource source(node, side.worker, "alloc-shuffle", 0);
-  std::uint64_t key = 0;
+  ShuffleSource scatter(node, side.worker, "alloc-scatter", 0);
+  std::uint64_t key = 0, scatter_key = 0;
   auto push_to = [&](std::uint64_t n) {
     for (std::uint64_t i = 0; i < n; ++i, ++key) {
       const Tuple t = make(key);
@@ -158,6 +174,8 @@ void shuffle_source(cluster::Node& node, Side& side) {
   push_tuples(source, key, kWarmUp, false);
   push_tuples(source, key, kWarmUp, true);
   push_to(kWarmUp);
+  push_batches(source, key, kWarmUp);
+  push_batches(scatter, scatter_key, kWarmUp);
   if (Status s = source.flush(); !s) die("flush", s);
   if (Status s = side.gate.wait(); !s) die("gate", s);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the target polls meanwhile
@@ -176,12 +194,49 @@ void shuffle_source(cluster::Node& node, Side& side) {
     push_to(side.count);
     window.report("shuffle source push_to", side.count);
   }
+  {
+    Window window(side.trace);
+    push_batches(source, key, side.count);
+    window.report("shuffle source push_batch", side.count);
+  }
+  {
+    Window window(side.trace);
+    push_batches(scatter, scatter_key, side.count);
+    window.report("shuffle scatter push_batch", side.count);
+  }
   if (Status s = source.close(); !s) die("close", s);
+  if (Status s = scatter.close(); !s) die("close", s);
+}
+
+// Rank 1's drain of the 1:2 flow, on a thread of its own (not counted): both targets, in turn.
+void drain_scatter(cluster::Node& node, std::uint64_t expected) {
+  ShuffleTarget first(node, "alloc-scatter", 0);
+  ShuffleTarget second(node, "alloc-scatter", 1);
+  TupleBatch batch;
+  std::uint64_t received = 0;
+  while (!first.end() || !second.end()) {
+    bool idle = true;
+    for (ShuffleTarget* target : {&first, &second}) {
+      if (target->end()) continue;
+      Status s = target->try_consume(batch);
+      if (s.code() == Errc::retry) continue;
+      if (!s) die("scatter try_consume", s);
+      for (const Tuple& t : batch.as<Tuple>()) {
+        if (t.value != t.key * 3) die("a corrupted tuple", Status(Errc::fatal));
+      }
+      received += batch.count;
+      idle = idle && batch.empty();
+    }
+    if (idle) std::this_thread::yield();
+  }
+  if (received != expected) die("the scatter flow delivered " + std::to_string(received) + " tuples", Status(Errc::fatal));
 }
 
 // A target's side of a flow: consumes the `warm` tuples of the warm-up, meets the source, then
 // counts a try_consume loop over side.count tuples and a consume loop up to `total` tuples.
 // Returns how many tuples arrived.
+// Where the target has consume_into (shuffle), a consume_into loop over side.count tuples runs
+// between the two.
 template <class Target, class Batch>
 std::uint64_t target_loops(Target& target, Batch& batch, Side& side, const std::string& flow,
                            std::uint64_t warm, std::uint64_t total) {
@@ -196,6 +251,23 @@ std::uint64_t target_loops(Target& target, Batch& batch, Side& side, const std::
     const long retries = consume_tuples(target, batch, received, start + side.count, true);
     window.report(polling.c_str(), received - start, retries);
   }
+  if constexpr (requires(std::size_t n) { target.consume_into(nullptr, 0, n); }) {
+    std::vector<Tuple> buffer(kInto);
+    const std::string copying = flow + " target consume_into";
+    start = received;
+    Window window(side.trace);
+    while (received < start + side.count) {
+      std::size_t bytes = 0;
+      if (Status s = target.consume_into(buffer.data(), buffer.size() * sizeof(Tuple), bytes); !s)
+        die("consume_into", s);
+      if (bytes == 0) die("consume_into: the end of the stream", Status(Errc::fatal));
+      for (std::size_t i = 0; i < bytes / sizeof(Tuple); ++i) {
+        if (buffer[i].value != buffer[i].key * 3) die("a corrupted tuple", Status(Errc::fatal));
+      }
+      received += bytes / sizeof(Tuple);
+    }
+    window.report(copying.c_str(), received - start);
+  }
   start = received;
   {
     Window window(side.trace);
@@ -207,9 +279,11 @@ std::uint64_t target_loops(Target& target, Batch& batch, Side& side, const std::
 
 void shuffle_target(cluster::Node& node, Side& side) {
   ShuffleTarget target(node, "alloc-shuffle", 0);
+  std::thread scatter([&node, &side] { drain_scatter(node, kWarmUp + side.count); });
   TupleBatch batch;
   const std::uint64_t received =
-      target_loops(target, batch, side, "shuffle", 3 * kWarmUp, 3 * (kWarmUp + side.count));
+      target_loops(target, batch, side, "shuffle", 4 * kWarmUp, 4 * (kWarmUp + side.count));
+  scatter.join();
   if (Status s = target.consume(batch); !s || !batch.empty() || !target.end()) {
     die("the end of the stream after " + std::to_string(received) + " tuples", s);
   }
@@ -279,6 +353,10 @@ void create_flows(cluster::Node& node) {
   spec.key_column = "key";
   spec.name = "alloc-shuffle";
   create_flow(node, spec);
+  FlowSpec scatter = spec;
+  scatter.name = "alloc-scatter";
+  scatter.targets = {{1, 0}, {1, 1}};
+  create_flow(node, scatter);
   spec.name = "alloc-replicate";
   spec.type = FlowType::replicate;
   create_flow(node, spec);

@@ -1,6 +1,6 @@
 // The flow data paths allocate nothing per call once warmed up, over shm and over TCP: push,
-// push_bulk and push_to of a ShuffleSource, try_consume (including retry) and consume of a
-// ShuffleTarget, push of a ReplicateSource, try_consume and consume of a ReplicateTarget, and
+// push_bulk, push_to and push_batch (1:1 runs, and the scatter over two targets) of a
+// ShuffleSource, try_consume (including retry), consume_into and consume of a ShuffleTarget, push of a ReplicateSource, try_consume and consume of a ReplicateTarget, and
 // push of a CombinerSource re-filling its emptied table. flow_alloc_node counts allocations with
 // a replaced operator new and malloc (tests/counting_allocator.hpp) in each loop and prints the
 // counts; this test judges them.
@@ -60,7 +60,9 @@ TEST_P(FlowAlloc, SteadyStateLoopsAllocateNothing) {
   }
   const std::set<std::string> expected{
       "shuffle source push",          "shuffle source push_bulk", "shuffle source push_to",
-      "shuffle target try_consume",   "shuffle target consume",   "replicate source push",
+      "shuffle source push_batch",    "shuffle scatter push_batch",
+      "shuffle target try_consume",   "shuffle target consume_into",
+      "shuffle target consume",       "replicate source push",
       "replicate target try_consume", "replicate target consume", "combiner source push"};
   EXPECT_EQ(loops, expected) << run.all();
   EXPECT_FALSE(contains(run.err, "FAILED")) << run.all();

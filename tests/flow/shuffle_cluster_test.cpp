@@ -68,7 +68,18 @@ TEST_P(ShuffleCluster, UserErrorsAreReportedClearly) {
   for (const char* error : {"duplicate flow", "unknown flow", "wrong flow type", "tuple larger than a segment",
                             "schema mismatch", "target not in the flow", "source not in the flow",
                             "function routing without a function", "routing function out of range",
-                            "wrong tuple width", "bad target id", "push after close"}) {
+                            "wrong tuple width", "bad target id", "batch not a whole number of tuples",
+                            "batch to a bad target id", "push after close", "push_batch after close"}) {
+    EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();
+  }
+}
+
+TEST_P(ShuffleCluster, BatchesOfEverySizeAndRoutingArriveExactlyOnceInOrder) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "batch"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "batches: 13 flows")) << run.all();
+  EXPECT_TRUE(contains(run.out, "all exactly once in order")) << run.all();
+  for (const char* error : {"push_batch on an explicit-target flow", "consume_into a buffer smaller than a tuple"}) {
     EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();
   }
 }

@@ -4,6 +4,8 @@
 //   shuffle_node backpressure          a slow consumer behind a 2-segment ring loses nothing
 //   shuffle_node flush                 flush() delivers a partial segment before close (ping-pong)
 //   shuffle_node errors                every user error gives a clear error
+//   shuffle_node batch                 push_batch and consume_into: every routing and batch size,
+//                                      mixed with push and consume, exactly once and in order
 //   shuffle_node kill-target           a target dies: its source's push fails naming it
 //   shuffle_node kill-source           a source dies: the target's consume fails naming it
 //   shuffle_node barrier-kill          a member dies between rounds: the others' next round names it
@@ -33,6 +35,7 @@
 #include "dfi/fabric/worker.hpp"
 #include "dfi/flow/barrier.hpp"
 #include "dfi/flow/shuffle.hpp"
+#include "dfi/kernels/hash.hpp"
 #include "dfi/registry/client.hpp"
 #include "node_checks.hpp"
 
@@ -566,9 +569,15 @@ int errors(cluster::Node& node) {
   expect_error("wrong tuple width", Errc::invalid_argument, "tuple of 24 B does not match the schema's 16 B",
                [&] { return source.push(three, sizeof three); });
   expect_error("bad target id", Errc::invalid_argument, "target 4 does not exist", [&] { return source.push_to(4, three, 16); });
+  expect_error("batch not a whole number of tuples", Errc::invalid_argument,
+               "flow 'good' source (rank 0, thread 0): a batch of 24 B is not a whole number of the schema's 16 B tuples",
+               [&] { return source.push_batch(three, sizeof three); });
+  expect_error("batch to a bad target id", Errc::invalid_argument, "target 4 does not exist",
+               [&] { return source.push_batch_to(4, three, 16); });
   if (Status s = source.push(Pair{1, 1}); !s) fail("good push: " + s.message());
   if (Status s = source.close(); !s) fail("close: " + s.message());
   expect_error("push after close", Errc::flow_failed, "after close", [&] { return source.push(Pair{2, 2}); });
+  expect_error("push_batch after close", Errc::flow_failed, "after close", [&] { return source.push_batch(three, 16); });
   node.finish();
   return failures == 0 ? 0 : 1;
 }
@@ -862,6 +871,248 @@ int barrier_late(cluster::Node& node) {
   std::_Exit(failures == 0 ? 0 : 1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Batches: push_batch / push_batch_to / push_bulk mixed with push / push_to on one source, every
+// routing, batches of 0, 1, a segment - 1, a segment and many segments of tuples; targets read
+// with consume_into (into a buffer that cuts segments) and consume, alternately. Every tuple
+// exactly once (counts and key checksums summed over the targets), per-source order and payload
+// checked at each target, and each tuple at the target its routing names.
+
+constexpr std::size_t kBatchSegmentTuples = 32;  // tuples per segment of the batch flows
+
+struct BatchFlow {
+  FlowSpec spec;
+  std::size_t width = 16;
+};
+
+// Key of tuple `seq` of source `source`, sent to target `intended` (explicit routing; else 0).
+std::uint64_t batch_key(std::size_t source, std::size_t intended, std::uint64_t seq) {
+  return (std::uint64_t{source} << 48) | (std::uint64_t{intended} << 40) | seq;
+}
+
+std::vector<BatchFlow> batch_flows() {
+  std::vector<BatchFlow> flows;
+  for (std::size_t width : {16, 24, 72}) {
+    for (const char* kind : {"one", "hash", "function", "explicit"}) {
+      BatchFlow f;
+      f.width = width;
+      const std::string k = kind;
+      f.spec.name = "batch-" + k + "-" + std::to_string(width);
+      if (k == "one") {
+        f.spec.sources = {{0, 0}};
+        f.spec.targets = {{1, 0}};
+      } else {
+        f.spec.sources = {{0, 0}, {1, 0}};
+        f.spec.targets = {{1, 0}, {2, 0}, {2, 1}};
+      }
+      f.spec.schema = Schema({{"key", Type::uint64}, {"payload", Type::chars, static_cast<std::uint32_t>(width - 8)}});
+      f.spec.key_column = "key";
+      f.spec.routing = k == "function" ? Routing::function : k == "explicit" ? Routing::explicit_target : Routing::key_hash;
+      f.spec.options.segments = 4;  // the rings wrap many times
+      f.spec.options.segment_bytes = static_cast<std::uint32_t>(16 + kBatchSegmentTuples * width);
+      f.spec.options.stall_timeout = std::chrono::seconds(60);
+      flows.push_back(f);
+    }
+  }
+  BatchFlow latency = flows[0];
+  latency.spec.name = "batch-latency-16";
+  latency.spec.options.mode = Mode::latency;
+  latency.spec.options.segment_bytes = 0;
+  flows.push_back(latency);
+  return flows;
+}
+
+std::size_t batch_function_route(std::uint64_t key, std::size_t targets) { return (key * 7 + (key >> 48)) % targets; }
+
+// Where tuple `key` belongs in flow `f` with `targets` targets.
+std::size_t batch_target(const BatchFlow& f, std::uint64_t key, std::size_t targets) {
+  switch (f.spec.routing) {
+    case Routing::key_hash: return kernels::route(key, targets);
+    case Routing::function: return batch_function_route(key, targets);
+    default: return (key >> 40) & 0xff;
+  }
+}
+
+// What one source pushes: batches of these sizes (in tuples), each followed by two single pushes.
+std::vector<std::size_t> batch_sizes(const BatchFlow& f) {
+  const std::size_t s = kBatchSegmentTuples;
+  if (f.spec.options.mode == Mode::latency) return {0, 1, 5, 40};
+  return {0, 1, s - 1, s, 5 * s + 7, 0, 3000};
+}
+
+struct BatchSent {
+  std::uint64_t tuples = 0;
+  std::uint64_t checksum = 0;
+};
+
+BatchSent batch_source(cluster::Node& node, const BatchFlow& f, std::size_t index) {
+  fabric::Worker worker(node.fabric(), f.spec.name + " source");
+  const std::size_t targets = f.spec.targets.size();
+  SourceOptions options;
+  options.route = [targets](const std::byte* tuple) {
+    std::uint64_t key;
+    std::memcpy(&key, tuple, 8);
+    return batch_function_route(key, targets);
+  };
+  ShuffleSource source(node, worker, f.spec.name, f.spec.sources[index].thread, options);
+  const bool explicit_routing = f.spec.routing == Routing::explicit_target;
+  BatchSent sent;
+  std::uint64_t seq = 0;
+  std::vector<std::byte> rows;
+  auto fill = [&](std::size_t count, std::size_t intended) {
+    rows.assign(count * f.width, std::byte{0});
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t key = batch_key(index, intended, ++seq);
+      std::byte* tuple = rows.data() + i * f.width;
+      std::memcpy(tuple, &key, 8);
+      for (std::size_t b = 8; b < f.width; ++b) tuple[b] = payload_byte(key, b);
+      ++sent.tuples;
+      sent.checksum += mix(key);
+    }
+  };
+  const std::vector<std::size_t> sizes = batch_sizes(f);
+  for (std::size_t b = 0; b < sizes.size() && failures == 0; ++b) {
+    const std::size_t intended = explicit_routing ? (b + index) % targets : 0;
+    fill(sizes[b], intended);
+    Status s;
+    if (explicit_routing) {
+      s = source.push_batch_to(intended, rows.data(), rows.size());
+    } else if (b == 3) {
+      s = source.push_bulk(rows.data(), sizes[b]);  // the count-of-tuples form
+    } else {
+      s = source.push_batch(rows.data(), rows.size());
+    }
+    if (!s) return fail(f.spec.name + ": batch of " + std::to_string(sizes[b]) + ": " + s.message()), sent;
+    for (int single = 0; single < 2; ++single) {
+      fill(1, intended);
+      s = explicit_routing ? source.push_to(intended, rows.data(), f.width) : source.push(rows.data(), f.width);
+      if (!s) return fail(f.spec.name + ": push: " + s.message()), sent;
+    }
+  }
+  if (explicit_routing) {
+    expect_error("push_batch on an explicit-target flow", Errc::invalid_argument, "use push_batch_to",
+                 [&] { return source.push_batch(rows.data(), f.width); });
+  }
+  if (Status s = source.close(); !s) fail(f.spec.name + ": close: " + s.message());
+  if (source.counters().tuples != sent.tuples) fail(f.spec.name + ": the source counted the wrong number of tuples");
+  return sent;
+}
+
+BatchSent batch_target_run(cluster::Node& node, const BatchFlow& f, std::size_t index) {
+  ShuffleTarget target(node, f.spec.name, f.spec.targets[index].id);
+  const std::size_t targets = f.spec.targets.size();
+  BatchSent got;
+  std::vector<std::uint64_t> last(f.spec.sources.size(), 0);
+  auto check = [&](const std::byte* tuple) {
+    std::uint64_t key;
+    std::memcpy(&key, tuple, 8);
+    const std::size_t source = key >> 48;
+    const std::uint64_t seq = key & 0xffffffffffull;
+    if (source >= last.size()) return fail(f.spec.name + ": a tuple from an unknown source");
+    if (seq <= last[source]) {
+      return fail(f.spec.name + ": source " + std::to_string(source) + " seq " + std::to_string(seq) + " after " +
+                  std::to_string(last[source]) + " (duplicate or reordered)");
+    }
+    last[source] = seq;
+    for (std::size_t b = 8; b < f.width; ++b) {
+      if (tuple[b] != payload_byte(key, b)) return fail(f.spec.name + ": corrupted payload");
+    }
+    if (batch_target(f, key, targets) != index) return fail(f.spec.name + ": a tuple at the wrong target");
+    ++got.tuples;
+    got.checksum += mix(key);
+  };
+  if (index == 0) {
+    std::size_t bytes = 0;
+    expect_error("consume_into a buffer smaller than a tuple", Errc::invalid_argument,
+                 "flow '" + f.spec.name + "' target (rank 1, id 0): consume_into a buffer of 8 B",
+                 [&] { std::byte small[8]; return target.consume_into(small, sizeof small, bytes); });
+  }
+  // A buffer that holds 7 tuples and a part of one: segments of 32 tuples are cut.
+  std::vector<std::byte> buffer(7 * f.width + 5);
+  TupleBatch batch;
+  for (std::uint64_t call = 0; failures == 0; ++call) {
+    if (call % 2 == 0) {
+      std::size_t bytes = 0;
+      Status s = target.consume_into(buffer.data(), buffer.size(), bytes, std::chrono::seconds(60));
+      if (!s) return fail(f.spec.name + ": consume_into: " + s.message()), got;
+      if (bytes % f.width != 0 || bytes > buffer.size()) return fail(f.spec.name + ": consume_into copied part of a tuple"), got;
+      if (bytes == 0) {
+        if (!target.end()) fail(f.spec.name + ": consume_into copied nothing before the end");
+        break;
+      }
+      for (std::size_t at = 0; at < bytes; at += f.width) check(buffer.data() + at);
+    } else {
+      Status s = target.consume(batch, std::chrono::seconds(60));
+      if (!s) return fail(f.spec.name + ": consume: " + s.message()), got;
+      if (batch.empty()) {
+        if (!target.end()) fail(f.spec.name + ": consume returned nothing before the end");
+        break;
+      }
+      for (std::size_t t = 0; t < batch.count; ++t) check(batch.tuple(t));
+    }
+  }
+  if (target.counters().tuples != got.tuples) fail(f.spec.name + ": the target counted the wrong number of tuples");
+  return got;
+}
+
+int batches(cluster::Node& node) {
+  std::uint64_t total = 0;
+  for (const BatchFlow& f : batch_flows()) {
+    if (node.rank() == 0) create_flow(node, f.spec);
+    std::mutex mutex;
+    BatchSent sent, got;
+    std::vector<std::thread> threads;
+    for (std::size_t s = 0; s < f.spec.sources.size(); ++s) {
+      if (f.spec.sources[s].rank == node.rank()) threads.emplace_back([&, s] {
+          try {
+            const BatchSent mine = batch_source(node, f, s);
+            std::lock_guard lock(mutex);
+            sent.tuples += mine.tuples;
+            sent.checksum += mine.checksum;
+          } catch (const std::exception& e) { fail(f.spec.name + ": source: " + e.what()); }
+        });
+    }
+    for (std::size_t t = 0; t < f.spec.targets.size(); ++t) {
+      if (f.spec.targets[t].rank == node.rank()) threads.emplace_back([&, t] {
+          try {
+            const BatchSent mine = batch_target_run(node, f, t);
+            std::lock_guard lock(mutex);
+            got.tuples += mine.tuples;
+            got.checksum += mine.checksum;
+          } catch (const std::exception& e) { fail(f.spec.name + ": target: " + e.what()); }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    // Every rank publishes what its sources sent and its targets received; rank 0 compares.
+    node.registry().publish(f.spec.name + "/batch/" + std::to_string(node.rank()),
+                            std::to_string(sent.tuples) + " " + std::to_string(sent.checksum) + " " +
+                                std::to_string(got.tuples) + " " + std::to_string(got.checksum));
+    node.barrier("batch/" + f.spec.name);
+    if (node.rank() != 0) continue;
+    BatchSent all_sent, all_got;
+    for (int r = 0; r < node.size(); ++r) {
+      std::istringstream in(node.registry().lookup(f.spec.name + "/batch/" + std::to_string(r)));
+      std::uint64_t a = 0, b = 0, c = 0, d = 0;
+      in >> a >> b >> c >> d;
+      all_sent.tuples += a;
+      all_sent.checksum += b;
+      all_got.tuples += c;
+      all_got.checksum += d;
+    }
+    if (all_sent.tuples != all_got.tuples || all_sent.checksum != all_got.checksum) {
+      fail(f.spec.name + ": sent " + std::to_string(all_sent.tuples) + " tuples, received " +
+           std::to_string(all_got.tuples) + (all_sent.checksum != all_got.checksum ? " (checksums differ)" : ""));
+    }
+    total += all_sent.tuples;
+  }
+  if (node.rank() == 0) {
+    std::printf("batches: %zu flows, %llu tuples, %s\n", batch_flows().size(), static_cast<unsigned long long>(total),
+                failures == 0 ? "all exactly once in order" : "FAILURES");
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -878,6 +1129,7 @@ int main(int argc, char** argv) {
     if (scenario == "abandon") return abandon(node);
     if (scenario == "cross") return cross(node);
     if (scenario == "errors") return errors(node);
+    if (scenario == "batch") return batches(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "come-and-go") return come_and_go(node);

@@ -48,11 +48,13 @@ std::set<std::size_t> xs_of(const json& series) {
 }
 
 // The baselines every shuffle-bw panel shows next to DFI: both ucx_perftest tests at the segment
-// size and the hand-written stream of the run's transport, measured (commands recorded) at every
+// size and the hand-written streams of the run's transport, measured (commands recorded) at every
 // tuple size.
-void check_shuffle_baselines(const json& panel, const std::string& stream,
+void check_shuffle_baselines(const json& panel, const std::vector<std::string>& streams,
                              const std::set<std::size_t>& sizes) {
-  for (const std::string& id : {std::string("ucp_put_bw"), std::string("ucp_am_bw"), stream}) {
+  std::vector<std::string> ids = {"ucp_put_bw", "ucp_am_bw"};
+  ids.insert(ids.end(), streams.begin(), streams.end());
+  for (const std::string& id : ids) {
     const json* s = find_by_id(panel["series"], id);
     ASSERT_NE(s, nullptr) << panel["id"] << "/" << id;
     EXPECT_EQ((*s)["role"], "baseline") << id;
@@ -70,21 +72,29 @@ TEST(BenchShuffleBw, QuickOverShm) {
     const json* panel = find_by_id(r["panels"], id);
     ASSERT_NE(panel, nullptr) << id;
     check_positive(*panel);
-    check_shuffle_baselines(*panel, "shm_ring", sizes);
+    check_shuffle_baselines(*panel, {"ring_tuple", "ring_bulk"}, sizes);
     EXPECT_EQ(find_by_id((*panel)["series"], "tcp_stream"), nullptr) << id;
     const std::string t = std::string(id).substr(3);
-    for (const std::string& series : {"direct_" + t, "staged_" + t}) {
+    for (const std::string& series : {"direct_" + t, "staged_" + t, "batch_direct_" + t, "batch_staged_" + t}) {
       const json* s = find_by_id((*panel)["series"], series);
       ASSERT_NE(s, nullptr) << id << "/" << series;
       EXPECT_EQ(xs_of(*s), sizes) << id << "/" << series;
     }
-    // direct and staged, each against ucp_put_bw, ucp_am_bw and the ring, per size; direct has
-    // the 0.9 target against the ring.
-    EXPECT_EQ((*panel)["ratios"].size(), 2 * 3 * sizes.size()) << id;
-    bool ring_target = false;
-    for (const json& ratio : (*panel)["ratios"])
-      ring_target |= ratio["baseline"] == "shm_ring" && ratio.value("target", 0.0) == 0.9;
-    EXPECT_TRUE(ring_target) << id;
+    // push and push_batch, direct and staged, each against ucp_put_bw, ucp_am_bw and its ring
+    // (push: the per-tuple ring, push_batch: the bulk ring), per size; direct push has the 0.9
+    // target against the per-tuple ring, direct push_batch 0.8 against the bulk ring.
+    EXPECT_EQ((*panel)["ratios"].size(), 2 * 2 * 3 * sizes.size()) << id;
+    bool tuple_target = false, bulk_target = false;
+    for (const json& ratio : (*panel)["ratios"]) {
+      tuple_target |= ratio["dfi"] == "direct_" + t && ratio["baseline"] == "ring_tuple" &&
+                      ratio.value("target", 0.0) == 0.9;
+      bulk_target |= ratio["dfi"] == "batch_direct_" + t && ratio["baseline"] == "ring_bulk" &&
+                     ratio.value("target", 0.0) == 0.8;
+      EXPECT_FALSE(ratio["dfi"].get<std::string>().starts_with("batch_") && ratio["baseline"] == "ring_tuple");
+      EXPECT_FALSE(!ratio["dfi"].get<std::string>().starts_with("batch_") && ratio["baseline"] == "ring_bulk");
+    }
+    EXPECT_TRUE(tuple_target) << id;
+    EXPECT_TRUE(bulk_target) << id;
   }
   const json* versus = find_by_id(r["panels"], "direct_vs_staged");
   ASSERT_NE(versus, nullptr);
@@ -99,13 +109,15 @@ TEST(BenchShuffleBw, QuickOverTcpHasOnlyThePutPath) {
   const json* panel = find_by_id(r["panels"], "bw_t1");
   ASSERT_NE(panel, nullptr);
   check_positive(*panel);
-  check_shuffle_baselines(*panel, "tcp_stream", {64});
-  EXPECT_EQ(find_by_id((*panel)["series"], "shm_ring"), nullptr);
+  check_shuffle_baselines(*panel, {"tcp_stream"}, {64});
+  EXPECT_EQ(find_by_id((*panel)["series"], "ring_tuple"), nullptr);
+  EXPECT_EQ(find_by_id((*panel)["series"], "ring_bulk"), nullptr);
   EXPECT_NE(find_by_id((*panel)["series"], "direct_t1"), nullptr);
+  EXPECT_NE(find_by_id((*panel)["series"], "batch_direct_t1"), nullptr);
   EXPECT_EQ(find_by_id((*panel)["series"], "staged_t1"), nullptr);
   EXPECT_EQ(find_by_id(r["panels"], "direct_vs_staged"), nullptr);
-  // One ratio per baseline; the socket stream's target is 0.5.
-  EXPECT_EQ((*panel)["ratios"].size(), 3u);
+  // One ratio per baseline and API; the socket stream's target is 0.5.
+  EXPECT_EQ((*panel)["ratios"].size(), 6u);
   bool socket_target = false;
   for (const json& ratio : (*panel)["ratios"])
     socket_target |= ratio["baseline"] == "tcp_stream" && ratio.value("target", 0.0) == 0.5;
@@ -113,12 +125,13 @@ TEST(BenchShuffleBw, QuickOverTcpHasOnlyThePutPath) {
 }
 
 // The stream baselines on their own, with 24 B tuples: 64 KiB socket reads cut tuples, and a ring
-// of 416 tuples with batches of 41 wraps in the middle of a batch. run_stream_baseline throws
-// unless every tuple arrived (count and key sum).
+// of 416 tuples with batches of 41 wraps in the middle of a batch, with both ring producers (per
+// tuple, whole runs). run_stream_baseline throws unless every tuple arrived (count and key sum).
 TEST(StreamBaseline, OddTupleSizesArriveWhole) {
-  for (const char* transport : {"tcp", "shm"}) {
+  for (const char* transport : {"tcp", "shm", "shm-bulk"}) {
     StreamRun run;
-    run.transport = transport;
+    run.transport = std::string(transport).substr(0, 3);
+    if (std::string(transport) == "shm-bulk") run.copy = "bulk";
     run.tuple_bytes = 24;
     run.tuples = 300000;
     run.ring_bytes = 10000;
@@ -129,6 +142,22 @@ TEST(StreamBaseline, OddTupleSizesArriveWhole) {
     EXPECT_EQ(r.tuples, run.tuples) << transport;
     EXPECT_GT(r.gbps, 0) << transport;
     EXPECT_NE(r.command.find("bench-stream"), std::string::npos) << r.command;
+    if (run.transport == "shm") EXPECT_NE(r.command.find("--copy " + run.copy), std::string::npos) << r.command;
+  }
+  // The per-tuple ring copies only widths it has a compile-time copy of.
+  EXPECT_TRUE(ring_copies_width(4096));
+  EXPECT_FALSE(ring_copies_width(72));
+  StreamRun odd;
+  odd.transport = "shm";
+  odd.tuple_bytes = 72;
+  odd.tuples = 100;
+  odd.dfi_binary = DFI_BINARY;
+  odd.timeout = 30s;
+  try {
+    (void)run_stream_baseline(odd);
+    ADD_FAILURE() << "72 B tuples with the per-tuple ring did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no compile-time copy of 72 B"), std::string::npos) << e.what();
   }
   StreamRun rdma;
   rdma.transport = "rdma";

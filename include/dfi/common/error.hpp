@@ -108,9 +108,11 @@ class [[nodiscard]] Status {
   bool has_block() const noexcept { return bits_ != 0 && (bits_ & kBareBit) == 0; }
   Block* block() const noexcept { return reinterpret_cast<Block*>(bits_); }
   std::uintptr_t clone() const;
+  // The check inline (an ok status costs nothing to destroy), the delete out of line.
   void release() noexcept {
-    if (has_block()) delete block();
+    if (has_block()) [[unlikely]] delete_block();
   }
+  void delete_block() noexcept;
   [[noreturn]] void throw_error() const;
 
   std::uintptr_t bits_ = 0;

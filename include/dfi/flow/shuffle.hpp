@@ -101,7 +101,7 @@ class ShuffleSource {
   // width, explicit-target flow, routing function out of range), peer_failed (a target died:
   // the first call that sees it), flow_failed (after close, and every call after a
   // peer_failed, at once, naming the same peer), timeout (a target stopped consuming).
-  Status push(const void* tuple, std::size_t bytes) {
+  [[gnu::always_inline]] Status push(const void* tuple, std::size_t bytes) {
     if (bytes != push_width_) [[unlikely]] return push_error(bytes);
     std::size_t target = 0;
     if (routing_ == Routing::key_hash) [[likely]] {
@@ -121,8 +121,34 @@ class ShuffleSource {
   }
   // Appends one tuple to target `target` (index into the spec's targets); any routing.
   Status push_to(std::size_t target, const void* tuple, std::size_t bytes);
-  // Pushes `count` contiguous tuples of the schema's width.
-  Status push_bulk(const void* tuples, std::size_t count);
+  // Routes and appends a batch of rows: `bytes` bytes of contiguous tuples of the schema's width
+  // (0 is a batch of none). Owned by the source's thread, like push(). Per target, the tuples
+  // keep their order in the batch and come after everything pushed before; what push(), push_to()
+  // and push_batch() send is one stream per target.
+  //  - One target by key hash (1:1, N:1): whole runs are copied into the current segment with one
+  //    memcpy per segment (straight into the mapped ring where direct()).
+  //  - Key hash over several targets: the key column of each chunk of 256 rows is hashed in a
+  //    loop of its own (no dependence between rows), then the rows are scattered into per-target
+  //    write-combine lines of a cache line, which go into the targets' segments whole (rows
+  //    wider than half a line, and latency mode, go straight into the segments).
+  //  - Routing function: called once per tuple, then scattered the same way.
+  // Full segments are published whole (a run publishes each segment it fills at once); the last,
+  // partly filled one waits for more tuples, flush() or close(), as after push(). With
+  // drop_for_dead_targets, the rows for a dead target are dropped and counted as with push().
+  // No allocation, lock or system call per row. Completion: when it returns ok, `rows`
+  // may be reused and every tuple is in a segment of its target (mapped ring or staging), not
+  // necessarily visible there yet.
+  // Errors: invalid_argument (`bytes` not a multiple of the tuple width, an explicit-target
+  // flow: use push_batch_to, a routing function out of range), peer_failed, flow_failed,
+  // timeout: as push(). After an error other than invalid_argument for the width, a part of the
+  // batch may have been pushed (per target a prefix of its tuples) and the rest not; retrying
+  // the whole batch would push that part twice.
+  Status push_batch(const void* rows, std::size_t bytes);
+  // Appends a batch of rows (as push_batch) all to target `target`, as whole runs; any routing.
+  // Errors: as push_batch, and invalid_argument for a target that does not exist.
+  Status push_batch_to(std::size_t target, const void* rows, std::size_t bytes);
+  // push_batch of `count` contiguous tuples of the schema's width.
+  Status push_bulk(const void* tuples, std::size_t count) { return push_batch(tuples, count * tuple_bytes_); }
   // Publishes every partly filled segment (bandwidth mode batches tuples until a segment is
   // full) and waits until everything pushed so far has left this process, so that it reaches its
   // targets without more pushes, progress of this source's worker, or close(). Does not wait
@@ -159,13 +185,26 @@ class ShuffleSource {
     return kernels::route(kernels::load_key(tuple + key_offset_, key_bytes_), target_count_);
   }
   Status route_slow(const std::byte* tuple, std::size_t& target);
+  // push_batch over several targets: routes `count` rows chunk by chunk, scatters them.
+  Status scatter_batch(const std::byte* rows, std::size_t count);
+  // Routes rows[0 .. count) (count <= kRouteChunk) into route_chunk_.
+  Status route_chunk(const std::byte* rows, std::size_t count);
+  template <std::size_t Width>
+  Status scatter_chunk(const std::byte* rows, std::size_t count);
+  Status append_line(std::size_t target, std::size_t bytes);
+  Status flush_lines();
+  // A run of `bytes` to `target` (push_batch_to, 1:1).
+  Status append_run(std::size_t target, const std::byte* rows, std::size_t bytes);
+  Status batch_error(std::size_t bytes) const;
   Status width_error(std::size_t bytes) const;
   Status push_error(std::size_t bytes) const;  // wrong width, or the flow failed earlier
   // failure_.latch(), and push() refuses every tuple once the flow failed.
   Status latch(Status status);
   // A call towards `target` failed: with drop_for_dead_targets and a dead target, the target is
   // left out from now on and the call counts as done (a push: its tuple dropped); else latch().
-  Status push_failed(std::size_t target, Status status);
+  Status push_failed(std::size_t target, Status status) { return run_failed(target, std::move(status), 1); }
+  // As push_failed, for `tuples` tuples towards `target` that a failed call did not append.
+  Status run_failed(std::size_t target, Status status, std::uint64_t tuples);
   // With drop_for_dead_targets: whether `target` is dead, given that a call towards it failed
   // with `status`; the first time, it is abandoned and left out from then on.
   bool leave_out_dead(std::size_t target, const Status& status);
@@ -188,6 +227,16 @@ class ShuffleSource {
   std::vector<bool> dead_;  // per target, once drop_for_dead_targets saw it die
   std::size_t dead_count_ = 0;
   std::uint64_t dropped_ = 0;
+
+  // push_batch over several targets, sized when the flow opens: the targets of one chunk of rows,
+  // and a write-combine line per target (kLineBytes, aligned to it) with its fill in bytes.
+  static constexpr std::size_t kRouteChunk = 256;
+  static constexpr std::size_t kLineBytes = 64;
+  std::vector<std::uint32_t> route_chunk_;
+  std::vector<std::byte> line_storage_;
+  std::byte* lines_ = nullptr;
+  std::vector<std::uint32_t> line_fill_;
+  std::size_t line_bytes_ = 0;  // whole tuples per line times the width; 0: no lines (rows go straight)
 };
 
 class ShuffleTarget {
@@ -210,6 +259,17 @@ class ShuffleTarget {
   // Like consume() but never waits: Errc::retry (a bare code, no message) when no batch is
   // there yet.
   Status try_consume(TupleBatch& batch);
+  // Copies whole tuples into `buffer` (`capacity` bytes, at least one tuple): waits like
+  // consume() for the first segment, then copies segment after segment while the buffer has
+  // room and more segments are there without waiting. A segment that does not fit is copied in
+  // part (whole tuples); the rest comes first in the next call (also of consume()). Sets `bytes`
+  // to the bytes copied, a multiple of the tuple width: 0 with ok only once every source closed
+  // (end() is true). Per source, tuples keep their order; the sources' segments interleave as in
+  // consume(). Owned by the target's thread, like consume(). Errors: invalid_argument (a
+  // capacity smaller than one tuple), and as consume(); an error that arrives after some tuples
+  // were copied is returned by the next call, so the copied tuples are never lost.
+  Status consume_into(void* buffer, std::size_t capacity, std::size_t& bytes,
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   bool end() const noexcept { return rings_.finished(); }
   // From now on a source whose rank dies ends its stream instead of failing the flow: the
   // tuples that reached this target's ring are still consumed, then the source counts as
@@ -224,11 +284,18 @@ class ShuffleTarget {
 
  private:
   Status finish(Status status, const memory::SegmentView& view, std::size_t source, TupleBatch& batch);
+  // Hands out what consume_into() left of a segment as a batch (consume, try_consume).
+  Status rest_of_segment(TupleBatch& batch);
 
   detail::TargetRings rings_;
   std::size_t tuple_bytes_;
   std::chrono::milliseconds stall_timeout_;  // consume()'s default, resolved at open
   FlowCounters counters_;
+  // consume_into: the tuples of the held segment not copied yet, and an error to return next.
+  const std::byte* rest_ = nullptr;
+  std::size_t rest_bytes_ = 0;
+  std::size_t rest_source_ = 0;
+  Status deferred_;
 };
 
 }  // namespace dfi::flow

@@ -7,6 +7,7 @@
 // Owned by one thread, like the SegmentWriter under it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -37,6 +38,36 @@ class TupleWriter {
     }
     copy_tuple(span_.data() + fill_, data, bytes);
     fill_ += bytes;
+    return {};
+  }
+  // Appends a run of whole tuples of `width` bytes (`bytes` a multiple of it, checked by the
+  // caller) with one memcpy per segment: fills the current segment with as many whole tuples as
+  // fit, publishes every segment that has no room for another tuple at once (whole), and goes on
+  // in the next. Latency mode publishes each tuple as a segment of its own, as append() does.
+  // `appended` counts the bytes that went into segments (all of them unless an error stopped the
+  // run: the tuples before it are in the flow, the rest are not). Errors: as append().
+  Status append_run(const void* data, std::size_t bytes, std::size_t width, std::size_t& appended) {
+    const auto* p = static_cast<const std::byte*>(data);
+    appended = 0;
+    if (mode_ == RingMode::latency) [[unlikely]] {
+      for (; appended < bytes; appended += width) {
+        if (Status s = segments_.publish_from(p + appended, width); !s) return s;
+      }
+      return {};
+    }
+    while (appended < bytes) {
+      if (fill_ + width > span_.size()) {
+        if (Status s = next_segment(width); !s) return s;
+      }
+      const std::size_t room = (span_.size() - fill_) / width * width;
+      const std::size_t n = std::min(room, bytes - appended);
+      std::memcpy(span_.data() + fill_, p + appended, n);
+      fill_ += n;
+      appended += n;
+      if (fill_ + width > span_.size()) {
+        if (Status s = flush(); !s) return s;
+      }
+    }
     return {};
   }
   // Publishes the current segment if it holds anything (does not wait until it is visible).

@@ -163,6 +163,8 @@ BenchCli::BenchCli(CLI::App& app) {
   stream_side_->add_option("--name", side.name, "shm: the ring's shm_open name");
   stream_side_->add_option("--ring-bytes", side.ring_bytes, "shm: ring capacity");
   stream_side_->add_option("--batch-bytes", side.batch_bytes, "shm: bytes per publish/release");
+  stream_side_->add_option("--copy", side.copy, "shm producer: tuple (compile-time width) or bulk")
+      ->check(CLI::IsMember({"tuple", "bulk"}));
   stream_side_->add_option("--wait-ms", stream_wait_ms_, "Longest wait for the peer");
 
   auto* baseline =
@@ -191,6 +193,9 @@ BenchCli::BenchCli(CLI::App& app) {
   stream_->add_option("--ring-bytes", stream_options_.ring_bytes, "shm: ring capacity");
   stream_->add_option("--batch-bytes", stream_options_.batch_bytes,
                       "shm: bytes per publish/release");
+  stream_->add_option("--copy", stream_options_.copy,
+                      "shm producer: tuple (compile-time-width copy per tuple) or bulk (memcpy of runs)")
+      ->check(CLI::IsMember({"tuple", "bulk"}));
 }
 
 std::optional<int> BenchCli::run(int argc, char** argv) {

@@ -1,13 +1,13 @@
 // Scenario shuffle-bw (003 Fig 7a): bandwidth of a shuffle flow against the transport's limits.
 //
 // DFI side (two ranks under a local cluster): one bandwidth-mode shuffle flow per configuration
-// (tuple size x source threads x direct_write). Rank 0 runs `threads` source threads, each with
-// its own fabric::Worker and ShuffleSource; rank 1 runs `targets` target threads (default 1, so
-// 1 thread = a 1:1 flow and 2 threads = 2 sources on rank 0 into 1 target on rank 1, a 2:1
-// flow; `--set targets=2` gives 1:2 and 2:2). Sources push tuple at a time (ShuffleSource::push,
-// key-hash routing, the default) from a 64 KiB block of pre-built tuples whose key column cycles
-// through 0..block-1 (tuple_block.hpp); every source pushes bytes_per_point / threads bytes,
-// then closes. Each target consumes (zero copy) and reads the 8-byte key of every tuple to count
+// (push API x tuple size x source threads x direct_write). Rank 0 runs `threads` source threads,
+// each with its own fabric::Worker and ShuffleSource; rank 1 runs `targets` target threads
+// (default 1, so 1 thread = a 1:1 flow and 2 threads = 2 sources on rank 0 into 1 target on
+// rank 1, a 2:1 flow; `--set targets=2` gives 1:2 and 2:2). Sources push from a 64 KiB block of
+// pre-built tuples whose key column cycles through 0..block-1 (tuple_block.hpp), key-hash
+// routing (the default): tuple at a time (ShuffleSource::push) or the whole block per call
+// (ShuffleSource::push_batch); every source pushes bytes_per_point / threads bytes, then closes. Each target consumes (zero copy) and reads the 8-byte key of every tuple to count
 // and checksum what arrived. Bandwidth = tuple payload bytes delivered after the first batch /
 // (end of stream of every source - arrival of the first batch), measured at the targets. The
 // driver checks that the tuple count and the key checksum at the targets equal what the sources
@@ -18,11 +18,13 @@
 //     default: a flow moves tuples in segments of that size), as many bytes as one configuration
 //     moves, and at most `segments` messages outstanding (-O, the ring's depth). One measurement
 //     per repetition, shown at every tuple size: it does not depend on how the flow batches.
-//   - the hand-written limit of a 1:1 stream of the same tuples between two processes
+//   - the hand-written limits of a 1:1 stream of the same tuples between two processes
 //     (stream_baseline.hpp): over tcp a plain TCP socket over loopback, over shm a
-//     single-producer/single-consumer ring in shared memory of the flow's ring size. The same
-//     tuples as a one-thread configuration, every key summed at the receiver, GB/s timed the
-//     same way; one measurement per tuple size and repetition.
+//     single-producer/single-consumer ring in shared memory of the flow's ring size, fed two
+//     ways: tuple after tuple with a copy of compile-time width (ring_tuple, the limit of push)
+//     and by memcpy of whole runs (ring_bulk, the limit of push_batch). The same tuples as a
+//     one-thread configuration, every key summed at the receiver, GB/s timed the same way; one
+//     measurement per tuple size, producer and repetition.
 //
 // On shm the flow can write tuples straight into the target's ring through UCX's mapping
 // (direct_write = true, the default) or batch them in a local staging segment and put it
@@ -58,18 +60,21 @@ struct Config {
   int threads = 1;
   bool direct_write = true;
   std::uint64_t tuples_per_source = 0;
+  bool batch = false;  // push_batch of the whole block per call, else push per tuple
 };
 
 json config_json(const Config& c) {
   return {{"tuple_bytes", c.tuple_bytes},
           {"threads", c.threads},
           {"direct_write", c.direct_write},
-          {"tuples_per_source", c.tuples_per_source}};
+          {"tuples_per_source", c.tuples_per_source},
+          {"api", c.batch ? "push_batch" : "push"}};
 }
 
 Config config_from(const json& j) {
   return {j.at("tuple_bytes").get<std::size_t>(), j.at("threads").get<int>(),
-          j.at("direct_write").get<bool>(), j.at("tuples_per_source").get<std::uint64_t>()};
+          j.at("direct_write").get<bool>(), j.at("tuples_per_source").get<std::uint64_t>(),
+          j.at("api").get<std::string>() == "push_batch"};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -145,25 +150,40 @@ class ShuffleBwRank {
         flow::ShuffleSource source(node, worker, spec.name, t);
         std::vector<std::byte> tuples(block * tb);
         fill_tuple_block(tuples, tb);
+        // Width and count as locals of this thread: through the captured references they would be
+        // reloaded after every tuple store (a std::byte store may alias them).
+        const std::size_t width = tb;
+        const std::uint64_t count = config.tuples_per_source;
         gate.ready_and_wait();
         const Clock::time_point start = Clock::now();
         const std::byte* p = tuples.data();
         const std::byte* const end = tuples.data() + block * tb;
-        // Two loops, so that the timed loop holds nothing but the push and the pointer walk.
-        if (explicit_routing) {
+        // Separate loops, so that the timed loop holds nothing but the push and the pointer walk.
+        if (config.batch) {
+          // The block from its start per call, so that keys cycle as with push.
           std::size_t next_target = 0;
-          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
-            if (Status s = source.push_to(next_target, p, tb); !s) [[unlikely]]
+          for (std::uint64_t left = count; left > 0;) {
+            const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, block));
+            Status s = explicit_routing ? source.push_batch_to(next_target, tuples.data(), n * width)
+                                        : source.push_batch(tuples.data(), n * width);
+            if (!s) [[unlikely]] throw Error(s.code(), s.message());
+            if (++next_target == targets) next_target = 0;
+            left -= n;
+          }
+        } else if (explicit_routing) {
+          std::size_t next_target = 0;
+          for (std::uint64_t i = 0; i < count; ++i) {
+            if (Status s = source.push_to(next_target, p, width); !s) [[unlikely]]
               throw Error(s.code(), s.message());
             if (++next_target == targets) next_target = 0;
-            p += tb;
+            p += width;
             if (p == end) p = tuples.data();
           }
         } else {
-          for (std::uint64_t i = 0; i < config.tuples_per_source; ++i) {
-            if (Status s = source.push(p, tb); !s) [[unlikely]]
+          for (std::uint64_t i = 0; i < count; ++i) {
+            if (Status s = source.push(p, width); !s) [[unlikely]]
               throw Error(s.code(), s.message());
-            p += tb;
+            p += width;
             if (p == end) p = tuples.data();
           }
         }
@@ -239,9 +259,9 @@ class ShuffleBwRank {
     threads.join();
     const double seconds = timed_tuples > 0 ? seconds_between(first, last) : 0;
     const double gbps = seconds > 0 ? static_cast<double>(timed_tuples * tb) / seconds / 1e9 : 0;
-    err_ << "bench shuffle-bw: " << tb << " B tuples, " << config.threads << " source thread(s), "
-         << (config.direct_write ? "direct" : "staged") << ": " << tuples << " tuples, " << gbps
-         << " GB/s\n";
+    err_ << "bench shuffle-bw: " << (config.batch ? "push_batch, " : "push, ") << tb << " B tuples, "
+         << config.threads << " source thread(s), " << (config.direct_write ? "direct" : "staged")
+         << ": " << tuples << " tuples, " << gbps << " GB/s\n";
     return {{"received_tuples", tuples},
             {"received_key_sum", key_sum},
             {"timed_bytes", timed_tuples * tb},
@@ -270,9 +290,10 @@ class ShuffleBw final : public Scenario {
            "and a hand-written stream";
   }
   std::string description() const override {
-    return "Two ranks, one bandwidth-mode shuffle flow per tuple size and thread count: rank 0 "
-           "runs 1 or 2 source threads (each its own worker) pushing tuple at a time with "
-           "key-hash routing into `targets` targets on rank 1 (default 1: 1:1 and 2:1 flows); "
+    return "Two ranks, one bandwidth-mode shuffle flow per push API, tuple size and thread "
+           "count: rank 0 runs 1 or 2 source threads (each its own worker) pushing tuple at a "
+           "time (push) or 64 KiB per call (push_batch) with key-hash routing into `targets` "
+           "targets on rank 1 (default 1: 1:1 and 2:1 flows); "
            "each target consumes zero-copy and reads every tuple's 8-byte key (count and "
            "checksum are checked against what the sources pushed). GB/s = tuple bytes delivered "
            "between the first batch and the end of stream of every source, at the targets. On "
@@ -282,7 +303,8 @@ class ShuffleBw final : public Scenario {
            "`segments` messages outstanding; and the same tuples streamed 1:1 between two "
            "processes by hand, the receiver summing every key and timed the same way: a TCP "
            "socket over loopback (tcp) or a single-producer/single-consumer ring in shared "
-           "memory (shm).";
+           "memory (shm), fed tuple after tuple with a compile-time-width copy (ring_tuple: the "
+           "limit of push) and by memcpy of whole runs (ring_bulk: the limit of push_batch).";
   }
   std::vector<Parameter> parameters() const override {
     return {
@@ -309,7 +331,10 @@ class ShuffleBw final : public Scenario {
          "segment size including the 16 B footer (the flow defaults, settings segment_bytes_shm / "
          "segment_bytes_tcp)"},
         {"routing", "key_hash", "key_hash",
-         "key_hash (push, the default routing) or explicit (push_to, round robin)"},
+         "key_hash (push / push_batch, the default routing) or explicit (push_to / push_batch_to, "
+         "round robin)"},
+        {"apis", json::array({"push", "push_batch"}), json::array({"push", "push_batch"}),
+         "push APIs measured: push (tuple at a time) and push_batch (the 64 KiB block per call)"},
         {"perftest_tests", json::array({"ucp_put_bw", "ucp_am_bw"}),
          json::array({"ucp_put_bw", "ucp_am_bw"}),
          "ucx_perftest tests run at the segment size (ucp_put_bw, ucp_am_bw)"},
@@ -327,9 +352,12 @@ class ShuffleBw final : public Scenario {
              "the same tuples as a one-thread configuration, streamed 1:1 between two processes "
              "(dfi bench-stream): over tcp a TCP socket over loopback (64 KiB writes, 64 KiB "
              "reads), over shm a single-producer/single-consumer ring in shared memory of "
-             "segments x segment_bytes (batches of segment_bytes); the receiver sums every "
-             "tuple's key (count and sum checked), GB/s from its first batch to the end of the "
-             "stream. One measurement per tuple size and repetition"}};
+             "segments x segment_bytes (batches of segment_bytes), its producer copying tuple "
+             "after tuple with a copy of compile-time width (ring_tuple, the limit of push) or "
+             "each batch with one memcpy of the whole run (ring_bulk, the limit of push_batch); "
+             "the receiver sums every tuple's key (count and sum checked), GB/s from its first "
+             "batch to the end of the stream. One measurement per tuple size, producer and "
+             "repetition"}};
   }
   std::string unavailable(const RunContext& context) const override {
     (void)context;
@@ -347,6 +375,7 @@ class ShuffleBw final : public Scenario {
     const std::size_t segment_bytes = context.param("segment_bytes");
     const std::string routing = context.param("routing");
     const std::vector<std::string> perftest_tests = context.param("perftest_tests");
+    const std::vector<std::string> apis = context.param("apis");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     for (std::size_t s : sizes) {
       if (s < 16 || s % 8 != 0 || s + 16 > segment_bytes) {
@@ -354,9 +383,22 @@ class ShuffleBw final : public Scenario {
                     "bench shuffle-bw: tuple size " + std::to_string(s) +
                         " must be a multiple of 8, at least 16 and fit a segment");
       }
+      if (!ring_copies_width(s)) {
+        throw Error(Errc::invalid_argument, "bench shuffle-bw: tuple size " + std::to_string(s) +
+                                                ": the ring baseline has " + ring_tuple_widths_text());
+      }
     }
-    if (targets < 1 || thread_counts.empty() || directs.empty() || sizes.empty())
+    if (targets < 1 || thread_counts.empty() || directs.empty() || sizes.empty() || apis.empty())
       throw Error(Errc::invalid_argument, "bench shuffle-bw: nothing to measure");
+    for (const std::string& api : apis) {
+      if (api != "push" && api != "push_batch")
+        throw Error(Errc::invalid_argument, "bench shuffle-bw: no api '" + api + "' (apis: push, push_batch)");
+    }
+    const bool measure_push = std::count(apis.begin(), apis.end(), "push") > 0;
+    const bool measure_batch = std::count(apis.begin(), apis.end(), "push_batch") > 0;
+    std::vector<bool> batch_modes;
+    if (measure_push) batch_modes.push_back(false);
+    if (measure_batch) batch_modes.push_back(true);
     if (routing != "key_hash" && routing != "explicit")
       throw Error(Errc::invalid_argument, "bench shuffle-bw: routing is key_hash or explicit");
     for (const std::string& test : perftest_tests) {
@@ -369,15 +411,18 @@ class ShuffleBw final : public Scenario {
       return std::clamp<std::uint64_t>(bytes / size / threads, 1000, max_tuples);
     };
     std::vector<Config> configs;
-    for (bool direct : directs) {
-      for (int threads : thread_counts) {
-        for (std::size_t size : sizes) {
-          Config c;
-          c.tuple_bytes = size;
-          c.threads = threads;
-          c.direct_write = direct;
-          c.tuples_per_source = tuples_per_source(size, threads);
-          configs.push_back(c);
+    for (bool batch : batch_modes) {
+      for (bool direct : directs) {
+        for (int threads : thread_counts) {
+          for (std::size_t size : sizes) {
+            Config c;
+            c.tuple_bytes = size;
+            c.threads = threads;
+            c.direct_write = direct;
+            c.tuples_per_source = tuples_per_source(size, threads);
+            c.batch = batch;
+            configs.push_back(c);
+          }
         }
       }
     }
@@ -389,15 +434,28 @@ class ShuffleBw final : public Scenario {
     const bool shm = context.transport == "shm" && !context.netns;
     const std::string stream_transport = context.netns ? "tcp" : context.transport;
     const bool tcp = stream_transport == "tcp";
-    const std::string stream_id = tcp ? "tcp_stream" : "shm_ring";
+    // The hand-written streams: over tcp the socket (for push and push_batch); over shm the
+    // ring, fed per tuple (the limit of push) and by whole runs (the limit of push_batch).
+    struct Stream {
+      std::string id, copy, name;
+    };
+    std::vector<Stream> streams;
+    if (tcp) {
+      streams.push_back({"tcp_stream", "tuple", stream_baseline_name("tcp")});
+    } else {
+      if (measure_push) streams.push_back({"ring_tuple", "tuple", stream_baseline_name("shm", "tuple")});
+      if (measure_batch) streams.push_back({"ring_bulk", "bulk", stream_baseline_name("shm", "bulk")});
+    }
+    // The stream each API is held against.
+    auto stream_of = [&](bool batch) { return tcp ? std::string("tcp_stream") : batch ? "ring_bulk" : "ring_tuple"; };
     const std::string stream_name = stream_baseline_name(stream_transport);
     if (!perftest_tests.empty())
       result.add_baseline("ucx_perftest", baselines()[0].description + "; UCX " + ucx_version());
-    result.add_baseline(stream_name, baselines()[1].description);
+    result.add_baseline(tcp ? stream_name : "shared-memory ring", baselines()[1].description);
     result.add_note(
         "Targets read the 8-byte key of every tuple (count and checksum, verified against the "
         "sources), not the whole payload; so does the receiver of the " +
-        stream_name + " baseline. ucx_perftest's target reads nothing.");
+        std::string(tcp ? stream_name : "shared-memory ring") + " baselines. ucx_perftest's target reads nothing.");
     if (shm) {
       result.add_note(
           "shm: both sides are memcpy into shared memory that stays in cache (the ring is 32 x "
@@ -410,43 +468,50 @@ class ShuffleBw final : public Scenario {
           "the TCP socket stream run over loopback.");
     }
     result.add_note(std::string(tcp ? "The 0.9x targets (0.5x against the TCP socket stream)"
-                                    : "The 0.9x targets") +
+                                    : "The 0.9x targets (push against ring_tuple; push_batch 0.8x against ring_bulk)") +
                     " apply from 64 B tuples; the 16 B row is shown for completeness.");
 
-    auto dfi_name = [&](bool direct) {
-      if (!shm) return std::string("DFI shuffle (staging + one active message per segment: the path where RMA is emulated)");
-      return std::string(direct ? "DFI shuffle, direct write into the mapped ring"
-                                : "DFI shuffle, staging + put (direct_write=false)");
+    auto dfi_name = [&](bool batch, bool direct) {
+      const std::string api = batch ? "DFI push_batch" : "DFI push";
+      if (!shm) return api + " (staging + one active message per segment: the path where RMA is emulated)";
+      return api + (direct ? ", direct write into the mapped ring" : ", staging + put (direct_write=false)");
     };
-    auto series_id = [](bool direct, int threads) {
-      return std::string(direct ? "direct" : "staged") + "_t" + std::to_string(threads);
+    auto series_id = [](bool batch, bool direct, int threads) {
+      return std::string(batch ? "batch_" : "") + (direct ? "direct" : "staged") + "_t" + std::to_string(threads);
     };
-    // Issue 9's targets for DFI's default path: 0.9x the transport's one-sided limit, 0.5x the
-    // socket stream and 0.9x ucp_am_bw over tcp, 0.9x the ring over shm.
+    // The targets for DFI's default path: 0.9x the transport's one-sided limit, 0.5x the socket
+    // stream and 0.9x ucp_am_bw over tcp; over shm 0.9x the per-tuple ring for push and 0.8x
+    // the bulk ring for push_batch (issue 28).
     auto target = [&](bool direct, const std::string& baseline) -> std::optional<double> {
       if (!direct || (baseline == "ucp_am_bw" && !tcp)) return std::nullopt;
-      return baseline == "tcp_stream" ? 0.5 : 0.9;
+      if (baseline == "tcp_stream") return 0.5;
+      return baseline == "ring_bulk" ? 0.8 : 0.9;
     };
-    std::vector<std::string> baseline_ids = perftest_tests;
-    baseline_ids.push_back(stream_id);
     for (int threads : thread_counts) {
       Panel& p = result.panel("bw_t" + std::to_string(threads), threads_text(threads, targets),
                               {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"},
                               Better::higher);
-      for (bool direct : directs) p.series(series_id(direct, threads), Role::dfi, dfi_name(direct));
+      for (bool batch : batch_modes) {
+        for (bool direct : directs) p.series(series_id(batch, direct, threads), Role::dfi, dfi_name(batch, direct));
+      }
       for (const std::string& test : perftest_tests) {
         p.series(test, Role::baseline,
                  "ucx_perftest " + test + " " + std::to_string(segment_bytes) + " B",
                  "the transport's limit at the segment size; the same value at every tuple size");
       }
-      p.series(stream_id, Role::baseline, stream_name + ", 1:1",
-               "the same tuples between two processes by hand, every key summed at the receiver");
-      for (bool direct : directs) {
-        for (const std::string& baseline : baseline_ids)
-          p.compare(series_id(direct, threads), baseline, target(direct, baseline));
+      for (const Stream& stream : streams) {
+        p.series(stream.id, Role::baseline, stream.name + ", 1:1",
+                 "the same tuples between two processes by hand, every key summed at the receiver");
+      }
+      for (bool batch : batch_modes) {
+        for (bool direct : directs) {
+          for (const std::string& test : perftest_tests)
+            p.compare(series_id(batch, direct, threads), test, target(direct, test));
+          p.compare(series_id(batch, direct, threads), stream_of(batch), target(direct, stream_of(batch)));
+        }
       }
     }
-    const bool both = shm && std::count(directs.begin(), directs.end(), true) > 0 &&
+    const bool both = shm && measure_push && std::count(directs.begin(), directs.end(), true) > 0 &&
                       std::count(directs.begin(), directs.end(), false) > 0;
     if (both) {
       Panel& p = result.panel(
@@ -504,8 +569,8 @@ class ShuffleBw final : public Scenario {
           if (s.at("sent_tuples") != t.at("received_tuples") ||
               s.at("sent_key_sum") != t.at("received_key_sum") ||
               s.at("sent_tuples").get<std::uint64_t>() != c.tuples_per_source * c.threads) {
-            throw Error(Errc::protocol, "bench shuffle-bw: " + std::to_string(c.tuple_bytes) +
-                                            " B, " + std::to_string(c.threads) +
+            throw Error(Errc::protocol, "bench shuffle-bw: " + std::string(c.batch ? "push_batch, " : "push, ") +
+                                            std::to_string(c.tuple_bytes) + " B, " + std::to_string(c.threads) +
                                             " thread(s): sent " + s.dump() + " but received " +
                                             t.dump());
           }
@@ -517,17 +582,19 @@ class ShuffleBw final : public Scenario {
           }
           const double gbps = t.at("gbps").get<double>();
           result.panel("bw_t" + std::to_string(c.threads))
-              .add(series_id(c.direct_write, c.threads), c.tuple_bytes, gbps);
-          if (both)
+              .add(series_id(c.batch, c.direct_write, c.threads), c.tuple_bytes, gbps);
+          if (both && !c.batch)
             result.panel("direct_vs_staged")
-                .add(series_id(c.direct_write, c.threads), c.tuple_bytes, gbps);
+                .add(series_id(false, c.direct_write, c.threads), c.tuple_bytes, gbps);
         }
         for (int threads : thread_counts) {
           for (bool direct : directs) {
-            result.panel("bw_t" + std::to_string(threads))
-                .add_command(series_id(direct, threads), dfi_command);
+            for (bool batch : batch_modes) {
+              result.panel("bw_t" + std::to_string(threads))
+                  .add_command(series_id(batch, direct, threads), dfi_command);
+            }
             if (both)
-              result.panel("direct_vs_staged").add_command(series_id(direct, threads), dfi_command);
+              result.panel("direct_vs_staged").add_command(series_id(false, direct, threads), dfi_command);
           }
         }
       };
@@ -550,12 +617,15 @@ class ShuffleBw final : public Scenario {
           for (std::size_t size : sizes) add_baseline(test, size, gbps, pr.command);
         }
         for (std::size_t size : sizes) {
-          stream.tuple_bytes = size;
-          stream.tuples = tuples_per_source(size, 1);
-          StreamResult sr = run_stream_baseline(stream);
-          context.say(round + ": " + stream_name + ", " + std::to_string(size) +
-                      " B tuples: " + std::to_string(sr.gbps) + " GB/s");
-          add_baseline(stream_id, size, sr.gbps, sr.command);
+          for (const Stream& s : streams) {
+            stream.tuple_bytes = size;
+            stream.tuples = tuples_per_source(size, 1);
+            stream.copy = s.copy;
+            StreamResult sr = run_stream_baseline(stream);
+            context.say(round + ": " + s.name + ", " + std::to_string(size) +
+                        " B tuples: " + std::to_string(sr.gbps) + " GB/s");
+            add_baseline(s.id, size, sr.gbps, sr.command);
+          }
         }
       };
       run_alternating(rep, run_dfi, run_baselines);

@@ -88,33 +88,45 @@ std::vector<std::string> stream_side_argv(const std::string& binary, const Strea
   } else {
     argv.insert(argv.end(), {"--name", side.name, "--ring-bytes", std::to_string(side.ring_bytes),
                              "--batch-bytes", std::to_string(side.batch_bytes)});
+    if (side.side == "ring-producer") argv.insert(argv.end(), {"--copy", side.copy});
   }
   argv.insert(argv.end(), {"--wait-ms", std::to_string(side.wait.count())});
   return argv;
 }
 
-std::string stream_baseline_name(const std::string& transport) {
+std::string stream_baseline_name(const std::string& transport, const std::string& copy) {
   if (transport == "tcp") return "TCP socket stream";
-  if (transport == "shm") return "shared-memory ring";
+  if (transport == "shm") {
+    return copy == "bulk" ? "shared-memory ring, memcpy of whole runs"
+                          : "shared-memory ring, compile-time-width copy per tuple";
+  }
   throw Error(Errc::invalid_argument,
               "bench: the stream baseline runs over tcp or shm, not '" + transport + "'");
 }
 
 StreamResult run_stream_baseline(const StreamRun& run) {
   const bool tcp = is_tcp(run.transport);
-  const std::string what =
-      stream_baseline_name(run.transport) + " (" + std::to_string(run.tuple_bytes) + " B tuples)";
+  const std::string what = stream_baseline_name(run.transport, run.copy) + " (" +
+                           std::to_string(run.tuple_bytes) + " B tuples)";
   if (run.dfi_binary.empty())
     throw Error(Errc::invalid_argument, "bench: the path of the dfi binary is unknown");
   if (run.tuple_bytes < 8 || run.tuple_bytes % 8 != 0 || run.tuples == 0) {
     throw Error(Errc::invalid_argument,
                 "bench: " + what + ": tuples are a multiple of 8 bytes, at least 8, and some");
   }
+  if (!tcp && run.copy != "tuple" && run.copy != "bulk")
+    throw Error(Errc::invalid_argument, "bench: " + what + ": no copy '" + run.copy + "' (tuple, bulk)");
+  if (!tcp && run.copy == "tuple" && !ring_copies_width(run.tuple_bytes)) {
+    throw Error(Errc::invalid_argument, "bench: " + what + ": no compile-time copy of " +
+                                            std::to_string(run.tuple_bytes) + " B tuples (" +
+                                            ring_tuple_widths_text() + ")");
+  }
   StreamSide receiver;
   receiver.side = tcp ? "tcp-reader" : "ring-consumer";
   receiver.tuple_bytes = run.tuple_bytes;
   receiver.ring_bytes = run.ring_bytes;
   receiver.batch_bytes = run.batch_bytes;
+  receiver.copy = run.copy;
   receiver.wait = run.timeout;
   std::optional<RingName> ring;
   if (!tcp) {

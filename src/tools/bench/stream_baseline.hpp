@@ -7,7 +7,10 @@
 //   shm  a single-producer/single-consumer ring in shared memory (shm_open + mmap): head and tail
 //        counters on cache lines of their own; the producer copies up to `batch_bytes` of tuples
 //        at a time into the ring and publishes them with one store, the consumer sums every key
-//        in place and releases what it read with one store.
+//        in place and releases what it read with one store. Two producers (`copy`): "tuple"
+//        copies tuple after tuple with a copy of compile-time width (the limit of a per-tuple
+//        push), "bulk" copies each batch with one memcpy of the whole run (the limit of a batch
+//        push).
 //
 //   bench::StreamRun run;
 //   run.transport = "tcp"; run.tuple_bytes = 64; run.tuples = 1 << 20;
@@ -42,8 +45,14 @@ struct StreamSide {
   std::string name;              // shm: the ring's shm_open name ("/dfi-...")
   std::size_t ring_bytes = 32 * 8192;     // shm: ring capacity (rounded down to whole tuples)
   std::size_t batch_bytes = 8192;         // shm: most bytes moved per publish / release
+  std::string copy = "tuple";             // shm producer: "tuple" (compile-time width) or "bulk"
   std::chrono::milliseconds wait{30000};  // longest a side waits for its peer to appear
 };
+
+// Whether the shm ring's "tuple" producer has a compile-time copy of `tuple_bytes`-byte tuples,
+// and the list of those widths (for error messages).
+bool ring_copies_width(std::size_t tuple_bytes);
+std::string ring_tuple_widths_text();
 
 // The names of the four sides, for the command line.
 std::vector<std::string> stream_side_names();
@@ -62,6 +71,7 @@ struct StreamRun {
   std::uint64_t tuples = 0;
   std::size_t ring_bytes = 32 * 8192;  // shm
   std::size_t batch_bytes = 8192;      // shm
+  std::string copy = "tuple";          // shm: the producer's copy, "tuple" or "bulk" (StreamSide)
   std::string dfi_binary;              // the dfi executable whose bench-stream sides run
   std::chrono::milliseconds timeout{60000};
 };
@@ -77,11 +87,13 @@ struct StreamResult {
 };
 
 // What `run.transport`'s baseline is called in results ("TCP socket stream", "shared-memory
-// ring"). Throws dfi::Error(invalid_argument) for a transport other than tcp or shm.
-std::string stream_baseline_name(const std::string& transport);
+// ring", with the shm producer's `copy`). Throws dfi::Error(invalid_argument) for a transport
+// other than tcp or shm.
+std::string stream_baseline_name(const std::string& transport, const std::string& copy = "tuple");
 
 // Runs the receiver and the sender of `run.transport` as two processes and returns what the
-// receiver measured. Throws dfi::Error: invalid_argument (bad transport or sizes), timeout (a
+// receiver measured. Throws dfi::Error: invalid_argument (bad transport, sizes or copy; a
+// width the per-tuple ring has no compile-time copy of), timeout (a
 // side was killed after run.timeout), io (a side failed; the message quotes its output),
 // protocol (the receiver's count or key sum differs from what was sent).
 StreamResult run_stream_baseline(const StreamRun& run);

@@ -20,6 +20,7 @@
 #include <ostream>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cluster_job.hpp"
@@ -279,7 +280,50 @@ int ring_consumer(const StreamSide& side, std::ostream& out) {
   return 0;
 }
 
+// The producer's copies into the ring. Per tuple: one copy of a width the compiler knows (so it
+// inlines it whole), tuple after tuple; the barrier keeps the compiler from fusing the loop into
+// one memcpy of the run, which is the bulk copy. Bulk: one memcpy of the whole run.
+using RunCopy = void (*)(std::byte* to, const std::byte* from, std::uint64_t tuples, std::size_t width);
+
+template <std::size_t Width>
+void copy_tuple_at_a_time(std::byte* to, const std::byte* from, std::uint64_t tuples, std::size_t) {
+  for (std::uint64_t i = 0; i < tuples; ++i) {
+    std::memcpy(to + i * Width, from + i * Width, Width);
+    asm volatile("" ::: "memory");
+  }
+}
+
+void copy_run(std::byte* to, const std::byte* from, std::uint64_t tuples, std::size_t width) {
+  std::memcpy(to, from, tuples * width);
+}
+
+template <std::size_t... Widths>
+RunCopy tuple_copy_of(std::size_t width, std::index_sequence<Widths...>) {
+  RunCopy copy = nullptr;
+  (void)((width == Widths ? (copy = &copy_tuple_at_a_time<Widths>, true) : false) || ...);
+  return copy;
+}
+
+// The widths with a compile-time copy: every multiple of 8 up to 64 B, and the powers of two
+// from 128 B to 4 KiB (the tuple sizes the bandwidth scenarios run).
+RunCopy tuple_copy(std::size_t width) {
+  return tuple_copy_of(width, std::index_sequence<8, 16, 24, 32, 40, 48, 56, 64, 128, 256, 512, 1024, 2048,
+                                                  4096>{});
+}
+
+RunCopy run_copy(const StreamSide& side) {
+  if (side.copy == "bulk") return &copy_run;
+  if (side.copy != "tuple") {
+    throw Error(Errc::invalid_argument, "bench-stream " + side.side + ": no copy '" + side.copy + "' (tuple, bulk)");
+  }
+  if (RunCopy copy = tuple_copy(side.tuple_bytes)) return copy;
+  throw Error(Errc::invalid_argument, "bench-stream " + side.side + ": no compile-time copy of " +
+                                          std::to_string(side.tuple_bytes) + " B tuples (" +
+                                          ring_tuple_widths_text() + ")");
+}
+
 int ring_producer(const StreamSide& side) {
+  const RunCopy copy = run_copy(side);
   const std::size_t tb = side.tuple_bytes;
   // The consumer creates and sizes the ring; wait for it (bounded).
   const Deadline deadline(side.wait);
@@ -328,15 +372,8 @@ int ring_producer(const StreamSide& side) {
     }
     const std::uint64_t n = std::min({capacity - (head - tail), capacity - index, batch,
                                       side.tuples - head, per_block - in_block});
-    // Tuple at a time, as a flow's push() copies them (the barrier keeps the compiler from
-    // fusing the copies into one): this ring is the limit of a per-tuple producer, batches
-    // published like segments.
-    const std::byte* from = block.data() + in_block * tb;
-    std::byte* to = data + index * tb;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      std::memcpy(to + i * tb, from + i * tb, tb);
-      asm volatile("" ::: "memory");
-    }
+    // Batches published like segments; their tuples copied as `side.copy` says.
+    copy(data + index * tb, block.data() + in_block * tb, n, tb);
     head += n;
     index = index + n == capacity ? 0 : index + n;
     in_block = in_block + n == per_block ? 0 : in_block + n;
@@ -347,6 +384,18 @@ int ring_producer(const StreamSide& side) {
 }
 
 }  // namespace
+
+bool ring_copies_width(std::size_t tuple_bytes) { return tuple_copy(tuple_bytes) != nullptr; }
+
+std::string ring_tuple_widths_text() {
+  std::string text = "compile-time copies of";
+  for (std::size_t w = 8; w <= 4096; w += 8) {
+    if (tuple_copy(w) == nullptr) continue;
+    text += ' ';
+    text += std::to_string(w);
+  }
+  return text + " B";
+}
 
 std::vector<std::string> stream_side_names() {
   return {"tcp-reader", "tcp-writer", "ring-consumer", "ring-producer"};
