@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -22,6 +23,8 @@ namespace dfi::cluster {
 namespace {
 
 std::string address_record(int rank) { return "dfi/node/" + std::to_string(rank) + "/address"; }
+// How long one registry request of a wait is held (Node::wait_all).
+constexpr std::chrono::milliseconds kWaitSlice{1000};
 // Published by a process that took the place of a dead one of its rank (Node::rejoined()).
 const std::string kRejoinedRecord = "dfi/node/rejoined";
 
@@ -124,7 +127,7 @@ void Node::watch(std::chrono::milliseconds hold) {
     try {
       // Held by the registry until the membership changes (pushed at once) or `hold` passes.
       members = watch_client_->members_after(version, hold);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       registry_lost = true;
       registry_error = e.what();
     }
@@ -304,14 +307,42 @@ std::vector<std::optional<std::string>> Node::wait_all(const std::vector<std::st
     asked_publishers.push_back(r);
   }
   if (asked.empty()) return values;
+  // The registry holds the wait and answers at once when a publisher's membership ends; this
+  // rank may learn of a death first (the fabric's own detection, while an etcd lease has not yet
+  // expired). So the hold is sliced: between slices a publisher declared dead here ends the wait
+  // as above. A wait answered within its first slice costs one request.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_ptr<registry::Client> waiter = take_waiter();
   std::vector<std::optional<std::string>> got;
-  try {
-    got = waiter->wait_all(asked_names, asked_publishers, timeout, skip_dead);
-  } catch (const Error& e) {
-    const bool usable = waiter->usable();  // the registry's answers leave it usable
-    return_waiter(std::move(waiter), usable);
-    throw;
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto slice = std::clamp(left, std::chrono::milliseconds(0), kWaitSlice);
+    try {
+      got = waiter->wait_all(asked_names, asked_publishers, slice, skip_dead);
+      break;
+    } catch (const Error& e) {
+      const bool usable = waiter->usable();  // the registry's answers leave it usable
+      if (e.code() == Errc::timeout && usable && slice < left) {
+        const bool newly_dead = std::any_of(asked_publishers.begin(), asked_publishers.end(), [this](int r) {
+          return r >= 0 && r != rank_ && r < size_ && !context_->peer_failure(r).empty();
+        });
+        if (!newly_dead) continue;
+        return_waiter(std::move(waiter), true);
+        return wait_all(names, publishers, std::max(left - slice, std::chrono::milliseconds(1)), skip_dead);
+      }
+      return_waiter(std::move(waiter), usable);
+      if (e.code() != Errc::timeout) throw;
+      // The last slice's message names its own bound: name the whole wait's instead.
+      std::string message = e.what();
+      const std::string part = "within " + std::to_string(slice.count()) + " ms";
+      if (const std::size_t at = message.find(part); at != std::string::npos) {
+        message.replace(at, part.size(), "within " + std::to_string(timeout.count()) + " ms");
+      }
+      throw Error(Errc::timeout, message);
+    } catch (...) {
+      return_waiter(std::move(waiter), false);
+      throw;
+    }
   }
   return_waiter(std::move(waiter), true);
   for (std::size_t k = 0; k < asked.size(); ++k) values[asked[k]] = std::move(got[k]);

@@ -160,10 +160,17 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
     found = node.wait_all(names, publishers, time_left(deadline));
   } catch (const Error& e) {
     if (e.code() == Errc::peer_failed || e.code() == Errc::timeout) {
-      // Name the first target missing (a look per target, on this error path only).
+      // Name the target missing (a look per target, on this error path only): one on a rank
+      // known dead first, else the first.
+      std::optional<std::size_t> missing;
       for (std::size_t i = 0; i < links.size(); ++i) {
         if (node.registry().try_lookup(names[i])) continue;
-        throw Error(e.code(), label_ + ": " + target_name(spec_.targets.at(links[i].target)) +
+        const bool dead = !node.fabric().peer_failure(publishers[i]).empty();
+        if (!missing || dead) missing = i;
+        if (dead) break;
+      }
+      if (missing) {
+        throw Error(e.code(), label_ + ": " + target_name(spec_.targets.at(links[*missing].target)) +
                                   " did not open the flow: " + e.what());
       }
     }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "dfi/common/deadline.hpp"
@@ -516,6 +517,21 @@ std::unique_ptr<Client::Impl> make_client(std::string address, std::string token
   return std::make_unique<ProtocolClient>(std::move(address), std::move(token), connect_timeout);
 }
 
+// Runs a call of the backend: a reply it could not read (JSON of an unexpected shape) is a
+// protocol error naming the registry, never an exception of another kind.
+template <class F>
+auto guarded(const Client::Impl& impl, F&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const Error&) {
+    throw;
+  } catch (const Json::exception& e) {
+    throw Error(Errc::protocol, "registry at " + impl.address_ + " sent a reply this client cannot read: " + e.what());
+  } catch (const std::logic_error& e) {
+    throw Error(Errc::protocol, "registry at " + impl.address_ + " sent a reply this client cannot read: " + e.what());
+  }
+}
+
 }  // namespace
 
 Client::Client(std::string host_port, std::string token, milliseconds connect_timeout)
@@ -533,7 +549,7 @@ void Client::publish(const std::string& name, std::string_view value, bool repla
                                             " bytes, over the limit of " +
                                             std::to_string(kMaxValueBytes));
   }
-  impl_->publish(name, value, replace);
+  guarded(*impl_, [&] { impl_->publish(name, value, replace); });
 }
 
 std::string Client::lookup(const std::string& name) {
@@ -544,13 +560,13 @@ std::string Client::lookup(const std::string& name) {
 
 std::optional<std::string> Client::try_lookup(const std::string& name) {
   check_name(name);
-  return impl_->try_lookup(name);
+  return guarded(*impl_, [&] { return impl_->try_lookup(name); });
 }
 
 std::string Client::wait_for(const std::string& name, milliseconds timeout) {
   check_name(name);
   (void)timeout_ms(timeout, "wait for", name);
-  return impl_->wait_for(name, std::min(timeout, kMaxWaitTimeout));
+  return guarded(*impl_, [&] { return impl_->wait_for(name, std::min(timeout, kMaxWaitTimeout)); });
 }
 
 std::vector<std::optional<std::string>> Client::wait_all(const std::vector<std::string>& names,
@@ -562,12 +578,12 @@ std::vector<std::optional<std::string>> Client::wait_all(const std::vector<std::
                                             std::to_string(publishers.size()) + " publishers");
   }
   (void)timeout_ms(timeout, "wait_all for", names.empty() ? std::string("-") : names[0]);
-  return impl_->wait_all(names, publishers, std::min(timeout, kMaxWaitTimeout), skip_dead);
+  return guarded(*impl_, [&] { return impl_->wait_all(names, publishers, std::min(timeout, kMaxWaitTimeout), skip_dead); });
 }
 
 void Client::remove(const std::string& name) {
   check_name(name);
-  impl_->remove(name);
+  guarded(*impl_, [&] { impl_->remove(name); });
 }
 
 void Client::join(int rank, std::string_view info) {
@@ -581,14 +597,16 @@ void Client::join(int rank, std::string_view info) {
                                             " bytes, over the limit of " +
                                             std::to_string(kMaxInfoBytes));
   }
-  impl_->join(rank, info);
+  guarded(*impl_, [&] { impl_->join(rank, info); });
 }
 
-std::map<int, std::string> Client::members() { return impl_->members(); }
+std::map<int, std::string> Client::members() {
+  return guarded(*impl_, [&] { return impl_->members(); });
+}
 
 std::map<int, std::string> Client::members_after(std::uint64_t& version, milliseconds timeout) {
   (void)timeout_ms(timeout, "members watch", "members");
-  return impl_->members_after(version, std::min(timeout, kMaxWaitTimeout));
+  return guarded(*impl_, [&] { return impl_->members_after(version, std::min(timeout, kMaxWaitTimeout)); });
 }
 
 void Client::interrupt() noexcept { impl_->interrupt(); }
@@ -601,7 +619,7 @@ void Client::barrier(const std::string& name, int count, milliseconds timeout) {
                                             " must be at least 1");
   }
   (void)timeout_ms(timeout, "barrier", name);
-  impl_->barrier(name, count, std::min(timeout, kMaxWaitTimeout));
+  guarded(*impl_, [&] { impl_->barrier(name, count, std::min(timeout, kMaxWaitTimeout)); });
 }
 
 bool Client::usable() const { return impl_->usable(); }

@@ -22,6 +22,7 @@
 // costs a wait no more than the election.
 #include <curl/curl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,7 +66,7 @@ std::string unb64(const json& value) {
 std::int64_t int_field(const json& object, const char* key) {
   auto it = object.find(key);
   if (it == object.end()) return 0;
-  if (it->is_string()) return std::stoll(it->get<std::string>());
+  if (it->is_string()) return std::strtoll(it->get<std::string>().c_str(), nullptr, 10);
   if (it->is_number_integer()) return it->get<std::int64_t>();
   return 0;
 }
@@ -148,7 +149,12 @@ class Http {
     curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &transfer);
     curl_easy_setopt(curl_, CURLOPT_SOCKOPTFUNCTION, &Http::on_socket);
     curl_easy_setopt(curl_, CURLOPT_SOCKOPTDATA, this);
+    curl_easy_setopt(curl_, CURLOPT_CLOSESOCKETFUNCTION, &Http::on_close);
+    curl_easy_setopt(curl_, CURLOPT_CLOSESOCKETDATA, this);
     curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+    // A member without a leader (cut off, or the leader just died) refuses or cancels the request
+    // instead of holding it, so the client moves on to another member.
+    headers = curl_slist_append(headers, "Grpc-Metadata-hasleader: true");
     curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
     const CURLcode rc = curl_easy_perform(curl_);
     curl_slist_free_all(headers);
@@ -183,17 +189,27 @@ class Http {
     return static_cast<Transfer*>(user)->abort->load() ? 1 : 0;
   }
   static int on_socket(void* user, curl_socket_t fd, curlsocktype) {
-    static_cast<Http*>(user)->socket_.store(fd);
+    auto* http = static_cast<Http*>(user);
+    std::lock_guard lock(http->socket_mutex_);
+    http->socket_ = fd;
     return CURL_SOCKOPT_OK;
   }
+  static int on_close(void* user, curl_socket_t fd) {
+    auto* http = static_cast<Http*>(user);
+    std::lock_guard lock(http->socket_mutex_);
+    if (http->socket_ == fd) http->socket_ = -1;
+    return ::close(fd);
+  }
   CURL* curl_;
-  std::atomic<int> socket_{-1};  // the connection made last (what a transfer uses: one endpoint at a time)
+  std::mutex socket_mutex_;  // cut() against libcurl opening and closing connections
+  int socket_ = -1;          // the open connection made last (a transfer uses one endpoint at a time)
 
  public:
   // Ends the transfer in progress at once, from any thread (libcurl looks at the abort flag only
   // about once a second while a watch waits): its connection is shut down under it.
   void cut() noexcept {
-    if (const int fd = socket_.load(); fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    std::lock_guard lock(socket_mutex_);
+    if (socket_ >= 0) ::shutdown(socket_, SHUT_RDWR);
   }
 };
 
@@ -270,6 +286,7 @@ class EtcdClient final : public Client::Impl {
   std::vector<std::optional<std::string>> wait_all(const std::vector<std::string>& names,
                                                    const std::vector<int>& publishers, milliseconds timeout,
                                                    bool skip_dead) override {
+    if (names.empty()) return {};
     const Deadline deadline(timeout);
     const std::string what = names.size() == 1 ? "wait for " + protocol::quote_name(names[0])
                                                : "wait for " + std::to_string(names.size()) + " records";
@@ -405,10 +422,13 @@ class EtcdClient final : public Client::Impl {
       const Deadline deadline(timeout);
       bool changed = false;
       while (!changed && !deadline.expired()) {
-        watch(prefix_ + "m/", static_cast<std::int64_t>(version) + 1, deadline, "members watch", [&](const json&) {
-          changed = true;
-          return false;
-        });
+        // A compacted `version` is reported as a change: the answer carries a current one.
+        changed = watch(prefix_ + "m/", static_cast<std::int64_t>(version) + 1, deadline, "members watch",
+                        [&](const json&) {
+                          changed = true;
+                          return false;
+                        }) ||
+                  changed;
       }
       if (!changed) {
         std::int64_t ignored = 0;
@@ -440,10 +460,10 @@ class EtcdClient final : public Client::Impl {
     while (arrived < round_end) {
       if (deadline.expired()) {
         // Withdraw, unless the round filled meanwhile: the arrivals after it take its place.
-        const json now = call("/v3/kv/range", range, what, kRequestTimeout);
+        const json now = call("/v3/kv/range", range, what, read_bound(deadline));
         arrived = int_field(now, "count");
         if (arrived >= round_end) return;
-        (void)call("/v3/kv/deleterange", json{{"key", b64(mine)}}, what, kRequestTimeout);
+        (void)call("/v3/kv/deleterange", json{{"key", b64(mine)}}, what, read_bound(deadline));
         throw Error(Errc::timeout, "registry: barrier " + protocol::quote_name(name) + " timed out after " +
                                        std::to_string(timeout.count()) + " ms with " +
                                        std::to_string(arrived - (round_end - count)) + " of " + std::to_string(count) +
@@ -519,6 +539,10 @@ class EtcdClient final : public Client::Impl {
       if (values[i] || skipped[i]) continue;
       ++missing;
       first = std::min(first, i);
+    }
+    if (names.size() == 1) {
+      return Error(Errc::timeout, "registry: record " + protocol::quote_name(names[0]) + " not published within " +
+                                      std::to_string(timeout.count()) + " ms");
     }
     return Error(Errc::timeout, "registry: " + std::to_string(missing) + " of " + std::to_string(names.size()) +
                                     " records not published within " + std::to_string(timeout.count()) +
@@ -615,7 +639,9 @@ class EtcdClient final : public Client::Impl {
   // Watches keys from `key` (a prefix when it ends in '/', else that key alone) from `revision`,
   // handing every event to `on_event` until it returns false, the deadline passes, or the stream
   // ends (its endpoint failed: the caller reads again). Moves to the next endpoint on failure.
-  void watch(const std::string& key, std::int64_t revision, const Deadline& deadline, const std::string& what,
+  // True when etcd canceled the watch because `revision` was compacted away (the caller must read
+  // afresh and watch from the new revision).
+  bool watch(const std::string& key, std::int64_t revision, const Deadline& deadline, const std::string& what,
              const std::function<bool(const json&)>& on_event) {
     std::lock_guard lock(mutex_);
     json create{{"key", b64(key)}, {"start_revision", std::to_string(revision)}};
@@ -623,13 +649,17 @@ class EtcdClient final : public Client::Impl {
     const std::string text = json{{"create_request", create}}.dump();
     std::size_t parsed = 0;
     bool stop = false;
+    bool compacted = false;
     auto on_chunk = [&](std::string& body) {
       for (std::size_t end; !stop && (end = body.find('\n', parsed)) != std::string::npos; parsed = end + 1) {
         json message = json::parse(body.begin() + static_cast<std::ptrdiff_t>(parsed),
                                    body.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
         if (message.is_discarded()) continue;
         const json& result = message.contains("result") ? message["result"] : message;
-        if (result.value("canceled", false)) return false;  // compacted: the caller reads again
+        if (result.value("canceled", false)) {
+          compacted = true;  // the caller reads again
+          return false;
+        }
         if (auto events = result.find("events"); events != result.end() && events->is_array()) {
           for (const json& event : *events) {
             if (!on_event(event)) {
@@ -651,6 +681,7 @@ class EtcdClient final : public Client::Impl {
       current_ = (current_ + 1) % endpoints_.size();
       std::this_thread::sleep_for(std::min(kFirstRetryPause, milliseconds(std::max<long long>(deadline.remaining_ms(), 0))));
     }
+    return compacted;
   }
 
   void count(std::size_t sent, std::size_t received) {

@@ -466,11 +466,14 @@ void Loop::expire(Connection& c, Clock::time_point now) {
                                                     std::to_string(c.pending_timeout_ms) + " ms"));
   } else if (c.pending == Pending::wait_all && now >= c.pending_deadline) {
     std::size_t first = 0;
-    while (c.await.settled[first]) ++first;
-    const std::string message = "registry: " + std::to_string(c.await.unsettled) + " of " +
-                                std::to_string(c.await.names.size()) + " records not published within " +
-                                std::to_string(c.pending_timeout_ms) + " ms (the first: " +
-                                protocol::quote_name(c.await.names[first]) + ")";
+    while (first + 1 < c.await.names.size() && c.await.settled[first]) ++first;
+    const std::string message =
+        c.await.names.size() == 1
+            ? "registry: record " + protocol::quote_name(c.await.names[0]) + " not published within " +
+                  std::to_string(c.pending_timeout_ms) + " ms"
+            : "registry: " + std::to_string(c.await.unsettled) + " of " + std::to_string(c.await.names.size()) +
+                  " records not published within " + std::to_string(c.pending_timeout_ms) + " ms (the first: " +
+                  protocol::quote_name(c.await.names[first]) + ")";
     finish_await(c, protocol::error_reply(Errc::timeout, message));
   } else if (c.pending == Pending::barrier && now >= c.pending_deadline) {
     const BarrierRound& round = barriers_.at(c.pending_name);
@@ -855,6 +858,14 @@ bool Loop::settle(Connection& c) {
     --await.unsettled;
   }
   if (await.unsettled > 0) return false;
+  // A settled record removed since (remove) is awaited again, not answered.
+  for (std::size_t i = 0; i < await.names.size(); ++i) {
+    if (!await.settled[i] || await.skipped[i] || records_.contains(await.names[i])) continue;
+    await.settled[i] = 0;
+    ++await.unsettled;
+    awaited_[await.names[i]].push_back(c.id);
+  }
+  if (await.unsettled > 0) return false;
   Json values = Json::array();
   for (std::size_t i = 0; i < await.names.size(); ++i) {
     values.push_back(await.skipped[i] ? Json() : Json(protocol::base64_encode(records_.at(await.names[i]))));
@@ -864,8 +875,8 @@ bool Loop::settle(Connection& c) {
 }
 
 void Loop::forget_await(Connection& c) {
+  // Every name, settled or not: a name skipped for a dead publisher is still registered.
   for (std::size_t i = 0; i < c.await.names.size(); ++i) {
-    if (c.await.settled[i]) continue;
     auto it = awaited_.find(c.await.names[i]);
     if (it == awaited_.end()) continue;
     std::erase(it->second, c.id);

@@ -58,10 +58,17 @@ std::uint64_t budget(std::uint64_t waits, std::uint64_t others) {
   return waits * (etcd ? 2 : 1) + others;
 }
 
+// A wait is held one second per request (Node::wait_all looks at its own failure detector in
+// between): `waits` waits that took `seconds` in all may cost that many more.
+std::uint64_t slices(std::uint64_t waits, double seconds) {
+  return waits * static_cast<std::uint64_t>(seconds);
+}
+
 // Fails unless the registry requests this rank made since `before` are at most `budget`: a
 // bound that does not grow with the cluster (an open once cost requests per target).
 void check_requests(cluster::Node& node, const std::string& what, const cluster::RegistryStats& before,
-                    std::uint64_t budget) {
+                    std::uint64_t budget, std::chrono::steady_clock::time_point since) {
+  budget += slices(3, std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
   const std::uint64_t requests = node.registry_stats().requests - before.requests;
   if (requests > budget) {
     fail(what + ": rank " + std::to_string(node.rank()) + " made " + std::to_string(requests) +
@@ -76,6 +83,7 @@ void run_pair(cluster::Node& node, const std::string& what, std::uint64_t budget
               const std::function<void(fabric::Worker&)>& source, const std::function<void()>& target) {
   node.barrier("open-scale/" + what + "/begin");
   const cluster::RegistryStats before = node.registry_stats();
+  const auto since = std::chrono::steady_clock::now();
   std::string source_error, target_error;
   std::thread t([&] {
     try {
@@ -93,7 +101,7 @@ void run_pair(cluster::Node& node, const std::string& what, std::uint64_t budget
   t.join();
   if (!source_error.empty()) fail(what + ": source: " + source_error);
   if (!target_error.empty()) fail(what + ": target: " + target_error);
-  check_requests(node, what, before, budget);
+  check_requests(node, what, before, budget, since);
   node.barrier("open-scale/" + what + "/end");
 }
 
@@ -186,6 +194,7 @@ void combiner(cluster::Node& node, std::uint64_t tuples) {
   if (node.rank() == 0) create_flow(node, spec);
   node.barrier("open-scale/combiner/created");
   const cluster::RegistryStats before = node.registry_stats();
+  const auto since = std::chrono::steady_clock::now();
   std::string error;
   std::thread target;
   if (node.rank() == 0) {
@@ -215,7 +224,7 @@ void combiner(cluster::Node& node, std::uint64_t tuples) {
   }
   if (target.joinable()) target.join();
   if (!error.empty()) fail("combiner: target: " + error);
-  check_requests(node, "combiner", before, budget(3, 1));
+  check_requests(node, "combiner", before, budget(3, 1), since);
   node.barrier("open-scale/combiner/end");
 }
 
@@ -225,6 +234,7 @@ void barrier(cluster::Node& node) {
   if (node.rank() == 0) create_barrier(node, "open-scale-barrier", members);
   node.barrier("open-scale/barrier/created");
   const cluster::RegistryStats before = node.registry_stats();
+  const auto since = std::chrono::steady_clock::now();
   {
     fabric::Worker worker(node.fabric(), "barrier member");
     Barrier b(node, worker, "open-scale-barrier", 0);
@@ -233,7 +243,7 @@ void barrier(cluster::Node& node) {
     }
   }
   // Its record, the counter's record and rank 0's address (the first time).
-  check_requests(node, "barrier", before, budget(3, 1));
+  check_requests(node, "barrier", before, budget(3, 1), since);
 }
 
 }  // namespace

@@ -142,7 +142,9 @@ TEST(StreamBaseline, OddTupleSizesArriveWhole) {
     EXPECT_EQ(r.tuples, run.tuples) << transport;
     EXPECT_GT(r.gbps, 0) << transport;
     EXPECT_NE(r.command.find("bench-stream"), std::string::npos) << r.command;
-    if (run.transport == "shm") EXPECT_NE(r.command.find("--copy " + run.copy), std::string::npos) << r.command;
+    if (run.transport == "shm") {
+      EXPECT_NE(r.command.find("--copy " + run.copy), std::string::npos) << r.command;
+    }
   }
   // The per-tuple ring copies only widths it has a compile-time copy of.
   EXPECT_TRUE(ring_copies_width(4096));
