@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -56,9 +57,16 @@ EtcdCluster::EtcdCluster(int members, const std::string& data_root, std::chrono:
   if (ec) throw Error(Errc::io, "etcd cluster: cannot create " + data_dir_ + ": " + ec.message());
   std::vector<int> client(static_cast<std::size_t>(members)), peer(static_cast<std::size_t>(members));
   std::ostringstream initial, endpoints;
+  // Free ports, each once: pick_free_port() releases what it found, so it may find it again.
+  std::set<int> taken;
+  auto unique_port = [&taken] {
+    for (;;) {
+      if (const int port = pick_free_port(); taken.insert(port).second) return port;
+    }
+  };
   for (std::size_t i = 0; i < client.size(); ++i) {
-    client[i] = pick_free_port();
-    peer[i] = pick_free_port();
+    client[i] = unique_port();
+    peer[i] = unique_port();
     initial << (i ? "," : "") << 'm' << i << "=http://127.0.0.1:" << peer[i];
     endpoints << (i ? "," : "") << "127.0.0.1:" << client[i];
     client_addresses_.push_back(text("127.0.0.1:", client[i]));

@@ -273,6 +273,28 @@ TEST(Registry, WaitAllEndsWhenAPublisherLeavesWithoutPublishing) {
   EXPECT_EQ(values, (std::vector<std::optional<std::string>>{std::nullopt, "L"}));
 }
 
+TEST(Registry, WaitAllWaitsAgainForARecordRemovedAfterItWasPublished) {
+  Server server(ServerOptions{});
+  auto waiter = connect_to(server);
+  auto other = connect_to(server);
+  std::thread changes([&] {
+    std::this_thread::sleep_for(50ms);
+    other->publish("a", "1");
+    other->remove("a");  // settled, then gone: awaited again
+    other->publish("b", "2");
+    std::this_thread::sleep_for(50ms);
+    other->publish("a", "3");
+  });
+  const auto values = waiter->wait_all({"a", "b"}, {}, kLongWait);
+  changes.join();
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"3", "2"}));
+  EXPECT_TRUE(other->usable());  // the publisher's requests were answered, not failed
+  other->publish("c", "4");
+  // A wait that timed out with a removed name leaves the server serving.
+  other->remove("c");
+  EXPECT_EQ(capture_error([&] { (void)waiter->wait_all({"c"}, {}, 100ms); }).code(), Errc::timeout);
+}
+
 TEST(Registry, WaitAllRejectsBadArgumentsBeforeSending) {
   Server server(ServerOptions{});
   auto client = connect_to(server);
