@@ -274,13 +274,7 @@ class EtcdClient final : public Client::Impl {
   }
 
   std::string wait_for(const std::string& name, milliseconds timeout) override {
-    try {
-      return *wait_all({name}, {}, timeout, false).front();
-    } catch (const Error& e) {
-      if (e.code() != Errc::timeout) throw;
-      throw Error(Errc::timeout, "registry: record " + protocol::quote_name(name) + " not published within " +
-                                     std::to_string(timeout.count()) + " ms");
-    }
+    return *wait_all({name}, {}, timeout, false).front();
   }
 
   std::vector<std::optional<std::string>> wait_all(const std::vector<std::string>& names,
@@ -292,12 +286,18 @@ class EtcdClient final : public Client::Impl {
                                                : "wait for " + std::to_string(names.size()) + " records";
     std::vector<std::optional<std::string>> values(names.size());
     std::vector<char> dead_skipped(names.size(), 0);
+    // Record key -> the first of the names that is it; a repeated name reads its first's value.
+    std::map<std::string, std::size_t> by_key;
+    std::vector<std::size_t> first(names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) first[i] = by_key.emplace(record_key(names[i]), i).first->second;
+    auto repeated = [&first](std::vector<std::optional<std::string>>& v) -> std::vector<std::optional<std::string>>& {
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = v[first[i]];
+      return v;
+    };
     for (;;) {
       // What is there now, in one read of at most kMaxTxnOps ranges (etcd's --max-txn-ops is 128
       // by default): a few names one range each, many names one range over their common prefix
       // (a flow's target records share "flow/<name>/target/"), filtered here; and the members.
-      std::map<std::string, std::size_t> by_key;
-      for (std::size_t i = 0; i < names.size(); ++i) by_key.emplace(record_key(names[i]), i);
       json ops = json::array();
       if (names.size() <= kFewNames) {
         for (const auto& [key, index] : by_key) ops.push_back({{"request_range", {{"key", b64(key)}}}});
@@ -326,9 +326,6 @@ class EtcdClient final : public Client::Impl {
           }
         }
       }
-      for (std::size_t i = 0; i < names.size(); ++i) {
-        if (!values[i]) values[i] = values[by_key.at(record_key(names[i]))];  // a repeated name
-      }
       const std::int64_t revision = int_field(reply.at("header"), "revision");
 
       // Settles what it can; true when everything is, or a publisher left (then `left` says
@@ -337,7 +334,7 @@ class EtcdClient final : public Client::Impl {
       auto settled = [&]() {
         std::size_t open = 0;
         for (std::size_t i = 0; i < names.size(); ++i) {
-          if (values[i] || dead_skipped[i]) continue;
+          if (values[first[i]] || dead_skipped[i]) continue;
           const int r = publishers.empty() ? -1 : publishers[i];
           if (r >= 0 && !members.contains(r)) {
             if (!skip_dead) {
@@ -357,10 +354,10 @@ class EtcdClient final : public Client::Impl {
                                              " is no member (it left or died) and never published " +
                                              protocol::quote_name(names[*left]));
         }
-        return values;
+        return repeated(values);
       };
       if (settled()) return answer();
-      if (deadline.expired()) throw wait_timeout(names, values, dead_skipped, timeout);
+      if (deadline.expired()) throw wait_timeout(names, repeated(values), dead_skipped, timeout);
 
       // Watch everything under the prefix from the next revision; apply what concerns us.
       bool done = false;
@@ -374,9 +371,6 @@ class EtcdClient final : public Client::Impl {
           } else {
             values[it->second] = unb64(kv.value("value", json("")));
           }
-          for (std::size_t i = 0; i < names.size(); ++i) {
-            if (names[i] == names[it->second]) values[i] = values[it->second];
-          }
         } else if (key.compare(0, prefix_.size() + 2, prefix_ + "m/") == 0) {
           const int r = std::atoi(key.c_str() + prefix_.size() + 2);
           if (deleted) {
@@ -389,7 +383,7 @@ class EtcdClient final : public Client::Impl {
         return !done;
       });
       if (done) return answer();
-      if (deadline.expired()) throw wait_timeout(names, values, dead_skipped, timeout);
+      if (deadline.expired()) throw wait_timeout(names, repeated(values), dead_skipped, timeout);
       // The watch ended early (its endpoint went away, or history was compacted): read again.
     }
   }
@@ -527,8 +521,7 @@ class EtcdClient final : public Client::Impl {
     return std::clamp(milliseconds(deadline.remaining_ms()), milliseconds(1000), kRequestTimeout);
   }
 
-  static milliseconds remaining(const Deadline& deadline, const std::string& what) {
-    (void)what;
+  static milliseconds remaining(const Deadline& deadline) {
     return milliseconds(std::max<long long>(deadline.remaining_ms(), 1));
   }
 
@@ -611,7 +604,7 @@ class EtcdClient final : public Client::Impl {
         check_interrupted(what);
         const std::string& endpoint = endpoints_[current_];
         const Http::Reply r =
-            http_.post(endpoint + path, text, std::min(attempt, remaining(deadline, what)), {}, interrupted_);
+            http_.post(endpoint + path, text, std::min(attempt, remaining(deadline)), {}, interrupted_);
         count(text.size(), r.body.size());
         std::optional<json> reply = parse(r);
         if (r.error.empty() && r.status == 200 && reply) return std::move(*reply);
@@ -672,7 +665,7 @@ class EtcdClient final : public Client::Impl {
       return !stop;
     };
     check_interrupted(what);
-    const Http::Reply r = http_.post(endpoints_[current_] + "/v3/watch", text, remaining(deadline, what), on_chunk, interrupted_);
+    const Http::Reply r = http_.post(endpoints_[current_] + "/v3/watch", text, remaining(deadline), on_chunk, interrupted_);
     count(text.size(), r.body.size());
     check_interrupted(what);
     if (!stop && !deadline.expired() && (!r.error.empty() || r.status != 200)) {

@@ -64,22 +64,22 @@ std::uint64_t slices(std::uint64_t waits, double seconds) {
   return waits * static_cast<std::uint64_t>(seconds);
 }
 
-// Fails unless the registry requests this rank made since `before` are at most `budget`: a
+// Fails unless the registry requests this rank made since `before` are at most `allowed`: a
 // bound that does not grow with the cluster (an open once cost requests per target).
 void check_requests(cluster::Node& node, const std::string& what, const cluster::RegistryStats& before,
-                    std::uint64_t budget, std::chrono::steady_clock::time_point since) {
-  budget += slices(3, std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
+                    std::uint64_t allowed, std::chrono::steady_clock::time_point since) {
+  allowed += slices(3, std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
   const std::uint64_t requests = node.registry_stats().requests - before.requests;
-  if (requests > budget) {
+  if (requests > allowed) {
     fail(what + ": rank " + std::to_string(node.rank()) + " made " + std::to_string(requests) +
          " registry requests to open and close its endpoints on " + std::to_string(node.size()) +
-         " ranks (expected at most " + std::to_string(budget) + ")");
+         " ranks (expected at most " + std::to_string(allowed) + ")");
   }
 }
 
 // Runs `source` and `target` on two threads of this rank and checks the registry requests the
-// rank's opens made (the barrier around them excluded): at most `budget`.
-void run_pair(cluster::Node& node, const std::string& what, std::uint64_t budget,
+// rank's opens made (the barrier around them excluded): at most `allowed`.
+void run_pair(cluster::Node& node, const std::string& what, std::uint64_t allowed,
               const std::function<void(fabric::Worker&)>& source, const std::function<void()>& target) {
   node.barrier("open-scale/" + what + "/begin");
   const cluster::RegistryStats before = node.registry_stats();
@@ -101,7 +101,7 @@ void run_pair(cluster::Node& node, const std::string& what, std::uint64_t budget
   t.join();
   if (!source_error.empty()) fail(what + ": source: " + source_error);
   if (!target_error.empty()) fail(what + ": target: " + target_error);
-  check_requests(node, what, before, budget, since);
+  check_requests(node, what, before, allowed, since);
   node.barrier("open-scale/" + what + "/end");
 }
 
