@@ -1,6 +1,10 @@
 #include "dfi/flow/detail/rings.hpp"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/backoff.hpp"
@@ -65,6 +69,19 @@ std::size_t target_index(const FlowSpec& spec, int rank, int id) {
                                           ", id " + std::to_string(id) + ")");
 }
 
+std::vector<std::size_t> source_rings(const FlowSpec& spec) {
+  std::vector<std::size_t> rings(spec.sources.size());
+  if (spec.options.rings == RingSharing::per_thread) {
+    for (std::size_t i = 0; i < rings.size(); ++i) rings[i] = i;
+    return rings;
+  }
+  std::map<int, std::size_t> of_rank;
+  for (std::size_t i = 0; i < rings.size(); ++i) {
+    rings[i] = of_rank.try_emplace(spec.sources[i].rank, of_rank.size()).first->second;
+  }
+  return rings;
+}
+
 std::chrono::milliseconds stall_timeout(const FlowSpec& spec) {
   if (spec.options.stall_timeout.count() > 0) return spec.options.stall_timeout;
   return std::chrono::milliseconds(config::get_int("flow_timeout_ms"));
@@ -72,17 +89,56 @@ std::chrono::milliseconds stall_timeout(const FlowSpec& spec) {
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// The RingShares of the per-rank rings this process writes, one per (node, flow, target), kept
+// from the first of the rank's source threads that opens until the last has closed: a thread
+// opening after another closed continues the ring's sequence. Touched when flows open and close.
+using ShareKey = std::tuple<const cluster::Node*, std::string, std::size_t>;
+std::mutex shares_mutex;
+std::map<ShareKey, std::shared_ptr<memory::RingShare>>& shares() {
+  static std::map<ShareKey, std::shared_ptr<memory::RingShare>> map;
+  return map;
+}
+
+std::shared_ptr<memory::RingShare> ring_share(const cluster::Node& node, const FlowSpec& spec, std::size_t target,
+                                              std::uint32_t writers) {
+  const std::lock_guard lock(shares_mutex);
+  auto& share = shares()[ShareKey{&node, spec.name, target}];
+  if (!share) share = std::make_shared<memory::RingShare>(writers);
+  return share;
+}
+
+// Forgets the shares of `spec` at `node` whose writers have all closed.
+void forget_closed_shares(const cluster::Node& node, const FlowSpec& spec,
+                          const std::vector<std::shared_ptr<memory::RingShare>>& mine) {
+  const std::lock_guard lock(shares_mutex);
+  for (std::size_t t = 0; t < mine.size(); ++t) {
+    const auto it = shares().find(ShareKey{&node, spec.name, t});
+    if (it != shares().end() && it->second == mine[t] && mine[t]->open.load() == 0) shares().erase(it);
+  }
+}
+
+}  // namespace
+
 SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t index,
                          const Deadline& deadline)
     : spec_(std::move(spec)) {
   const SourceRef me = spec_.sources.at(index);
   label_ = "flow '" + spec_.name + "' source (rank " + std::to_string(me.rank) + ", thread " +
            std::to_string(me.thread) + ")";
+  const std::size_t ring = source_rings(spec_)[index];
   std::vector<Link> links;
   for (std::size_t t = 0; t < spec_.targets.size(); ++t) {
     const TargetRef target = spec_.targets[t];
-    links.push_back({t, index, label_ + " -> target (rank " + std::to_string(target.rank) + ", id " +
-                                   std::to_string(target.id) + ")"});
+    links.push_back({t, ring, label_ + " -> target (rank " + std::to_string(target.rank) + ", id " +
+                                  std::to_string(target.id) + ")"});
+  }
+  if (spec_.options.rings == RingSharing::per_rank) {
+    const auto writers = static_cast<std::uint32_t>(
+        std::count_if(spec_.sources.begin(), spec_.sources.end(), [&](const SourceRef& s) { return s.rank == me.rank; }));
+    share_node_ = &node;
+    for (std::size_t t = 0; t < spec_.targets.size(); ++t) shares_.push_back(ring_share(node, spec_, t, writers));
   }
   connect(node, worker, links, deadline);
 }
@@ -202,6 +258,7 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
     const Link& link = links[i];
     const TargetRef target = spec_.targets.at(link.target);
     fabric::Endpoint* ep = endpoints_[first_endpoint + endpoint_of.at(records[i].address)].get();
+    options.share = shares_.empty() ? nullptr : shares_[i].get();
     access.allow_am = records[i].active_message;
     try {
       // Over shm, attaching to a target whose process died fails (its segment is gone).
@@ -231,7 +288,11 @@ Status SourceRings::wait_visible(std::size_t index) {
 
 Status SourceRings::free_slots(std::size_t index, std::uint64_t& free) { return writers_[index]->free_slots(free); }
 
-SourceRings::~SourceRings() { account_memory(spec_.name, -static_cast<std::ptrdiff_t>(memory_bytes_)); }
+SourceRings::~SourceRings() {
+  account_memory(spec_.name, -static_cast<std::ptrdiff_t>(memory_bytes_));
+  // A source that never closed keeps its rank's shares (its ring never ends either).
+  if (!shares_.empty()) forget_closed_shares(*share_node_, spec_, shares_);
+}
 
 Status SourceRings::close() {
   Status first;
@@ -267,18 +328,23 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
   const TargetRef me = spec_.targets.at(index);
   label_ = "flow '" + spec_.name + "' target (rank " + std::to_string(me.rank) + ", id " + std::to_string(me.id) + ")";
   const memory::RingLayout layout = spec_.layout();
-  region_ = fabric::MemoryRegion(node.fabric(), spec_.sources.size() * layout.bytes());
+  const std::vector<std::size_t> rings = source_rings(spec_);
+  for (std::size_t s = 0; s < rings.size(); ++s) {
+    if (rings[s] == ring_source_.size()) ring_source_.push_back(s);
+  }
+  const std::size_t count = ring_source_.size();
+  region_ = fabric::MemoryRegion(node.fabric(), count * layout.bytes());
   auto* base = static_cast<std::byte*>(region_.data());
-  for (std::size_t s = 0; s < spec_.sources.size(); ++s) readers_.emplace_back(base + s * layout.bytes(), layout);
+  for (std::size_t r = 0; r < count; ++r) readers_.emplace_back(base + r * layout.bytes(), layout);
   if (!node.fabric().capabilities().native_one_sided && config::get_string("data_path") != "rma") {
     worker_ = std::make_shared<fabric::Worker>(node.fabric(), label_);
     backoff_ = BackoffSettings::from_config(/*polls_are_syscalls=*/true);
-    receiver_ = std::make_unique<memory::SegmentReceiver>(*worker_, base, spec_.sources.size(), layout, label_);
+    receiver_ = std::make_unique<memory::SegmentReceiver>(*worker_, base, count, layout, label_);
     node.adopt_progress(*worker_);
   }
-  ended_.assign(spec_.sources.size(), false);
-  dying_.assign(spec_.sources.size(), false);
-  open_sources_ = spec_.sources.size();
+  ended_.assign(count, false);
+  dying_.assign(count, false);
+  open_sources_ = count;
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
   try {
     node.registry().publish(target_record(spec_.name, index),
@@ -317,7 +383,7 @@ bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
       if (dying_[i]) [[unlikely]] {  // a dead source's ring read to its end: its stream ends
         ended_[i] = true;
         --open_sources_;
-        dead_.push_back(i);
+        dead_.push_back(ring_source_[i]);
       }
       continue;
     }
@@ -332,7 +398,7 @@ bool TargetRings::poll(memory::SegmentView& view, std::size_t& source) {
       continue;
     }
     view = *segment;
-    source = i;
+    source = ring_source_[i];
     held_ = i;
     cursor_ = i + 1 == n ? 0 : i + 1;
     return true;
@@ -360,17 +426,22 @@ std::optional<memory::SegmentView> TargetRings::peek_faulty(std::size_t ring,
 
 Status TargetRings::check_sources_alive() {
   if (!failures_.changed()) return {};
-  for (std::size_t i = 0; i < spec_.sources.size(); ++i) {
+  for (std::size_t i = 0; i < ring_source_.size(); ++i) {
     if (ended_[i]) continue;
-    const SourceRef s = spec_.sources[i];
+    const SourceRef s = spec_.sources[ring_source_[i]];
     std::string reason = failures_.reason(s.rank);
     if (!reason.empty() && end_dead_) {
       dying_[i] = true;  // poll() ends its stream once its ring is empty
       continue;
     }
     if (!reason.empty()) {
-      return {Errc::peer_failed, label_ + ": source (rank " + std::to_string(s.rank) + ", thread " +
-                                     std::to_string(s.thread) + ") failed before closing the flow: " + reason};
+      std::string message = label_;
+      if (spec_.options.rings == RingSharing::per_rank) {
+        message += ": the sources of rank " + std::to_string(s.rank);
+      } else {
+        message += ": source (rank " + std::to_string(s.rank) + ", thread " + std::to_string(s.thread) + ")";
+      }
+      return {Errc::peer_failed, message + " failed before closing the flow: " + reason};
     }
   }
   return {};

@@ -126,6 +126,10 @@ void FlowSpec::validate(int cluster_size) const {
         std::to_string(ring.payload_capacity() - std::min(header, ring.payload_capacity())) + " B" +
         (header > 0 ? " (after the " + std::to_string(header) + " B segment header)" : ""));
   }
+  if (options.rings == RingSharing::per_rank && !(type == FlowType::shuffle)) {
+    bad("per-rank rings (options.rings) are for shuffle flows; a " + std::string(traits.name) +
+        " flow has a ring per source thread");
+  }
   if (traits.validate != nullptr) traits.validate(*this);
 }
 
@@ -204,6 +208,7 @@ std::string FlowSpec::to_json() const {
   j["segments"] = options.segments;
   j["segment_bytes"] = options.segment_bytes;
   j["direct_write"] = options.direct_write;
+  if (options.rings == RingSharing::per_rank) j["rings"] = "per_rank";  // per_thread: no field (earlier records)
   j["stall_timeout_ms"] = options.stall_timeout.count();
   j["sources"] = json::array();
   j["targets"] = json::array();
@@ -240,6 +245,12 @@ FlowSpec FlowSpec::from_json(std::string_view text) {
     spec.options.segments = j.at("segments").get<std::uint32_t>();
     spec.options.segment_bytes = j.at("segment_bytes").get<std::uint32_t>();
     spec.options.direct_write = j.at("direct_write").get<bool>();
+    if (j.contains("rings")) {  // records of earlier versions have none: per thread
+      spec.options.rings = parse_enum(j.at("rings").get<std::string>(),
+                                      std::array<std::pair<std::string_view, RingSharing>, 2>{
+                                          {{"per_thread", RingSharing::per_thread}, {"per_rank", RingSharing::per_rank}}},
+                                      "rings");
+    }
     spec.options.stall_timeout = std::chrono::milliseconds(j.at("stall_timeout_ms").get<long long>());
     for (const auto& s : j.at("sources")) spec.sources.push_back({s.at(0).get<int>(), s.at(1).get<int>()});
     for (const auto& t : j.at("targets")) spec.targets.push_back({t.at(0).get<int>(), t.at(1).get<int>()});

@@ -25,6 +25,8 @@ void SegmentWriter<Access>::init(SegmentWriterOptions options) {
   if constexpr (Access::kRemote) polls_are_syscalls = access_.path() == RemoteRing::Path::active_message;
   backoff_ = BackoffSettings::from_config(polls_are_syscalls);
   credits_ = layout.segments;
+  share_ = options.share;
+  if (share_ != nullptr && ring_base() != nullptr) own_.resize(layout.segment_bytes);
   if constexpr (Access::kRemote) {
     if (access_.path() == RemoteRing::Path::mapped) return;
     const std::size_t count = std::max<std::size_t>(1, options.staging_segments);
@@ -54,7 +56,7 @@ SegmentWriter<Access>::~SegmentWriter() {
 
 template <class Access>
 bool SegmentWriter<Access>::in_place() const noexcept {
-  return ring_base() != nullptr;
+  return ring_base() != nullptr && share_ == nullptr;
 }
 
 template <class Access>
@@ -86,7 +88,7 @@ void SegmentWriter<Access>::ask_for_credits() {
 }
 
 template <class Access>
-Status SegmentWriter<Access>::released(std::uint64_t& tail) {
+Status SegmentWriter<Access>::released(std::uint64_t& tail, std::uint64_t sequence) {
   const RingLayout& layout = access_.layout();
   if (std::byte* ring = ring_base(); ring != nullptr) {
     tail = load_acquire(ring + layout.tail_offset());
@@ -97,7 +99,7 @@ Status SegmentWriter<Access>::released(std::uint64_t& tail) {
     if (access_.path() == RemoteRing::Path::active_message) {
       access_.worker().progress();  // runs the handler that raises tail_raised_
       tail = tail_raised_;
-      if (layout.free_slots(next_ - 1, tail) == 0) ask_for_credits();  // waiting: ask (again)
+      if (layout.free_slots(sequence - 1, tail) == 0) ask_for_credits();  // waiting: ask (again)
       return question_sent_.done() ? question_sent_.wait() : Status();
     }
     if (!tail_read_pending_) {
@@ -124,15 +126,38 @@ void SegmentWriter<Access>::refresh_ahead() {
 }
 
 template <class Access>
-Status SegmentWriter<Access>::wait_for_credit() {
-  if (credits_ > 0) return {};
+void SegmentWriter<Access>::learned(std::uint64_t tail) noexcept {
+  tail_known_ = std::max(tail_known_, tail);
+  std::uint64_t shared = share_->tail.load(std::memory_order_relaxed);
+  while (shared < tail && !share_->tail.compare_exchange_weak(shared, tail, std::memory_order_relaxed)) {
+  }
+}
+
+template <class Access>
+Status SegmentWriter<Access>::wait_for_credit(std::uint64_t sequence) {
+  const RingLayout& layout = access_.layout();
+  if (share_ == nullptr) {
+    if (credits_ > 0) return {};
+  } else {
+    // What any writer of the ring learned counts for all (free slots are the ring's). Returns
+    // when the slot of `sequence` is free, or when another writer has taken `sequence` already
+    // (the caller then tries the next).
+    tail_known_ = std::max(tail_known_, share_->tail.load(std::memory_order_relaxed));
+    if (sequence <= tail_known_ + layout.segments) return {};
+  }
   Deadline deadline(timeout_or_forever(stall_timeout_));
-  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ next_);
+  Backoff backoff(backoff_, reinterpret_cast<std::uintptr_t>(this) ^ sequence);
   for (;;) {
     std::uint64_t tail = 0;
-    if (Status s = released(tail); !s) return s;
-    credits_ = access_.layout().free_slots(next_ - 1, tail);
-    if (credits_ > 0) return {};
+    if (Status s = released(tail, sequence); !s) return s;
+    if (share_ != nullptr) {
+      learned(tail);
+      if (sequence <= tail_known_ + layout.segments) return {};
+      sequence = std::max(sequence, share_->next.load(std::memory_order_relaxed));  // taken meanwhile?
+    } else {
+      credits_ = layout.free_slots(sequence - 1, tail);
+      if (credits_ > 0) return {};
+    }
     if (backoff.rounds() == 0) ++counters_.stalls;
     if (Status s = access_.status(); !s) return s;
     if (deadline.expired()) {
@@ -164,16 +189,19 @@ Status SegmentWriter<Access>::acquire(std::span<std::byte>& payload) {
     return {};
   }
   if (closed_) return {Errc::flow_failed, access_.label() + ": write after close"};
-  if (Status s = wait_for_credit(); !s) return labelled(std::move(s));
+  // A shared ring's sequence (and so its slot) is taken when the segment is published.
+  if (share_ == nullptr) {
+    if (Status s = wait_for_credit(next_); !s) return labelled(std::move(s));
+  }
   if (std::byte* ring = ring_base(); ring != nullptr) {
-    acquired_ = ring + access_.layout().slot_offset(next_);
+    acquired_ = share_ == nullptr ? ring + access_.layout().slot_offset(next_) : own_.data();
   } else {
-    Staging& staging = stagings_[next_ % stagings_.size()];
-    for (fabric::Request& send : staging.sends) {  // wrap-around: the only completion we wait for
+    Staging& next = staging();
+    for (fabric::Request& send : next.sends) {  // wrap-around: the only completion we wait for
       if (Status s = send.wait(); !s) return labelled(std::move(s));
     }
-    staging.sends.clear();
-    acquired_ = staging.base;
+    next.sends.clear();
+    acquired_ = next.base;
   }
   payload = {acquired_, capacity};
   return {};
@@ -216,6 +244,9 @@ template <class Access>
 Status SegmentWriter<Access>::write(std::size_t fill) {
   if (Status s = check_fill(fill, "write"); !s) return s;
   if (written_) return {Errc::invalid_argument, access_.label() + ": segment " + std::to_string(next_) + " written twice"};
+  if (share_ != nullptr) {
+    return {Errc::invalid_argument, access_.label() + ": a two-phase publication needs a ring of one writer"};
+  }
   if constexpr (Access::kRemote) {
     if (access_.path() == RemoteRing::Path::active_message) {
       return {Errc::invalid_argument,
@@ -223,7 +254,7 @@ Status SegmentWriter<Access>::write(std::size_t fill) {
                                 "sends a segment with its state)"};
     }
     if (ring_base() == nullptr) {
-      put_payload(stagings_[next_ % stagings_.size()], fill, next_);
+      put_payload(staging(), fill, next_);
       if (Status s = access_.endpoint().status(); !s) return labelled(std::move(s));
     }
   }
@@ -240,12 +271,25 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
     return {Errc::invalid_argument, access_.label() + ": publish of " + std::to_string(fill) + " B after a write of " +
                                         std::to_string(*written_) + " B"};
   }
-  const std::uint64_t sequence = next_;
+  std::uint64_t sequence = next_;
+  if (share_ != nullptr) {
+    // The ring's next sequence, taken only once its slot is free: the reader takes segments in
+    // sequence order, so between taking a sequence and publishing it a writer only copies or
+    // sends (a writer that waited there, or slept in a backoff, would stall every other writer).
+    sequence = share_->next.load(std::memory_order_relaxed);
+    for (;;) {
+      if (Status s = wait_for_credit(sequence); !s) return labelled(std::move(s));
+      if (share_->next.compare_exchange_weak(sequence, sequence + 1, std::memory_order_relaxed)) break;
+    }
+    if (std::byte* ring = ring_base(); ring != nullptr && fill > 0) {
+      std::memcpy(ring + layout.slot_offset(sequence), own_.data(), fill);
+    }
+  }
   const std::uint64_t state = state_word(sequence, flags);
   if (std::byte* ring = ring_base(); ring != nullptr) {
     publish_in_place(ring, layout, sequence, fill, state);
   } else if constexpr (Access::kRemote) {
-    Staging& staging = stagings_[sequence % stagings_.size()];
+    Staging& staging = this->staging();
     fabric::Endpoint& endpoint = access_.endpoint();
     if (access_.path() == RemoteRing::Path::active_message) {
       staging.header[0] = access_.offset();
@@ -281,12 +325,20 @@ Status SegmentWriter<Access>::publish(std::size_t fill, std::uint64_t flags) {
   if constexpr (!Access::kRemote) access_.published();
   ++counters_.segments;
   counters_.bytes += fill;
-  if (credits_ > 0) --credits_;
+  ++published_;
   // Refresh the credits in the background once half are used, so the writer learns about
   // released slots one round trip ahead of needing them. Never after end-of-stream: the reader
   // may free the ring as soon as it sees that segment.
-  if ((flags & kEndOfStream) == 0 && credits_ == layout.segments / 2) refresh_ahead();
-  ++next_;
+  const bool last = (flags & kEndOfStream) != 0;
+  if (share_ == nullptr) {
+    if (credits_ > 0) --credits_;
+    if (!last && credits_ == layout.segments / 2) refresh_ahead();
+    ++next_;
+  } else if (!last && layout.free_slots(sequence, tail_known_) <= layout.segments / 2 &&
+             sequence >= refreshed_at_ + layout.segments / 2) {
+    refreshed_at_ = sequence;  // at most once per half ring of this writer's view
+    refresh_ahead();
+  }
   acquired_ = nullptr;
   written_.reset();
   return {};
@@ -309,8 +361,9 @@ template <class Access>
 Status SegmentWriter<Access>::free_slots(std::uint64_t& free) {
   if (Status s = access_.status(); !s) return labelled(std::move(s));
   std::uint64_t tail = 0;
-  if (Status s = released(tail); !s) return labelled(std::move(s));
-  free = access_.layout().free_slots(next_ - 1, tail);
+  const std::uint64_t next = next_sequence();
+  if (Status s = released(tail, next); !s) return labelled(std::move(s));
+  free = access_.layout().free_slots(next - 1, tail);
   return {};
 }
 
@@ -326,8 +379,40 @@ Status SegmentWriter<Access>::drain() {
 }
 
 template <class Access>
+Status SegmentWriter<Access>::close_shared() {
+  // This writer's segments are on their way (put path: visible) before it counts as closed, so
+  // that nothing of it reaches the ring after the end-of-stream, whoever publishes that.
+  closed_ = true;
+  acquired_ = nullptr;
+  if (Status s = drain(); !s) return s;
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::put) {
+      if (tail_read_pending_) (void)tail_read_.wait();
+      tail_read_ = fabric::Request();
+      tail_read_pending_ = false;
+      if (Status s = access_.endpoint().flush(); !s) return labelled(std::move(s));
+    }
+  }
+  if (share_->open.fetch_sub(1, std::memory_order_acq_rel) != 1) return access_.status();
+  // The last: every other writer's sequences were taken before this one's (their closes
+  // happened before), so the end-of-stream comes after all of their segments.
+  if (share_->abandoned.load(std::memory_order_relaxed)) return access_.status();
+  closed_ = false;
+  std::span<std::byte> payload;
+  if (Status s = acquire(payload); !s) return s;
+  if (Status s = publish(0, kConsumable | kEndOfStream); !s) return s;
+  closed_ = true;
+  if (Status s = drain(); !s) return s;
+  if constexpr (Access::kRemote) {
+    if (access_.path() == RemoteRing::Path::put) return labelled(access_.endpoint().flush());
+  }
+  return access_.status();
+}
+
+template <class Access>
 Status SegmentWriter<Access>::close() {
   if (closed_) return {};
+  if (share_ != nullptr) return close_shared();
   std::span<std::byte> payload;
   if (Status s = acquire(payload); !s) return s;
   if (Status s = publish(0, kConsumable | kEndOfStream); !s) return s;
@@ -349,6 +434,10 @@ template <class Access>
 void SegmentWriter<Access>::abandon() noexcept {
   if (closed_) return;
   closed_ = true;
+  if (share_ != nullptr) {
+    share_->abandoned.store(true, std::memory_order_relaxed);
+    share_->open.fetch_sub(1, std::memory_order_acq_rel);
+  }
   for (Staging& staging : stagings_) {
     for (fabric::Request& send : staging.sends) (void)send.wait();
     staging.sends.clear();

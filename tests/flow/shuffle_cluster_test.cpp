@@ -84,6 +84,12 @@ TEST_P(ShuffleCluster, BatchesOfEverySizeAndRoutingArriveExactlyOnceInOrder) {
   }
 }
 
+TEST_P(ShuffleCluster, PerRankRingsCarryEveryThreadsTuplesExactlyOnceInOrder) {
+  auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "shared-rings"});
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_TRUE(contains(run.out, "all exactly once in order")) << run.all();
+}
+
 TEST_P(ShuffleCluster, DeadTargetFailsThePushNamingFlowAndRank) {
   auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "kill-target"});
   EXPECT_NE(run.code, 0) << run.all();  // rank 1 was killed: the launcher says so

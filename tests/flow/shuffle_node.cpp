@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <mutex>
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <string>
@@ -109,6 +110,19 @@ Config make_config(std::uint64_t seed, int index, int ranks) {
   c.spec.options.direct_write = pick(0, 3) != 0;
   if (std::getenv("NO_DIRECT")) c.spec.options.direct_write = false;
   c.spec.options.stall_timeout = std::chrono::seconds(60);
+  // A third of the flows share a ring per (source rank, target) among the rank's threads, with
+  // a third thread on some ranks.
+  if (pick(0, 2) == 0) {
+    c.spec.options.rings = RingSharing::per_rank;
+    for (int r = 0; r < ranks; ++r) {
+      const auto on_rank = std::count_if(c.sources.begin(), c.sources.end(), [&](const SourceRef& s) { return s.rank == r; });
+      if (on_rank == 2 && pick(0, 1) == 0) {
+        c.sources.push_back({r, 2});
+        c.tuples.push_back(pick(1, most));
+      }
+    }
+    c.spec.sources = c.sources;
+  }
   return c;
 }
 
@@ -171,7 +185,12 @@ void run_target(cluster::Node& node, const Config& c, std::size_t index, TargetR
       std::memcpy(&key, tuple, 8);
       const std::size_t source = key >> 32;
       const std::uint64_t seq = key & 0xffffffff;
-      if (source >= c.sources.size() || source != batch.source) return fail(c.name + ": tuple " + std::to_string(t) + " of " + std::to_string(batch.count) + " has key " + std::to_string(key) + " from an unknown source (batch from source " + std::to_string(batch.source) + ")");
+      // Per-rank rings: a segment of the ring of the source's rank names the rank's first source.
+      const bool from_batch_source =
+          source < c.sources.size() &&
+          (c.spec.options.rings == RingSharing::per_rank ? c.sources[source].rank == c.sources[batch.source].rank
+                                                         : source == batch.source);
+      if (!from_batch_source) return fail(c.name + ": tuple " + std::to_string(t) + " of " + std::to_string(batch.count) + " has key " + std::to_string(key) + " from an unknown source (batch from source " + std::to_string(batch.source) + ")");
       if (seq <= last[source]) {
         return fail(c.name + ": source " + std::to_string(source) + " seq " + std::to_string(seq) +
                     " after " + std::to_string(last[source]) + " (duplicate or reordered)");
@@ -1113,6 +1132,121 @@ int batches(cluster::Node& node) {
   return failures == 0 ? 0 : 1;
 }
 
+// Per-rank rings (FlowOptions::rings = per_rank): 4 source threads per rank share one small
+// ring per target (wrap-around, full rings, contended slots), mixing push and push_batch; the
+// fourth thread opens only after the first has closed (it continues the ring's sequence). Every
+// tuple arrives exactly once, in order per thread, and a target holds one ring per source rank.
+int shared_rings(cluster::Node& node) {
+  constexpr int kThreads = 4;
+  const std::uint64_t tuples = tcp() ? 4000 : 20000;
+  std::vector<SourceRef> sources;
+  std::vector<TargetRef> targets;
+  for (int r = 0; r < node.size(); ++r) {
+    for (int t = 0; t < kThreads; ++t) sources.push_back({r, t});
+    targets.push_back({r, 0});
+  }
+  FlowSpec spec = pair_spec("shared", sources, targets);
+  spec.options.rings = RingSharing::per_rank;
+  spec.options.segments = 4;
+  spec.options.segment_bytes = 16 + 16 * 32;
+  if (node.rank() == 0) create_flow(node, spec);
+  auto key_of_thread = [](int rank, int thread, std::uint64_t seq) {
+    return (std::uint64_t(rank) << 40) | (std::uint64_t(thread) << 32) | seq;
+  };
+
+  auto run = [&](int thread) {
+    try {
+      fabric::Worker worker(node.fabric(), "shared source " + std::to_string(thread));
+      ShuffleSource source(node, worker, "shared", thread);
+      std::vector<Pair> chunk;
+      for (std::uint64_t seq = 1; seq <= tuples && failures == 0; ++seq) {
+        const std::uint64_t key = key_of_thread(node.rank(), thread, seq);
+        Status s;
+        if ((seq / 100) % 2 == 0) {
+          s = source.push(Pair{key, mix(key)});
+        } else {
+          chunk.push_back(Pair{key, mix(key)});
+          if (chunk.size() == 37 || seq % 100 == 99) {
+            s = source.push_batch(chunk.data(), chunk.size() * sizeof(Pair));
+            chunk.clear();
+          }
+        }
+        if (!s) return fail("push: " + s.message());
+      }
+      if (!chunk.empty()) {
+        if (Status s = source.push_batch(chunk.data(), chunk.size() * sizeof(Pair)); !s) fail("push_batch: " + s.message());
+      }
+      if (Status s = source.close(); !s) fail("close: " + s.message());
+    } catch (const std::exception& e) {
+      fail(std::string("source: ") + e.what());
+    }
+  };
+
+  std::uint64_t received = 0, checksum = 0;
+  std::thread target_thread([&] {
+    try {
+      ShuffleTarget target(node, "shared", 0);
+      const std::size_t rings = static_cast<std::size_t>(node.size());
+      if (target.memory_bytes() != rings * spec.layout().bytes()) {
+        fail("the target holds " + std::to_string(target.memory_bytes()) + " B, not one ring per source rank (" +
+             std::to_string(rings) + " x " + std::to_string(spec.layout().bytes()) + " B)");
+      }
+      std::map<std::uint64_t, std::uint64_t> last;  // per (rank, thread)
+      TupleBatch batch;
+      for (;;) {
+        if (Status s = target.consume(batch, std::chrono::seconds(60)); !s) return fail("consume: " + s.message());
+        if (batch.empty()) break;
+        for (const Pair& p : batch.as<Pair>()) {
+          const std::uint64_t who = p.key >> 32, seq = p.key & 0xffffffff;
+          if (p.value != mix(p.key)) return fail("corrupted tuple");
+          if (static_cast<int>(who >> 8) != spec.sources[batch.source].rank) return fail("a tuple in another rank's ring");
+          if (seq <= last[who]) return fail("rank " + std::to_string(who >> 8) + " thread " + std::to_string(who & 0xff) +
+                                            ": seq " + std::to_string(seq) + " after " + std::to_string(last[who]));
+          last[who] = seq;
+          ++received;
+          checksum += mix(p.key);
+        }
+      }
+    } catch (const std::exception& e) {
+      fail(std::string("target: ") + e.what());
+    }
+  });
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads - 1; ++t) threads.emplace_back(run, t);
+    threads[0].join();
+    threads[0] = std::thread(run, kThreads - 1);  // opens after thread 0 closed
+    for (auto& thread : threads) thread.join();
+  }
+  target_thread.join();
+
+  node.registry().publish("shared/result/" + std::to_string(node.rank()),
+                          std::to_string(received) + " " + std::to_string(checksum));
+  node.barrier("shared/done");
+  if (node.rank() == 0) {
+    std::uint64_t got = 0, got_sum = 0, want_sum = 0;
+    for (int r = 0; r < node.size(); ++r) {
+      std::istringstream in(node.registry().lookup("shared/result/" + std::to_string(r)));
+      std::uint64_t n = 0, sum = 0;
+      in >> n >> sum;
+      got += n;
+      got_sum += sum;
+      for (int t = 0; t < kThreads; ++t) {
+        for (std::uint64_t seq = 1; seq <= tuples; ++seq) want_sum += mix(key_of_thread(r, t, seq));
+      }
+    }
+    const std::uint64_t want = tuples * kThreads * static_cast<std::uint64_t>(node.size());
+    if (got != want || got_sum != want_sum) {
+      fail("sent " + std::to_string(want) + " tuples, received " + std::to_string(got) +
+           (got_sum != want_sum ? " (checksums differ)" : ""));
+    }
+    std::printf("shared rings: %llu tuples from %d threads per rank, %s\n", static_cast<unsigned long long>(got),
+                kThreads, failures == 0 ? "all exactly once in order" : "FAILURES");
+  }
+  node.finish();
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1130,6 +1264,7 @@ int main(int argc, char** argv) {
     if (scenario == "cross") return cross(node);
     if (scenario == "errors") return errors(node);
     if (scenario == "batch") return batches(node);
+    if (scenario == "shared-rings") return shared_rings(node);
     if (scenario == "kill-target") return kill_target(node);
     if (scenario == "kill-source") return kill_source(node);
     if (scenario == "come-and-go") return come_and_go(node);

@@ -218,5 +218,43 @@ TEST(FlowType, BuiltInRecordsKeepTheirFormat) {
             "sum(v),count(*)");
 }
 
+TEST(FlowSpecRings, PerRankRingsSurviveTheRecordAndArePerThreadWhereNotSaid) {
+  FlowSpec spec;
+  spec.name = "s";
+  spec.sources = {{0, 0}, {0, 1}, {1, 0}};
+  spec.targets = {{1, 0}};
+  spec.schema = Schema({{"key", Type::uint64}});
+  spec.key_column = "key";
+  EXPECT_EQ(spec.to_json().find("rings"), std::string::npos);  // per-thread records keep their format
+  spec.options.rings = RingSharing::per_rank;
+  spec.validate(2);
+  const FlowSpec read = FlowSpec::from_json(spec.to_json());
+  EXPECT_EQ(read.options.rings, RingSharing::per_rank);
+
+  std::string record = spec.to_json();
+  record.replace(record.find("per_rank"), 8, "per_node");
+  try {
+    (void)FlowSpec::from_json(record);
+    ADD_FAILURE() << "an unknown ring sharing was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol);
+    EXPECT_NE(std::string(e.what()).find("per_node"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FlowSpecRings, PerRankRingsAreRefusedForFlowsOtherThanShuffle) {
+  FlowSpec spec;
+  spec.name = "r";
+  spec.type = FlowType::replicate;
+  spec.sources = {{0, 0}, {0, 1}};
+  spec.targets = {{1, 0}};
+  spec.schema = Schema({{"key", Type::uint64}});
+  spec.options.rings = RingSharing::per_rank;
+  const std::string error = validation_error(spec);
+  EXPECT_NE(error.find("flow 'r'"), std::string::npos) << error;
+  EXPECT_NE(error.find("per-rank rings"), std::string::npos) << error;
+  EXPECT_NE(error.find("replicate"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace dfi::flow

@@ -53,6 +53,20 @@ enum class Routing {
   explicit_target,  // the caller names the target on every push
 };
 
+// Which rings a flow's sources write into at each target.
+enum class RingSharing {
+  // One ring per (source thread, target): each source writes its own, in place where the ring is
+  // mapped. A target holds a ring per source thread of the whole flow.
+  per_thread,
+  // One ring per (source rank, target), shared by the rank's source threads (shuffle flows only):
+  // a target holds a ring per source rank, so memory grows with ranks, not with ranks × threads.
+  // Each thread fills a segment of its own and takes the ring's next slot, without a lock, when
+  // the segment is full (memory::RingShare): one copy more per segment where the ring is mapped.
+  // Per source thread, tuples keep their order; a consumer sees the rank's first source as the
+  // source of every segment of the ring (TupleBatch::source, ShuffleTarget::dead_sources).
+  per_rank,
+};
+
 struct FlowOptions {
   Mode mode = Mode::bandwidth;
   // Ring shape. 0 = the default for the transport of the rank that creates the flow, resolved by
@@ -63,6 +77,7 @@ struct FlowOptions {
   std::uint32_t segments = 0;        // per (source, target) ring
   std::uint32_t segment_bytes = 0;   // including the 16 B footer
   bool direct_write = true;          // on shm, write straight into the mapped remote ring
+  RingSharing rings = RingSharing::per_thread;  // a ring per source thread, or per source rank
   std::chrono::milliseconds stall_timeout{0};  // longest wait for ring space or data; 0: setting
                                                // flow_timeout_ms
 };
@@ -108,7 +123,7 @@ class TypeOptions {
 
 // A spec record as a flow type's descriptor sees it (FlowTypeTraits::write and read): a flat set
 // of named fields, in which the type keeps its options next to the generic fields (name, type,
-// schema, routing, key, mode, segments, segment_bytes, direct_write, stall_timeout_ms, sources,
+// schema, routing, key, mode, segments, segment_bytes, direct_write, rings, stall_timeout_ms, sources,
 // targets). Only FlowSpec::to_json and from_json make one; used by one thread at a time.
 class SpecFields {
  public:

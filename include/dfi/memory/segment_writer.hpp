@@ -25,10 +25,19 @@
 // answers through the reply endpoint by raising two words this writer registered). Where the
 // ring is local or mapped, the tail is a load.
 //
+// Shared rings (RingShare): several writers, each owned by its own thread, feed one ring. Each
+// fills a segment of its own (a local buffer where the ring is local or mapped, its staging
+// segment otherwise) and takes the ring's next sequence only when it publishes it, and only once
+// that sequence's slot is free: one compare-and-swap per segment, no lock, and a writer that
+// stops writing (or sleeps waiting for a slot) never holds back the others' segments. It then
+// copies the segment in (local, mapped) or sends it (staging paths), and publishes it. Each writer's segments keep its order; the
+// writers' segments interleave. The last writer to close publishes the end-of-stream.
+//
 // Owned by one thread (the one owning the endpoint's worker). Not movable: the ring's owner
 // raises words inside it by active message.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -46,9 +55,20 @@
 
 namespace dfi::memory {
 
+// What the writers of one shared ring share (see above). Create it with the number of writers
+// that will close the ring; it must outlive them. Thread-safe.
+struct RingShare {
+  explicit RingShare(std::uint32_t writers) noexcept : open(writers) {}
+  alignas(64) std::atomic<std::uint64_t> next{1};  // the sequence the next publication takes
+  alignas(64) std::atomic<std::uint64_t> tail{0};  // the highest released tail a writer learned
+  std::atomic<std::uint32_t> open;                 // writers that have not closed or abandoned
+  std::atomic<bool> abandoned{false};              // one abandoned: no end-of-stream at all
+};
+
 struct SegmentWriterOptions {
   std::size_t staging_segments = 4;  // staging paths: local segments in flight before wrap-around
   std::chrono::milliseconds stall_timeout{60000};  // longest wait for a free slot (0 = forever)
+  RingShare* share = nullptr;  // set: one of several writers of a shared ring (see above)
 };
 
 template <class Access>
@@ -82,8 +102,9 @@ class SegmentWriter {
   // write(fill) sends the acquired segment's payload and fill word into the ring (put path: puts,
   // whose remote completion Endpoint::flush() confirms; local and mapped: already there) without
   // publishing it; the publish(fill) after it writes only the state and head words. Errors:
-  // invalid_argument (nothing acquired, fill larger than the span, written twice, or the
-  // active-message path, where a segment travels with its state in one message), peer_failed.
+  // invalid_argument (nothing acquired, fill larger than the span, written twice, the
+  // active-message path, where a segment travels with its state in one message, or a shared
+  // ring), peer_failed.
   Status write(std::size_t fill);
   // acquire(), one copy of `bytes` from `data` into the span, publish(). `data` may be reused when
   // it returns. Errors: as acquire() and publish(); invalid_argument when `bytes` exceeds the
@@ -99,7 +120,9 @@ class SegmentWriter {
   // again. Errors: peer_failed, timeout.
   Status drain();
   // Publishes an end-of-stream segment (in the acquired slot, if any), then waits until
-  // everything is on its way (put path: visible at the reader). Idempotent.
+  // everything is on its way (put path: visible at the reader). A writer of a shared ring waits
+  // for its own segments (put path: until visible), and only the last one to close publishes the
+  // end-of-stream. Idempotent.
   Status close();
 
   // Leaves the ring without an end-of-stream, for a writer whose reader learns of the end some
@@ -111,6 +134,7 @@ class SegmentWriter {
   // segments into: the next segment gets sequence published + 1, and the credits are read from
   // the ring's released tail when first needed. `ended`: the last of them was end-of-stream (the
   // writer is closed). For a writer rebuilt from the ring's words; call before any other call.
+  // Not for a writer of a shared ring.
   void resume(std::uint64_t published, bool ended) noexcept {
     next_ = published + 1;
     credits_ = 0;
@@ -118,18 +142,21 @@ class SegmentWriter {
   }
 
   bool closed() const noexcept { return closed_; }
-  // The sequence the next published segment gets (1 for the first).
-  std::uint64_t next_sequence() const noexcept { return next_; }
+  // The sequence the next published segment gets (1 for the first; a shared ring: the next
+  // sequence any of its writers takes).
+  std::uint64_t next_sequence() const noexcept {
+    return share_ != nullptr ? share_->next.load(std::memory_order_relaxed) : next_;
+  }
   const RingCounters& counters() const noexcept { return counters_; }
   const RingLayout& layout() const noexcept { return access_.layout(); }
   const std::string& label() const noexcept { return access_.label(); }
   Access& access() noexcept { return access_; }
   const Access& access() const noexcept { return access_; }
-  // True when the span of acquire() lies in the ring itself (local or mapped): tuples are
-  // written in place, and nothing is sent.
+  // True when the span of acquire() lies in the ring itself (local or mapped, not shared):
+  // tuples are written in place, and nothing is sent.
   bool in_place() const noexcept;
-  // Local memory this writer uses (staging segments).
-  std::size_t memory_bytes() const noexcept { return staging_.size(); }
+  // Local memory this writer uses (staging segments; a shared ring's local segment).
+  std::size_t memory_bytes() const noexcept { return staging_.size() + own_.size(); }
 
  private:
   struct Staging {
@@ -141,7 +168,12 @@ class SegmentWriter {
   void init(SegmentWriterOptions options);
   // Prefixes an error with this ring's label.
   Status labelled(Status status) const;
-  Status wait_for_credit();
+  // Waits until the slot of segment `sequence` is free (the credits cover it).
+  Status wait_for_credit(std::uint64_t sequence);
+  // The staging segment the next publication uses.
+  Staging& staging() noexcept { return stagings_[published_ % stagings_.size()]; }
+  // A shared ring: the last writer to close publishes the end-of-stream.
+  Status close_shared();
   // Checks that a segment is acquired and `fill` fits it (the common checks of write and publish).
   Status check_fill(std::size_t fill, const char* what) const;
   // Put path: the acquired staging segment's payload and fill word into slot `sequence`.
@@ -149,9 +181,12 @@ class SegmentWriter {
   // The reader's released tail as far as this writer can learn it now; the caller is short of
   // credits (active messages: progress, and ask when none are free; put: wait for a get, the
   // background one if it is in flight).
-  Status released(std::uint64_t& tail);
+  // `sequence`: the segment waiting for its slot (asked for when it has none).
+  Status released(std::uint64_t& tail, std::uint64_t sequence);
   // Refreshes the credits in the background (once per half ring).
   void refresh_ahead();
+  // A shared ring: remembers a released tail learned, for every writer.
+  void learned(std::uint64_t tail) noexcept;
   void ask_for_credits();  // active-message path: one question at a time
   std::byte* ring_base() const noexcept;  // local or mapped ring, else null
 
@@ -162,8 +197,15 @@ class SegmentWriter {
   std::optional<std::size_t> written_;  // the fill write() sent for the acquired segment
   std::uint64_t next_ = 1;         // sequence of the acquired (or next) segment
   std::uint64_t credits_ = 0;
+  std::uint64_t published_ = 0;  // segments this writer published (picks its staging segment)
   bool closed_ = false;
   RingCounters counters_;
+
+  // Shared rings.
+  RingShare* share_ = nullptr;
+  std::vector<std::byte> own_;  // local or mapped ring: the segment filled before it is copied in
+  std::uint64_t tail_known_ = 0;  // the highest released tail this writer knows
+  std::uint64_t refreshed_at_ = 0;  // the sequence published when credits were last asked for
 
   // Staging paths.
   fabric::MemoryRegion staging_;

@@ -61,6 +61,7 @@ struct Config {
   bool direct_write = true;
   std::uint64_t tuples_per_source = 0;
   bool batch = false;  // push_batch of the whole block per call, else push per tuple
+  bool per_rank = false;  // one ring per target shared by the source threads (FlowOptions::rings)
 };
 
 json config_json(const Config& c) {
@@ -68,13 +69,14 @@ json config_json(const Config& c) {
           {"threads", c.threads},
           {"direct_write", c.direct_write},
           {"tuples_per_source", c.tuples_per_source},
-          {"api", c.batch ? "push_batch" : "push"}};
+          {"api", c.batch ? "push_batch" : "push"},
+          {"rings", c.per_rank ? "per_rank" : "per_thread"}};
 }
 
 Config config_from(const json& j) {
   return {j.at("tuple_bytes").get<std::size_t>(), j.at("threads").get<int>(),
           j.at("direct_write").get<bool>(), j.at("tuples_per_source").get<std::uint64_t>(),
-          j.at("api").get<std::string>() == "push_batch"};
+          j.at("api").get<std::string>() == "push_batch", j.at("rings").get<std::string>() == "per_rank"};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -128,6 +130,7 @@ class ShuffleBwRank {
     spec.options.segments = params_.at("segments").get<std::uint32_t>();
     spec.options.segment_bytes = params_.at("segment_bytes").get<std::uint32_t>();
     spec.options.direct_write = config.direct_write;
+    spec.options.rings = config.per_rank ? flow::RingSharing::per_rank : flow::RingSharing::per_thread;
     return spec;
   }
 
@@ -335,6 +338,10 @@ class ShuffleBw final : public Scenario {
          "round robin)"},
         {"apis", json::array({"push", "push_batch"}), json::array({"push", "push_batch"}),
          "push APIs measured: push (tuple at a time) and push_batch (the 64 KiB block per call)"},
+        {"rings", json::array({"per_thread"}), json::array({"per_thread", "per_rank"}),
+         "ring sharing measured (FlowOptions::rings): per_thread (a ring per source thread and "
+         "target) and per_rank (one ring per target shared by rank 0's source threads; measured "
+         "at 2 threads and more, direct write, against per_thread in the same run)"},
         {"perftest_tests", json::array({"ucp_put_bw", "ucp_am_bw"}),
          json::array({"ucp_put_bw", "ucp_am_bw"}),
          "ucx_perftest tests run at the segment size (ucp_put_bw, ucp_am_bw)"},
@@ -376,6 +383,12 @@ class ShuffleBw final : public Scenario {
     const std::string routing = context.param("routing");
     const std::vector<std::string> perftest_tests = context.param("perftest_tests");
     const std::vector<std::string> apis = context.param("apis");
+    const std::vector<std::string> ring_sharings = context.param("rings");
+    for (const std::string& r : ring_sharings) {
+      if (r != "per_thread" && r != "per_rank")
+        throw Error(Errc::invalid_argument, "bench shuffle-bw: no rings '" + r + "' (rings: per_thread, per_rank)");
+    }
+    const bool measure_per_rank = std::count(ring_sharings.begin(), ring_sharings.end(), "per_rank") > 0;
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     for (std::size_t s : sizes) {
       if (s < 16 || s % 8 != 0 || s + 16 > segment_bytes) {
@@ -422,6 +435,10 @@ class ShuffleBw final : public Scenario {
             c.tuples_per_source = tuples_per_source(size, threads);
             c.batch = batch;
             configs.push_back(c);
+            if (measure_per_rank && threads >= 2 && direct) {
+              c.per_rank = true;
+              configs.push_back(c);
+            }
           }
         }
       }
@@ -487,6 +504,28 @@ class ShuffleBw final : public Scenario {
       if (baseline == "tcp_stream") return 0.5;
       return baseline == "ring_bulk" ? 0.8 : 0.9;
     };
+    // Per-rank rings against per-thread rings, the same flows otherwise (issue 27: >= 0.8x).
+    auto rings_id = [](bool batch, bool per_rank) {
+      return std::string(batch ? "batch_" : "") + (per_rank ? "per_rank" : "per_thread");
+    };
+    auto rings_panel = [&](int threads) { return "rings_t" + std::to_string(threads); };
+    const bool rings_panels = measure_per_rank && std::count(directs.begin(), directs.end(), true) > 0;
+    if (rings_panels) {
+      for (int threads : thread_counts) {
+        if (threads < 2) continue;
+        Panel& p = result.panel(rings_panel(threads),
+                                "Per-rank vs per-thread rings, " + threads_text(threads, targets) +
+                                    " (ratio > 1: the shared ring is faster)",
+                                {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"}, Better::higher);
+        for (bool batch : batch_modes) {
+          const std::string api = batch ? "push_batch" : "push";
+          p.series(rings_id(batch, true), Role::dfi, "DFI " + api + ", one ring per target shared by the threads");
+          p.series(rings_id(batch, false), Role::baseline, "DFI " + api + ", a ring per thread and target",
+                   "the same flow with per-thread rings (the default); a DFI variant used as the reference");
+          p.compare(rings_id(batch, true), rings_id(batch, false), 0.8);
+        }
+      }
+    }
     for (int threads : thread_counts) {
       Panel& p = result.panel("bw_t" + std::to_string(threads), threads_text(threads, targets),
                               {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"},
@@ -581,6 +620,12 @@ class ShuffleBw final : public Scenario {
                 std::to_string(rep));
           }
           const double gbps = t.at("gbps").get<double>();
+          if (rings_panels && c.threads >= 2 && c.direct_write) {
+            Panel& p = result.panel(rings_panel(c.threads));
+            p.add(rings_id(c.batch, c.per_rank), c.tuple_bytes, gbps);
+            p.add_command(rings_id(c.batch, c.per_rank), dfi_command);
+          }
+          if (c.per_rank) continue;
           result.panel("bw_t" + std::to_string(c.threads))
               .add(series_id(c.batch, c.direct_write, c.threads), c.tuple_bytes, gbps);
           if (both && !c.batch)

@@ -49,6 +49,11 @@ std::size_t source_index(const FlowSpec& spec, int rank, int thread);
 // The index of this process's target `id` in the spec; throws invalid_argument naming the flow.
 std::size_t target_index(const FlowSpec& spec, int rank, int id);
 
+// The ring each source of the spec writes into at every target (FlowOptions::rings): per thread,
+// its own (the identity); per rank, its rank's, rings numbered in the order of the ranks' first
+// sources in the spec. There are max + 1 rings per target.
+std::vector<std::size_t> source_rings(const FlowSpec& spec);
+
 // Stall timeout of a flow: its option, or the flow_timeout_ms setting.
 std::chrono::milliseconds stall_timeout(const FlowSpec& spec);
 
@@ -90,7 +95,8 @@ class SourceRings {
   };
 
   // Waits (until `deadline`) for every target to publish its rings, connects, and prepares one
-  // writer per target. Throws dfi::Error naming the target that did not open in time.
+  // writer per target (with per-rank rings, one of the writers of the rank's ring there).
+  // Throws dfi::Error naming the target that did not open in time.
   SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t source_index,
               const Deadline& deadline);
   // Connects to the given rings only, one writer per link, in order (replicate flows: a source
@@ -139,11 +145,16 @@ class SourceRings {
   std::vector<std::unique_ptr<fabric::RemoteMemory>> remotes_;    // one per link
   std::vector<std::unique_ptr<RingWriter>> writers_;      // one per link
   std::vector<fabric::Endpoint*> link_endpoints_;                 // one per link
+  // Per-rank rings: what this rank's writers of each link's ring share (memory::RingShare), and
+  // the node they are kept for while some of them have not closed.
+  std::vector<std::shared_ptr<memory::RingShare>> shares_;  // one per link, or none
+  const cluster::Node* share_node_ = nullptr;
 };
 
 class TargetRings {
  public:
-  // Allocates one ring per source in one registered region and publishes it. Resolves the faults
+  // Allocates one ring per source (per source rank: FlowOptions::rings) in one registered region
+  // and publishes it. Resolves the faults
   // this target injects (setting flow_faults, faults.hpp); `lossy`: the flow's contract allows a
   // lost segment (ordered replicate flows), so drop rules may apply to it.
   TargetRings(cluster::Node& node, FlowSpec spec, std::size_t target_index, bool lossy = false);
@@ -153,7 +164,9 @@ class TargetRings {
 
   // Releases the segment returned last, then waits for the next segment with tuples from any
   // source (round robin). Ok with view.bytes > 0: a segment from `source`; ok with finished():
-  // every source closed. Errors: timeout, peer_failed (a source's rank died before closing).
+  // every source closed. `source` is an index into the spec's sources (per-rank rings: the
+  // first source of the ring's rank). Errors: timeout, peer_failed (a source's rank died before
+  // closing).
   Status next(memory::SegmentView& view, std::size_t& source, std::chrono::milliseconds timeout);
   // Like next() but returns Errc::retry (a bare code) at once when nothing is there.
   Status try_next(memory::SegmentView& view, std::size_t& source);
@@ -163,7 +176,8 @@ class TargetRings {
   // From now on a source whose rank is declared dead ends its stream instead of failing the
   // flow: its ring is read to its last whole segment, then it counts as closed.
   void end_dead_sources() noexcept { end_dead_ = true; }
-  // The sources (indices into the spec) whose stream a death ended, in the order seen.
+  // The sources (indices into the spec; per-rank rings: the rank's first) whose stream a death
+  // ended, in the order seen.
   const std::vector<std::size_t>& dead_sources() const noexcept { return dead_; }
   // Receives segments that arrived as active messages (tcp) into the rings; next() and
   // try_next() call it. Flows that read the rings through reader() call it in their poll loop.
@@ -227,6 +241,7 @@ class TargetRings {
   std::thread::id consumer_;  // the thread whose owned workers include worker_
   bool idle_ = false;  // the last progress() found nothing: pause() need not progress again
   std::vector<RingReader> readers_;
+  std::vector<std::size_t> ring_source_;  // per ring: the first source in the spec writing it
   std::vector<bool> ended_;
   std::vector<bool> dying_;  // end_dead_sources: declared dead, its ring not read to the end yet
   std::vector<std::size_t> dead_;
