@@ -4,11 +4,14 @@
     bench/scale_model.py [bench/out/scale-shm.json]
 
 The model (one flow, N nodes, T source threads and T targets per node, rings of R bytes):
-  rings per node     per-thread rings (today): a target hosts one ring per source thread of the
-                     cluster, so a node hosts T * N*T rings; per-rank rings (issue 27, not built
-                     yet): one ring per source rank, T * N
-  memory per node    rings * R (over shm the source side adds nothing: it writes into the mapped
-                     rings; over tcp a source stages one segment per ring it writes)
+  rings per node     per-thread rings (the default): a target hosts one ring per source thread of
+                     the cluster, so a node hosts T * N*T rings; per-rank rings (FlowOptions::
+                     rings = per_rank): one ring per source rank, T * N
+  memory per node    rings * R, plus the source side: with per-thread rings over shm nothing (a
+                     source writes into the mapped rings); with per-rank rings each source thread
+                     fills a segment of its own per target before it takes a slot of the shared
+                     ring, T * N*T segments of S bytes; over tcp a source stages 4 segments per
+                     ring it writes either way
   requests per node  per thread: a spec wait per endpoint (2), the target's record (1), the
                      source's one wait for every target's record (1) = 4 T, whatever N (on etcd a
                      wait the first read does not answer costs a watch too: 7 T, plus a retry
@@ -31,9 +34,12 @@ def ring_bytes(segments, segment_bytes):
     return segments * segment_bytes + RING_HEADER
 
 
-def model_memory(n, t, ring, per_rank=False):
-    rings = t * n if per_rank else t * n * t
-    return rings * ring
+def model_memory(n, t, ring, per_rank=False, segment=0):
+    """Bytes per node over shm: the rings its targets host, plus (per-rank rings) the segment
+    each of its source threads fills per target before taking a slot of the shared ring."""
+    if per_rank:
+        return t * n * ring + t * n * t * segment
+    return t * n * t * ring
 
 
 def fit_line(points):
@@ -66,13 +72,16 @@ def main():
     print(f"checked against {path} ({result['transport']}, rings of {ring} B)")
     print(f"{'series':<14}{'N':>5}{'memory MiB':>12}{'model':>9}{'requests':>10}{'model':>7}")
     worst = 0.0
-    for threads in params["threads"]:
+    shapes = [(t, False) for t in params["threads"]]
+    if "per_rank" in params.get("rings", []):
+        shapes += [(t, True) for t in params["threads"] if t >= 2]
+    for threads, per_rank in shapes:
         for registry in params.get("registries", ["embedded"]):
-            sid = f"dfi_{threads}" + ("" if registry == "embedded" else f"_{registry}")
+            sid = f"dfi_{threads}" + ("" if registry == "embedded" else f"_{registry}") + ("_rank" if per_rank else "")
             memory = series_points(result, "memory", sid)
             requests = series_points(result, "requests", sid)
             for n in sorted(memory):
-                predicted = model_memory(n, threads, ring) / (1 << 20)
+                predicted = model_memory(n, threads, ring, per_rank, params["segment_bytes"]) / (1 << 20)
                 worst = max(worst, abs(memory[n] - predicted) / predicted)
                 bound = f"{4 * threads}" if registry == "embedded" else f"{7 * threads}+"  # etcd: and retries
                 print(f"{sid:<14}{n:>5}{memory[n]:>12.2f}{predicted:>9.2f}{requests.get(n, 0):>10.0f}{bound:>7}")
@@ -86,18 +95,22 @@ def main():
     for n, kib in sorted(measured_bytes.items()):
         print(f"  N = {n:>4}: measured {kib * 1024:>9.0f} B, fit {a + b * n:>9.0f} B")
     print()
-    print("projection, default rings (256 KiB), 16 threads per node:")
-    print(f"{'nodes':>6}{'per-thread rings GiB':>22}{'per-rank rings GiB':>20}{'requests/open':>15}"
-          f"{'registry MiB/open':>19}")
+    print("projection over shm, default rings (32 x 8 KiB = 256 KiB), 16 threads per node, GiB per node:")
+    print(f"{'nodes':>6}{'per-thread rings':>18}{'per-rank: rings':>17}{'+ source segments':>19}"
+          f"{'requests/open':>15}{'registry MiB/open':>19}")
     default_ring = ring_bytes(32, 8192)
     for n in (64, 256, 1024):
         # 16 source threads each read N*16 records: b per record, 16 times over.
         megabytes = 16 * (a + b * n * 16) / (1 << 20)
-        print(f"{n:>6}{model_memory(n, 16, default_ring) / GIB:>22.2f}"
-              f"{model_memory(n, 16, default_ring, per_rank=True) / GIB:>20.2f}{4 * 16:>15}{megabytes:>19.1f}")
-    small = ring_bytes(4, 16384)
-    print(f"per-rank rings of {small // 1024} KiB at 1024 x 16: "
-          f"{model_memory(1024, 16, small, per_rank=True) / GIB:.2f} GiB per node")
+        hosted = model_memory(n, 16, default_ring, per_rank=True)
+        print(f"{n:>6}{model_memory(n, 16, default_ring) / GIB:>18.2f}{hosted / GIB:>17.2f}"
+              f"{(model_memory(n, 16, default_ring, True, 8192) - hosted) / GIB:>19.2f}{4 * 16:>15}{megabytes:>19.1f}")
+    for segments, segment in ((4, 16384), (8, 4096), (8, 2048), (16, 1024)):
+        small = ring_bytes(segments, segment)
+        hosted = model_memory(1024, 16, small, per_rank=True)
+        total = model_memory(1024, 16, small, True, segment)
+        print(f"per-rank rings of {segments} x {segment // 1024} KiB at 1024 x 16: rings {hosted / GIB:.2f} GiB "
+              f"+ source segments {(total - hosted) / GIB:.2f} GiB = {total / GIB:.2f} GiB per node")
     return 0 if worst < 0.05 else 1
 
 

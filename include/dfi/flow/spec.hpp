@@ -198,7 +198,8 @@ struct FlowSpec {
 void create_flow(cluster::Node& node, const FlowSpec& spec);
 
 // Bytes of flow buffers this process holds for flow `name` (rings it hosts as a target plus its
-// sources' staging segments). Thread-safe.
+// sources' staging segments and, with per-rank rings, the segment each source thread fills per
+// target before it takes a slot of the shared ring). Thread-safe.
 std::size_t memory_bytes(std::string_view name);
 
 }  // namespace dfi::flow

@@ -92,6 +92,7 @@ int run_scale_rank(const json& params, std::ostream& out, std::ostream& err) {
   spec.options.mode = flow::Mode::bandwidth;
   spec.options.segments = params.at("segments").get<std::uint32_t>();
   spec.options.segment_bytes = params.at("segment_bytes").get<std::uint32_t>();
+  spec.options.rings = params.at("rings") == "per_rank" ? flow::RingSharing::per_rank : flow::RingSharing::per_thread;
   if (node.rank() == 0) flow::create_flow(node, spec);
   node.barrier("bench/scale/created");
 
@@ -216,6 +217,9 @@ class Scale : public Scenario {
             {"registries", json::array({"embedded"}), json::array({"embedded", "etcd"}),
              "embedded (rank 0 serves DFI's registry) and/or etcd (a 3-member etcd cluster on loopback)"},
             {"tuples_per_target", 64, 64, "tuples from every source to every target"},
+            {"rings", json::array({"per_thread"}), json::array({"per_thread"}),
+             "ring sharing (FlowOptions::rings): per_thread, per_rank (one ring per source rank "
+             "and target, shared by the rank's threads; measured where threads >= 2)"},
             {"segments", 4, 4, "segments per ring"},
             {"segment_bytes", 4096, 4096, "bytes per segment"},
             {"timeout_s", 300, 300, "bound on one cluster run"}};
@@ -236,6 +240,17 @@ class Scale : public Scenario {
     const std::vector<int> sizes = context.param("ranks").get<std::vector<int>>();
     const std::vector<int> thread_counts = context.param("threads").get<std::vector<int>>();
     const std::vector<std::string> registries = context.param("registries").get<std::vector<std::string>>();
+    const std::vector<std::string> ring_sharings = context.param("rings").get<std::vector<std::string>>();
+    for (const std::string& r : ring_sharings) {
+      if (r != "per_thread" && r != "per_rank") throw Error(Errc::invalid_argument, "bench scale: rings are per_thread and per_rank");
+    }
+    // The shapes measured: (threads, per-rank rings); per-rank rings only where threads share them.
+    std::vector<std::pair<int, bool>> shapes;
+    for (const std::string& r : ring_sharings) {
+      for (int t : thread_counts) {
+        if (r == "per_thread" || t >= 2) shapes.emplace_back(t, r == "per_rank");
+      }
+    }
     for (const std::string& r : registries) {
       if (r != "embedded" && r != "etcd") throw Error(Errc::invalid_argument, "bench scale: registries are embedded and etcd");
     }
@@ -272,18 +287,21 @@ class Scale : public Scenario {
                                 ranks_axis, {"bytes", "KiB", "log10"}, Better::lower);
     Panel& memory = result.panel("memory", "Flow memory per rank (rings hosted and written)", ranks_axis,
                                  {"memory", "MiB", "log10"}, Better::lower);
-    auto series_id = [](int t, const std::string& registry) {
-      return "dfi_" + std::to_string(t) + (registry == "embedded" ? std::string() : "_" + registry);
+    auto series_id = [](int t, const std::string& registry, bool per_rank) {
+      return "dfi_" + std::to_string(t) + (registry == "embedded" ? std::string() : "_" + registry) +
+             (per_rank ? "_rank" : "");
     };
     for (const std::string& registry : registries) {
-      for (int t : thread_counts) {
-        const std::string what = "DFI, " + threads_text(t) + " per rank" + (registry == "etcd" ? ", etcd" : "");
-        for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &bytes, &memory}) p->series(series_id(t, registry), Role::dfi, what);
+      for (const auto& [t, per_rank] : shapes) {
+        const std::string what = "DFI, " + threads_text(t) + " per rank" + (registry == "etcd" ? ", etcd" : "") +
+                                 (per_rank ? ", per-rank rings" : "");
+        for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &bytes, &memory})
+          p->series(series_id(t, registry, per_rank), Role::dfi, what);
       }
     }
     whole.series("mpi", Role::baseline, "OpenMPI: mpirun, MPI_Init, first MPI_Alltoall");
     for (const std::string& registry : registries) {
-      for (int t : thread_counts) whole.compare(series_id(t, registry), "mpi", 0.3);
+      for (const auto& [t, per_rank] : shapes) whole.compare(series_id(t, registry, per_rank), "mpi", 0.3);
     }
 
     std::map<std::string, std::map<int, std::vector<double>>> open_samples;  // series -> ranks -> seconds
@@ -294,7 +312,7 @@ class Scale : public Scenario {
                                   ", " + std::to_string(n) + " ranks";
         auto run_dfi = [&] {
           for (const std::string& registry : registries) {
-          for (int t : thread_counts) {
+          for (const auto& [t, per_rank] : shapes) {
             RankJob job;
             if (registry == "etcd") job.env = {{"DFI_REGISTRY", etcd->url()}, {"DFI_REGISTRY_EXTERNAL", "1"}};
             job.nodes = n;
@@ -302,6 +320,7 @@ class Scale : public Scenario {
             job.params = {{"threads", t},
                           {"tuples_per_target", tuples},
                           {"segments", context.param("segments")},
+                          {"rings", per_rank ? "per_rank" : "per_thread"},
                           {"segment_bytes", context.param("segment_bytes")}};
             job.timeout = timeout;
             const auto start = Clock::now();
@@ -334,7 +353,7 @@ class Scale : public Scenario {
                                               std::to_string(got) + ", key sums " + std::to_string(sent_sum) +
                                               " / " + std::to_string(got_sum));
             }
-            const std::string id = series_id(t, registry);
+            const std::string id = series_id(t, registry, per_rank);
             const std::string command = rank_job_command(job, context);
             open.add(id, n, open_s);
             open_cpu.add(id, n, median(cpu));
@@ -346,7 +365,7 @@ class Scale : public Scenario {
             for (Panel* p : {&open, &open_cpu, &join, &whole, &requests, &bytes, &memory}) p->add_command(id, command);
             open_samples[id][n].push_back(open_s);
             cpu_samples[id][n].push_back(median(cpu));
-            context.say(round + ", " + threads_text(t) + ", " + registry + " registry: DFI join " + format_fixed(join_s, 3) + " s, open " +
+            context.say(round + ", " + threads_text(t) + (per_rank ? ", per-rank rings" : "") + ", " + registry + " registry: DFI join " + format_fixed(join_s, 3) + " s, open " +
                         format_fixed(open_s, 3) + " s (CPU " + format_fixed(median(cpu), 3) + " s), whole run " + format_fixed(wall, 2) + " s, " +
                         format_fixed(most_requests, 0) + " registry requests per rank");
           }

@@ -514,8 +514,8 @@ class ShuffleBw final : public Scenario {
       for (int threads : thread_counts) {
         if (threads < 2) continue;
         Panel& p = result.panel(rings_panel(threads),
-                                "Per-rank vs per-thread rings, " + threads_text(threads, targets) +
-                                    " (ratio > 1: the shared ring is faster)",
+                                "Per-rank vs per-thread rings, " + std::to_string(threads) + ":" +
+                                    std::to_string(targets) + " (ratio > 1: shared is faster)",
                                 {"tuple size", "B", "log2"}, {"tuple payload bandwidth", "GB/s"}, Better::higher);
         for (bool batch : batch_modes) {
           const std::string api = batch ? "push_batch" : "push";
