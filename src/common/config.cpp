@@ -40,6 +40,10 @@ constexpr std::array kEntries{
     Entry{"segment_bytes_tcp", "DFI_SEGMENT_BYTES_TCP", "32784",
           "Default segment size (footer included) where segments travel as active messages (tcp): "
           "32 KiB of payload, as many ring bytes as 32 x 8 KiB, a quarter of the system calls"},
+    Entry{"flow_memory_limit_bytes", "DFI_FLOW_MEMORY_LIMIT_BYTES", "0",
+          "Largest ring region a flow target may allocate (its rings together); a flow needing more "
+          "is refused by create_flow and by every open (invalid_argument). 0: a quarter of this "
+          "machine's physical memory"},
     Entry{"data_path", "DFI_DATA_PATH", "auto",
           "How flows move segments where UCX emulates RMA (tcp): auto (one active message per segment, "
           "placed by the consumer) or rma (emulated one-sided puts, applied by the progress thread); "

@@ -1,8 +1,12 @@
 #include "dfi/flow/detail/rings.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -80,6 +84,35 @@ std::vector<std::size_t> source_rings(const FlowSpec& spec) {
     rings[i] = of_rank.try_emplace(spec.sources[i].rank, of_rank.size()).first->second;
   }
   return rings;
+}
+
+std::size_t checked_ring_bytes(const FlowSpec& spec) {
+  const memory::RingLayout layout = spec.layout();
+  const std::vector<std::size_t> rings = source_rings(spec);
+  const std::size_t count = rings.empty() ? 0 : *std::max_element(rings.begin(), rings.end()) + 1;
+  std::uint64_t bytes = 0;  // checked: a ring shape can overflow 64 bits
+  const bool overflow = __builtin_mul_overflow(std::uint64_t{layout.segments}, std::uint64_t{layout.segment_bytes}, &bytes) ||
+                        __builtin_add_overflow(bytes, std::uint64_t{2 * memory::kWordLine}, &bytes) ||
+                        __builtin_mul_overflow(bytes, std::uint64_t{count}, &bytes);
+  std::uint64_t limit = static_cast<std::uint64_t>(config::get_int("flow_memory_limit_bytes"));
+  if (limit == 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    limit = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 4 : 0;
+  }
+  if (overflow || (limit != 0 && bytes > limit) || bytes > std::numeric_limits<std::size_t>::max()) {
+    std::ostringstream what;
+    what << "flow '" << spec.name << "': a target's rings need ";
+    if (overflow) {
+      what << "more than 2^64";
+    } else {
+      what << bytes;
+    }
+    what << " B (" << count << " ring(s) of options.segments " << layout.segments << " x options.segment_bytes "
+         << layout.segment_bytes << " B), more than the limit of " << limit
+         << " B (setting flow_memory_limit_bytes; 0 is a quarter of this machine's memory)";
+    throw Error(Errc::invalid_argument, what.str());
+  }
+  return static_cast<std::size_t>(bytes);
 }
 
 std::chrono::milliseconds stall_timeout(const FlowSpec& spec) {
@@ -333,7 +366,12 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
     if (rings[s] == ring_source_.size()) ring_source_.push_back(s);
   }
   const std::size_t count = ring_source_.size();
-  region_ = fabric::MemoryRegion(node.fabric(), count * layout.bytes());
+  const std::size_t bytes = checked_ring_bytes(spec_);  // before anything is allocated
+  try {
+    region_ = fabric::MemoryRegion(node.fabric(), bytes);
+  } catch (const Error& e) {
+    throw Error(Errc::io, label_ + ": cannot allocate its rings (" + std::to_string(bytes) + " B): " + e.what());
+  }
   auto* base = static_cast<std::byte*>(region_.data());
   for (std::size_t r = 0; r < count; ++r) readers_.emplace_back(base + r * layout.bytes(), layout);
   if (!node.fabric().capabilities().native_one_sided && config::get_string("data_path") != "rma") {

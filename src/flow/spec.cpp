@@ -15,6 +15,7 @@
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/flow/detail/rings.hpp"
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
 
@@ -126,6 +127,7 @@ void FlowSpec::validate(int cluster_size) const {
         std::to_string(ring.payload_capacity() - std::min(header, ring.payload_capacity())) + " B" +
         (header > 0 ? " (after the " + std::to_string(header) + " B segment header)" : ""));
   }
+  (void)detail::checked_ring_bytes(*this);  // absurd ring shapes, before any target allocates
   if (options.rings == RingSharing::per_rank && !(type == FlowType::shuffle)) {
     bad("per-rank rings (options.rings) are for shuffle flows; a " + std::string(traits.name) +
         " flow has a ring per source thread");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "dfi/common/error.hpp"
@@ -254,6 +255,38 @@ TEST(FlowSpecRings, PerRankRingsAreRefusedForFlowsOtherThanShuffle) {
   EXPECT_NE(error.find("flow 'r'"), std::string::npos) << error;
   EXPECT_NE(error.find("per-rank rings"), std::string::npos) << error;
   EXPECT_NE(error.find("replicate"), std::string::npos) << error;
+}
+
+TEST(FlowSpecRings, RingsBeyondTheMemoryLimitAreRefusedNamingFlowOptionsAndBytes) {
+  FlowSpec spec;
+  spec.name = "huge";
+  spec.sources = {{0, 0}, {1, 0}};
+  spec.targets = {{1, 0}};
+  spec.schema = Schema({{"key", Type::uint64}});
+  spec.key_column = "key";
+  spec.options.segments = 1u << 30;  // 8 KiB segments: 8 TiB per ring
+  spec.options.segment_bytes = 8208;
+  std::string error = validation_error(spec);
+  EXPECT_NE(error.find("flow 'huge'"), std::string::npos) << error;
+  EXPECT_NE(error.find("options.segments 1073741824"), std::string::npos) << error;
+  EXPECT_NE(error.find("flow_memory_limit_bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("17626545783040 B"), std::string::npos) << error;  // 2 rings
+
+  // The largest shape whose product overflows 64 bits is refused too, not wrapped around.
+  spec.options.segments = 0xffffffffu;
+  spec.options.segment_bytes = 0xfffffff8u;
+  error = validation_error(spec);
+  EXPECT_NE(error.find("more than 2^64"), std::string::npos) << error;
+
+  // The setting decides: 2 rings of 4 x 4 KiB (+ their words) fit 40000 B, not 30000.
+  spec.options.segments = 4;
+  spec.options.segment_bytes = 4096;
+  ::setenv("DFI_FLOW_MEMORY_LIMIT_BYTES", "40000", 1);
+  EXPECT_NO_THROW(spec.validate(2));
+  ::setenv("DFI_FLOW_MEMORY_LIMIT_BYTES", "30000", 1);
+  error = validation_error(spec);
+  EXPECT_NE(error.find("33024 B"), std::string::npos) << error;
+  ::unsetenv("DFI_FLOW_MEMORY_LIMIT_BYTES");
 }
 
 }  // namespace

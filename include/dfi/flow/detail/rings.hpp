@@ -54,6 +54,12 @@ std::size_t target_index(const FlowSpec& spec, int rank, int id);
 // sources in the spec. There are max + 1 rings per target.
 std::vector<std::size_t> source_rings(const FlowSpec& spec);
 
+// The bytes of one target's rings (every ring of source_rings, its words included), checked
+// before anything is allocated: throws dfi::Error(invalid_argument) naming the flow, the ring
+// shape and the bytes when they exceed the flow_memory_limit_bytes setting (0: a quarter of the
+// machine's physical memory) or do not fit in a size_t.
+std::size_t checked_ring_bytes(const FlowSpec& spec);
+
 // Stall timeout of a flow: its option, or the flow_timeout_ms setting.
 std::chrono::milliseconds stall_timeout(const FlowSpec& spec);
 
