@@ -415,8 +415,9 @@ class _Target:
         do not fit come first in the next call (or consume()). Returns 0 only once every source
         closed. Raises dfi.Error as consume (an error after some rows were copied is raised by
         the next call), invalid_argument for an array of another dtype or without room."""
-        _check_array(self.name, self.dtype, out)
-        if not out.flags.writeable or len(out) == 0:
+        if not (type(out) is np.ndarray and out.dtype == self.dtype and out.ndim == 1
+                and out.flags.c_contiguous and out.flags.writeable and len(out)):
+            _check_array(self.name, self.dtype, out)  # raises naming what differs
             raise _invalid(f"flow '{self.name}': consume_into needs a writable array with room "
                            "for at least one row")
         return self._native._consume_into(out, timeout_ms)
