@@ -678,6 +678,24 @@ void bind_target_common(nb::class_<Box>& cls) {
   }
 }
 
+// A source class of the flow layer (Source(node, worker, name, thread, Options)): opened with a
+// worker of its own, which the Python thread that opens it owns.
+template <class Source, class Options>
+nb::class_<SourceBox<Source>> bind_flow_source(nb::module_& m, const char* name, flow::FlowType type) {
+  using Box = SourceBox<Source>;
+  auto cls = bind_open<Box>(m, name, [type](Box* self, cluster::Node& node, const std::string& flow_name,
+                                            int thread, milliseconds timeout) {
+    new (self) Box(node, flow_name, worker_label("source", thread, flow_name), type, timeout,
+                   [&](fabric::Worker* worker) {
+                     Options options;
+                     options.open_timeout = timeout;
+                     return std::make_unique<Source>(node, *worker, flow_name, thread, std::move(options));
+                   });
+  });
+  bind_source_common(cls);
+  return cls;
+}
+
 // push_to and push_routed: the sources that take an explicit target (shuffle, driven shuffle).
 template <class Box>
 void bind_source_targets(nb::class_<Box>& cls) {
@@ -752,46 +770,14 @@ NB_MODULE(_dfi, m) {
   });
 
   // Sources: a flow name, this rank's source thread, an open timeout.
-  auto shuffle_source = bind_open<ShuffleSourceBox>(
-      m, "_ShuffleSource", [](ShuffleSourceBox* self, cluster::Node& node, const std::string& name, int thread,
-                              milliseconds timeout) {
-        new (self) ShuffleSourceBox(node, name, worker_label("source", thread, name), flow::FlowType::shuffle,
-                                    timeout, [&](fabric::Worker* worker) {
-                                      flow::SourceOptions options;
-                                      options.open_timeout = timeout;
-                                      return std::make_unique<flow::ShuffleSource>(node, *worker, name, thread,
-                                                                                   std::move(options));
-                                    });
-      });
-  bind_source_common(shuffle_source);
+  auto shuffle_source = bind_flow_source<flow::ShuffleSource, flow::SourceOptions>(m, "_ShuffleSource",
+                                                                                  flow::FlowType::shuffle);
   bind_source_targets(shuffle_source);
   shuffle_source.def_prop_ro("target_count", [](const ShuffleSourceBox& b) { return b.source->target_count(); });
-
-  auto replicate_source = bind_open<ReplicateSourceBox>(
-      m, "_ReplicateSource", [](ReplicateSourceBox* self, cluster::Node& node, const std::string& name,
-                                int thread, milliseconds timeout) {
-        new (self) ReplicateSourceBox(node, name, worker_label("source", thread, name), flow::FlowType::replicate,
-                                      timeout, [&](fabric::Worker* worker) {
-                                        flow::ReplicateSourceOptions options;
-                                        options.open_timeout = timeout;
-                                        return std::make_unique<flow::ReplicateSource>(node, *worker, name, thread,
-                                                                                       std::move(options));
-                                      });
-      });
-  bind_source_common(replicate_source);
-
-  auto combiner_source = bind_open<CombinerSourceBox>(
-      m, "_CombinerSource", [](CombinerSourceBox* self, cluster::Node& node, const std::string& name,
-                               int thread, milliseconds timeout) {
-        new (self) CombinerSourceBox(node, name, worker_label("source", thread, name), flow::FlowType::combiner,
-                                     timeout, [&](fabric::Worker* worker) {
-                                       flow::CombinerSourceOptions options;
-                                       options.open_timeout = timeout;
-                                       return std::make_unique<flow::CombinerSource>(node, *worker, name, thread,
-                                                                                     std::move(options));
-                                     });
-      });
-  bind_source_common(combiner_source);
+  bind_flow_source<flow::ReplicateSource, flow::ReplicateSourceOptions>(m, "_ReplicateSource",
+                                                                        flow::FlowType::replicate);
+  bind_flow_source<flow::CombinerSource, flow::CombinerSourceOptions>(m, "_CombinerSource",
+                                                                      flow::FlowType::combiner);
 
   // Targets: a flow name, this rank's target id, an open timeout; the schema of what they hand
   // out (the flow's, or the combiner's result schema).

@@ -334,7 +334,31 @@ class _Source:
         return False
 
 
-class ShuffleSource(_Source):
+class _TargetedSource(_Source):
+    """A source that takes explicit targets: ShuffleSource, Producer (a shuffle pattern)."""
+
+    def push_to(self, target, data):
+        """Pushes rows (or columns, as push) to explicit targets (any routing; GIL released).
+        `target` is a target index (every row to it: push_batch_to, one run) or a NumPy integer
+        array with one target index per row: the rows are grouped by target in C++ (runs of one
+        target pushed as they are, other chunks grouped in one pass, per target in order) and each
+        group goes out with push_batch_to. Raises dfi.Error: invalid_argument for a target that
+        does not exist (naming the row) or a targets array of another length; else as push."""
+        if isinstance(target, (int, np.integer)):
+            for batch in _batches(self.name, self.dtype, data):
+                self._native._push_to(int(target), batch)
+            return
+        targets = np.ascontiguousarray(target)
+        if targets.dtype.kind not in "iu" or targets.ndim != 1:
+            raise _invalid(f"flow '{self.name}': push_to takes a target index or a one-dimensional "
+                           f"integer array of them, not {targets.dtype} of shape {targets.shape}")
+        if _is_arrow(data) and type(data).__name__ == "Table":
+            data = data.combine_chunks().to_batches()[0] if data.num_rows else np.empty(0, self.dtype)
+        (batch,) = _batches(self.name, self.dtype, data)
+        self._native._push_routed(targets, targets.dtype.kind == "i", batch)
+
+
+class ShuffleSource(_TargetedSource):
     """Source `thread` of this rank in shuffle flow `name` (flow::ShuffleSource); opening waits
     for the flow and its targets (up to open_timeout_ms, 0: the registry timeout)."""
 
@@ -344,30 +368,6 @@ class ShuffleSource(_Source):
     @property
     def target_count(self):
         return self._native.target_count
-
-    def push_to(self, target, data):
-        """Pushes rows (or columns, as push) to explicit targets (any routing; GIL released).
-        `target` is a target index (every row to it: push_batch_to, one run) or a NumPy integer
-        array with one target index per row: the rows are grouped by target in C++ (runs of one
-        target pushed as they are, other chunks grouped in one pass, per target in order) and each
-        group goes out with push_batch_to. Raises dfi.Error: invalid_argument for a target that
-        does not exist (naming the row) or a targets array of another length; else as push."""
-        _push_to(self, target, data)
-
-
-def _push_to(source, target, data):
-    if isinstance(target, (int, np.integer)):
-        for batch in _batches(source.name, source.dtype, data):
-            source._native._push_to(int(target), batch)
-        return
-    targets = np.ascontiguousarray(target)
-    if targets.dtype.kind not in "iu" or targets.ndim != 1:
-        raise _invalid(f"flow '{source.name}': push_to takes a target index or a one-dimensional "
-                       f"integer array of them, not {targets.dtype} of shape {targets.shape}")
-    if _is_arrow(data) and type(data).__name__ == "Table":
-        data = data.combine_chunks().to_batches()[0] if data.num_rows else np.empty(0, source.dtype)
-    (batch,) = _batches(source.name, source.dtype, data)
-    source._native._push_routed(targets, targets.dtype.kind == "i", batch)
 
 
 class ReplicateSource(_Source):
@@ -480,7 +480,7 @@ class CombinerTarget(_Target):
         super().__init__(_dfi._CombinerTarget(node, name, id, open_timeout_ms))
 
 
-class Producer(_Source):
+class Producer(_TargetedSource):
     """Producer `thread` of this rank in driven flow `name` (driven::Producer): pushes into rings
     in its own memory, which a Mover drains; no fabric call on this thread. push and push_to
     take what ShuffleSource's take (rows, columns, Arrow; a target or an array of them for an
@@ -495,10 +495,6 @@ class Producer(_Source):
     def ring_count(self):
         """Rings this producer writes: the consumers of a shuffle-pattern flow, else 1."""
         return self._native.ring_count
-
-    def push_to(self, target, data):
-        """As ShuffleSource.push_to (a shuffle-pattern flow)."""
-        _push_to(self, target, data)
 
 
 class Consumer(_Target):
