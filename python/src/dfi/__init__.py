@@ -33,7 +33,7 @@ __version__ = _dfi.version
 __all__ = [
     "Errc", "Error", "Node", "Barrier", "create_flow", "create_barrier", "flow_dtype",
     "ShuffleSource", "ShuffleTarget", "ReplicateSource", "ReplicateTarget", "CombinerSource",
-    "CombinerTarget",
+    "CombinerTarget", "Producer", "Consumer", "Mover",
 ]
 
 
@@ -107,7 +107,8 @@ def flow_dtype(layout):
 
 def create_flow(node, name, *, sources, targets, schema, type="shuffle", key="", routing="key_hash",
                 mode="bandwidth", segments=0, segment_bytes=0, stall_timeout_ms=0, aggregates="",
-                replication="naive", fanout=2, ordered=False, gap_timeout_ms=1000):
+                replication="naive", fanout=2, ordered=False, gap_timeout_ms=1000, pattern="shuffle",
+                doorbell=False, batch_bytes=0, poll_interval_us=0, share=1):
     """Creates flow `name` (call once, from one rank): flow::create_flow.
 
     sources: [(rank, thread)], targets: [(rank, id)], schema: a NumPy dtype with named fields
@@ -115,12 +116,16 @@ def create_flow(node, name, *, sources, targets, schema, type="shuffle", key="",
     type 'shuffle': key (key_hash routing) or routing='explicit' (ShuffleSource.push_to).
     type 'replicate': replication 'naive' | 'relay', fanout, ordered, gap_timeout_ms.
     type 'combiner': key (group by) and aggregates ('sum(value),count(*),avg(value)').
+    type 'driven' (driven::kDriven; sources are Producers, targets Consumers, a Mover moves the
+    data): pattern 'shuffle' (key, or routing='explicit') | 'balance' | 'replicate', doorbell,
+    batch_bytes (0: 4 MiB), poll_interval_us, share (driven::DrivenOptions).
     mode 'bandwidth' | 'latency'; segments, segment_bytes: 0 for the transport's defaults.
     Raises dfi.Error: already_exists, invalid_argument (naming the flow and the problem), timeout.
     """
     _dfi._create_flow(node, name, type, [tuple(s) for s in sources], [tuple(t) for t in targets],
                       _schema_text(schema, name), key, routing, mode, segments, segment_bytes,
-                      stall_timeout_ms, aggregates, replication, fanout, ordered, gap_timeout_ms)
+                      stall_timeout_ms, aggregates, replication, fanout, ordered, gap_timeout_ms,
+                      pattern, doorbell, batch_bytes, poll_interval_us, share)
 
 
 def create_barrier(node, name, members):
@@ -182,22 +187,17 @@ def _check_array(flow, dtype, array):
     return array
 
 
-def _arrow_to_rows(flow, dtype, batch):
-    """The rows of an Arrow RecordBatch (or Table) as an array of the flow's dtype. Arrow is
-    columnar and a flow row-wise, so this interleaves the columns (one copy), except for a
-    one-column flow without padding, whose column buffer already is the rows."""
+def _arrow_columns(flow, dtype, batch):
+    """The columns of an Arrow RecordBatch as NumPy arrays over its buffers (no copy), in the
+    flow's column order, checked against the flow's columns (names, types, no nulls)."""
     import pyarrow as pa
 
-    if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
-        if batch is None:
-            return np.empty(0, dtype)
     names = batch.schema.names
     extra = [n for n in names if n not in dtype.fields]
     if extra:
         raise _invalid(f"flow '{flow}': the record batch has column '{extra[0]}', which is no "
                        f"column of the flow ({', '.join(dtype.names)})")
-    columns = {}
+    columns = []
     for name in dtype.names:
         want = dtype.fields[name][0]
         if name not in names:
@@ -223,13 +223,55 @@ def _arrow_to_rows(flow, dtype, batch):
                 raise _invalid(f"flow '{flow}': column '{name}' is {want} in the flow, "
                                f"{column.type} in the record batch")
             data = column.to_numpy(zero_copy_only=True)
-        columns[name] = data
-    if len(dtype.names) == 1 and dtype.itemsize == dtype.fields[dtype.names[0]][0].itemsize:
-        return np.ascontiguousarray(columns[dtype.names[0]]).view(dtype)
-    rows = np.empty(batch.num_rows, dtype)
-    for name, data in columns.items():
-        rows[name] = data
-    return rows
+        columns.append(data)
+    return columns
+
+
+def _numpy_columns(flow, dtype, data, writable=False, partial=False):
+    """The arrays of a {column name: 1-D array} mapping in the flow's column order (None for a
+    column left out, where `partial`), checked: every name a column, each array one-dimensional
+    with the column's exact dtype (any stride), all of one length. No copy, no conversion."""
+    extra = [n for n in data if n not in dtype.fields]
+    if extra:
+        raise _invalid(f"flow '{flow}': '{extra[0]}' is no column of the flow "
+                       f"({', '.join(dtype.names)})")
+    columns, length = [], None
+    for name in dtype.names:
+        want = dtype.fields[name][0]
+        if name not in data:
+            if partial:
+                columns.append(None)
+                continue
+            raise _invalid(f"flow '{flow}': column '{name}' is missing (the flow's columns: "
+                           f"{', '.join(dtype.names)})")
+        array = data[name]
+        if not isinstance(array, np.ndarray) or array.ndim != 1:
+            raise _invalid(f"flow '{flow}': column '{name}' must be a one-dimensional NumPy array")
+        if array.dtype != want:
+            raise _invalid(f"flow '{flow}': column '{name}' is {want} in the flow, {array.dtype} in "
+                           "the array (nothing is converted: astype() it first)")
+        if writable and not array.flags.writeable:
+            raise _invalid(f"flow '{flow}': column '{name}' is not writable")
+        if length is not None and len(array) != length:
+            raise _invalid(f"flow '{flow}': column '{name}' has {len(array)} rows, the others "
+                           f"{length}")
+        length = len(array)
+        columns.append(array)
+    if length is None:
+        raise _invalid(f"flow '{flow}': no column given")
+    return columns
+
+
+def _batches(flow, dtype, data):
+    """What a push hands to C++, one item per batch: a checked structured array (rows, no copy)
+    or a list of column arrays (columns, interleaved in C++ chunk by chunk)."""
+    if isinstance(data, dict):
+        return [_numpy_columns(flow, dtype, data)]
+    if _is_arrow(data):
+        if type(data).__name__ == "Table":
+            return [_arrow_columns(flow, dtype, b) for b in data.to_batches()]
+        return [_arrow_columns(flow, dtype, data)]
+    return [_check_array(flow, dtype, data)]
 
 
 def _rows_to_arrow(dtype, rows):
@@ -261,13 +303,19 @@ class _Source:
         self.dtype = flow_dtype(native._layout)  # the dtype whose arrays push takes without a copy
 
     def push(self, data):
-        """Pushes every row of `data`: a 1-D contiguous NumPy array of the flow's dtype (handed to
-        push_bulk without a copy) or an Arrow RecordBatch/Table with the flow's columns (one copy
-        into rows). Raises dfi.Error: invalid_argument naming the flow and the column whose
-        layout differs; peer_failed, flow_failed, timeout as the C++ push."""
-        if _is_arrow(data):
-            data = _arrow_to_rows(self.name, self.dtype, data)
-        self._native._push(_check_array(self.name, self.dtype, data))
+        """Pushes every row of `data` (GIL released), routed as the flow routes:
+        - rows: a 1-D contiguous NumPy array of the flow's dtype, handed to push_batch (shuffle;
+          push_bulk for replicate and combiner) without a copy;
+        - columns: a dict {column name: 1-D NumPy array of the column's dtype, any stride} with
+          every column of the flow, or an Arrow RecordBatch/Table with the flow's columns (its
+          buffers, no copy): interleaved into rows in C++, one cache-sized chunk at a time, each
+          chunk handed to push_batch — no interleave pass over the whole batch, no Python work
+          per row.
+        Raises dfi.Error: invalid_argument naming the flow and the column that differs;
+        peer_failed, flow_failed, timeout as the C++ push (then a part of `data` may have been
+        pushed)."""
+        for batch in _batches(self.name, self.dtype, data):
+            self._native._push(batch)
 
     def flush(self):
         """Sends everything pushed so far without closing (GIL released)."""
@@ -286,7 +334,31 @@ class _Source:
         return False
 
 
-class ShuffleSource(_Source):
+class _TargetedSource(_Source):
+    """A source that takes explicit targets: ShuffleSource, Producer (a shuffle pattern)."""
+
+    def push_to(self, target, data):
+        """Pushes rows (or columns, as push) to explicit targets (any routing; GIL released).
+        `target` is a target index (every row to it: push_batch_to, one run) or a NumPy integer
+        array with one target index per row: the rows are grouped by target in C++ (runs of one
+        target pushed as they are, other chunks grouped in one pass, per target in order) and each
+        group goes out with push_batch_to. Raises dfi.Error: invalid_argument for a target that
+        does not exist (naming the row) or a targets array of another length; else as push."""
+        if isinstance(target, (int, np.integer)):
+            for batch in _batches(self.name, self.dtype, data):
+                self._native._push_to(int(target), batch)
+            return
+        targets = np.ascontiguousarray(target)
+        if targets.dtype.kind not in "iu" or targets.ndim != 1:
+            raise _invalid(f"flow '{self.name}': push_to takes a target index or a one-dimensional "
+                           f"integer array of them, not {targets.dtype} of shape {targets.shape}")
+        if _is_arrow(data) and type(data).__name__ == "Table":
+            data = data.combine_chunks().to_batches()[0] if data.num_rows else np.empty(0, self.dtype)
+        (batch,) = _batches(self.name, self.dtype, data)
+        self._native._push_routed(targets, targets.dtype.kind == "i", batch)
+
+
+class ShuffleSource(_TargetedSource):
     """Source `thread` of this rank in shuffle flow `name` (flow::ShuffleSource); opening waits
     for the flow and its targets (up to open_timeout_ms, 0: the registry timeout)."""
 
@@ -296,12 +368,6 @@ class ShuffleSource(_Source):
     @property
     def target_count(self):
         return self._native.target_count
-
-    def push_to(self, target, data):
-        """Pushes every row of `data` to target index `target` (any routing)."""
-        if _is_arrow(data):
-            data = _arrow_to_rows(self.name, self.dtype, data)
-        self._native._push_to(target, _check_array(self.name, self.dtype, data))
 
 
 class ReplicateSource(_Source):
@@ -325,6 +391,8 @@ class _Target:
         self._native = native
         self.name = native.name
         self.dtype = flow_dtype(native._layout)  # of the rows consume hands out
+        self._empty = np.empty(0, self.dtype)
+        self._empty.flags.writeable = False
 
     def consume(self, timeout_ms=0, copy=False):
         """Waits (GIL released) for the next batch and returns its rows as a read-only NumPy array
@@ -347,11 +415,30 @@ class _Target:
         do not fit come first in the next call (or consume()). Returns 0 only once every source
         closed. Raises dfi.Error as consume (an error after some rows were copied is raised by
         the next call), invalid_argument for an array of another dtype or without room."""
-        _check_array(self.name, self.dtype, out)
-        if not out.flags.writeable or len(out) == 0:
+        if not (type(out) is np.ndarray and out.dtype == self.dtype and out.ndim == 1
+                and out.flags.c_contiguous and out.flags.writeable and len(out)):
+            _check_array(self.name, self.dtype, out)  # raises naming what differs
             raise _invalid(f"flow '{self.name}': consume_into needs a writable array with room "
                            "for at least one row")
         return self._native._consume_into(out, timeout_ms)
+
+    def consume_columns(self, out, timeout_ms=0):
+        """consume_into for columns: copies the next rows into the arrays of `out`, a dict
+        {column name: writable 1-D array of the column's dtype, any stride, all of one length}
+        (columns left out are not copied), and returns how many rows — the same calls and
+        semantics as consume_into, the rows taken apart in C++ straight from the flow's ring."""
+        columns = _numpy_columns(self.name, self.dtype, out, writable=True, partial=True)
+        return self._native._consume_columns(columns, timeout_ms)
+
+    def try_consume(self):
+        """As consume, but never waits (shuffle targets and driven consumers): the next batch's
+        view, an empty array when nothing has arrived yet, or None once every source closed."""
+        if not hasattr(self._native, "_try_consume"):
+            raise _invalid(f"flow '{self.name}': {type(self).__name__} has no try_consume")
+        raw = self._native._try_consume()
+        if raw is False:
+            return self._empty
+        return None if raw is None else raw.view(self.dtype)
 
     def consume_arrow(self, timeout_ms=0):
         """The next batch as a pyarrow.RecordBatch (a copy: Arrow is columnar), or None at the
@@ -391,3 +478,68 @@ class CombinerTarget(_Target):
 
     def __init__(self, node, name, id=0, open_timeout_ms=0):
         super().__init__(_dfi._CombinerTarget(node, name, id, open_timeout_ms))
+
+
+class Producer(_TargetedSource):
+    """Producer `thread` of this rank in driven flow `name` (driven::Producer): pushes into rings
+    in its own memory, which a Mover drains; no fabric call on this thread. push and push_to
+    take what ShuffleSource's take (rows, columns, Arrow; a target or an array of them for an
+    explicit-routing shuffle pattern); the producer's rings take tuples one by one (in C++, GIL
+    released). push waits while a ring is full. close() returns once the mover took everything.
+    Opening does not wait for the mover or the consumers."""
+
+    def __init__(self, node, name, thread=0, open_timeout_ms=0):
+        super().__init__(_dfi._Producer(node, name, thread, open_timeout_ms))
+
+    @property
+    def ring_count(self):
+        """Rings this producer writes: the consumers of a shuffle-pattern flow, else 1."""
+        return self._native.ring_count
+
+
+class Consumer(_Target):
+    """Consumer `id` of this rank in driven flow `name` (driven::Consumer): consume,
+    consume_into, consume_columns, try_consume and iteration as a ShuffleTarget; batch views
+    point into the consumer's ring, which the mover fills."""
+
+    def __init__(self, node, name, id=0, open_timeout_ms=0):
+        super().__init__(_dfi._Consumer(node, name, id, open_timeout_ms))
+
+    def leave(self):
+        """Balance flows: asks the mover to stop serving this consumer; keep consuming to the end."""
+        self._native.leave()
+
+
+class Mover:
+    """The data mover of driven flows (driven::Mover), on this rank and thread (it owns a fabric
+    worker):
+
+        mover = dfi.Mover(node)
+        mover.add_flow("orders")      # waits for every producer's and consumer's buffers
+        mover.run(60_000)             # until every flow ended (GIL released)
+    """
+
+    def __init__(self, node):
+        self._native = _dfi._Mover(node)
+
+    def add_flow(self, name, timeout_ms=0):
+        """Takes over driven flow `name` (GIL released while it waits for the buffers)."""
+        self._native.add_flow(name, timeout_ms)
+
+    def run(self, timeout_ms):
+        """Moves until every flow ended (GIL released). Raises dfi.Error: timeout (naming what is
+        still open), peer_failed (a PU died)."""
+        self._native.run(timeout_ms)
+
+    def step(self):
+        """One pass over every flow; returns the payload bytes moved."""
+        return self._native.step()
+
+    @property
+    def done(self):
+        return self._native.done
+
+    @property
+    def counters(self):
+        """{'segments', 'bytes', 'idle_steps', 'retries'} over all flows."""
+        return dict(zip(("segments", "bytes", "idle_steps", "retries"), self._native._counters()))

@@ -137,7 +137,7 @@ std::vector<std::string> mpirun_argv(const MpiRun& run, const std::string& binar
 }
 
 MpiResult run_mpi(const MpiRun& run) {
-  const std::string binary = build_mpi_program(run.program);
+  const std::string binary = run.executable.empty() ? build_mpi_program(run.program) : run.executable;
   MpiResult result;
   std::vector<std::string> argv = mpirun_argv(run, binary);
   result.command = shell_join(argv);

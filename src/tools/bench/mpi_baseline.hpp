@@ -25,6 +25,9 @@ namespace dfi::tools::bench {
 
 struct MpiRun {
   std::string program;            // a source bench/mpi/<program>.cpp: "mpi_p2p", "mpi_alltoall"
+  // Runs this program instead of compiling `program` (an interpreter, e.g. the venv's python for
+  // an mpi4py rank script; its script and arguments go in `args`).
+  std::string executable;
   int ranks = 2;                  // mpirun -np
   std::vector<std::string> args;  // the program's own arguments
   std::string transport = "shm";  // "shm" or "tcp": the UCX transport under pml ucx
@@ -54,7 +57,7 @@ std::string build_mpi_program(const std::string& program);
 // The mpirun command line for `run` with `binary`.
 std::vector<std::string> mpirun_argv(const MpiRun& run, const std::string& binary);
 
-// Builds if needed, runs, and parses the last line of output that is a JSON object. Throws
+// Builds if needed (unless run.executable is set), runs, and parses the last line of output that is a JSON object. Throws
 // dfi::Error: not_found (no OpenMPI), timeout (killed after run.timeout), io (non-zero exit or no
 // JSON line; the message quotes the output), invalid_argument (bad transport).
 MpiResult run_mpi(const MpiRun& run);
