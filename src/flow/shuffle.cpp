@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/kernels/hash.hpp"
 
 namespace dfi::flow {
 
@@ -57,6 +58,7 @@ ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::s
   // cache line and a segment; tuples wider than half a line, and latency mode (a segment per
   // tuple), go straight to their target.
   if (routing_ != Routing::explicit_target) route_chunk_.resize(kRouteChunk);
+  route_rows_ = kernels::route_rows_kernel();
   if (target_count_ > 1 && routing_ != Routing::explicit_target) {
     const std::size_t capacity = rings_.writer(0).segments().layout().payload_capacity();
     const std::size_t per_line = std::min(kLineBytes, capacity) / tuple_bytes_;
@@ -178,16 +180,13 @@ Status ShuffleSource::route_chunk(const std::byte* rows, std::size_t count) {
   std::uint32_t* const out = route_chunk_.data();
   const std::size_t width = tuple_bytes_;
   if (routing_ == Routing::key_hash) {
-    // No dependence between iterations: the multiplies of successive keys overlap.
-    const std::byte* key = rows + key_offset_;
+    // No dependence between iterations: the multiplies of successive keys overlap (eight keys
+    // at a time with AVX-512).
     const std::size_t n = target_count_;
     if (key_bytes_ == 8) {
-      for (std::size_t i = 0; i < count; ++i, key += width) {
-        std::uint64_t word;
-        std::memcpy(&word, key, 8);
-        out[i] = static_cast<std::uint32_t>(kernels::route(word, n));
-      }
+      route_rows_(rows, width, key_offset_, count, n, out);
     } else {
+      const std::byte* key = rows + key_offset_;
       for (std::size_t i = 0; i < count; ++i, key += width)
         out[i] = static_cast<std::uint32_t>(kernels::route(kernels::load_key(key, key_bytes_), n));
     }
@@ -257,6 +256,8 @@ Status ShuffleSource::scatter_batch(const std::byte* rows, std::size_t count) {
       case 16: status = scatter_chunk<16>(chunk, n); break;
       case 24: status = scatter_chunk<24>(chunk, n); break;
       case 32: status = scatter_chunk<32>(chunk, n); break;
+      case 48: status = scatter_chunk<48>(chunk, n); break;
+      case 64: status = scatter_chunk<64>(chunk, n); break;
       default: status = scatter_chunk<0>(chunk, n); break;
     }
     done += n;

@@ -233,6 +233,7 @@ class ShuffleSource {
   static constexpr std::size_t kRouteChunk = 256;
   static constexpr std::size_t kLineBytes = 64;
   std::vector<std::uint32_t> route_chunk_;
+  kernels::RouteRows route_rows_ = nullptr;  // route_rows_kernel(), chosen when the source opens
   std::vector<std::byte> line_storage_;
   std::byte* lines_ = nullptr;
   std::vector<std::uint32_t> line_fill_;
