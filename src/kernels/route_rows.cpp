@@ -79,15 +79,20 @@ namespace {
 }  // namespace
 #endif
 
+bool avx512_available() noexcept {
+#ifdef DFI_ROUTE_ROWS_AVX512
+  static const bool available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return available;
+#else
+  return false;
+#endif
+}
+
 RouteRows route_rows_kernel() noexcept {
 #ifdef DFI_ROUTE_ROWS_AVX512
-  static const RouteRows chosen = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")
-                                      ? RouteRows{&route_rows_avx512}
-                                      : RouteRows{&route_rows_scalar};
-  return chosen;
-#else
-  return &route_rows_scalar;
+  if (avx512_available()) return &route_rows_avx512;
 #endif
+  return &route_rows_scalar;
 }
 
 }  // namespace dfi::kernels

@@ -877,7 +877,7 @@ int barrier_late(cluster::Node& node) {
 // with consume_into (into a buffer that cuts segments) and consume, alternately. Every tuple
 // exactly once (counts and key checksums summed over the targets), per-source order and payload
 // checked at each target, and each tuple at the target its routing names. Three targets, and
-// 2 and 17 targets for the partitioned paths.
+// 2, 17 and 65 targets for the partitioned paths (rows straight; write-combine lines beyond 64).
 
 constexpr std::size_t kBatchSegmentTuples = 32;  // tuples per segment of the batch flows
 
@@ -936,6 +936,12 @@ std::vector<BatchFlow> batch_flows() {
       }
     }
   }
+  // More than 64 targets: push_batch's write-combine lines (ShuffleSource::kLineTargets).
+  BatchFlow lines = flows[1];
+  lines.spec.name = "batch-hash-16-to-65";
+  lines.spec.targets.clear();
+  for (int t = 0; t < 65; ++t) lines.spec.targets.push_back({1 + t % 2, t / 2});
+  flows.push_back(lines);
   BatchFlow latency = flows[0];
   latency.spec.name = "batch-latency-16";
   latency.spec.options.mode = Mode::latency;

@@ -280,14 +280,14 @@ TEST(BenchPartition, QuickOverShm) {
     const json* panel = find_by_id(r["panels"], id);
     ASSERT_NE(panel, nullptr) << id;
     check_positive(*panel);
-    for (const char* series : {"dfi", "limit"}) {
+    for (const char* series : {"dfi", "limit_lines", "limit_direct"}) {
       const json* s = find_by_id((*panel)["series"], series);
       ASSERT_NE(s, nullptr) << id << "/" << series;
       EXPECT_EQ(xs_of(*s), (std::set<std::size_t>{2, 16})) << id << "/" << series;
       EXPECT_FALSE((*s)["commands"].empty()) << id << "/" << series;
     }
-    ASSERT_EQ((*panel)["ratios"].size(), 2u) << id;
-    EXPECT_DOUBLE_EQ((*panel)["ratios"][0]["target"].get<double>(), 0.7) << id;
+    ASSERT_EQ((*panel)["ratios"].size(), 4u) << id;  // 2 target counts x 2 limits
+    for (const json& ratio : (*panel)["ratios"]) EXPECT_DOUBLE_EQ(ratio["target"].get<double>(), 0.7) << id;
   }
 }
 
@@ -295,18 +295,20 @@ TEST(BenchPartition, QuickOverShm) {
 // rows (24 B) and none (64 B), a count that leaves partial lines: the driver checks the
 // receiver's count, key sum and routed sum (every tuple once, in its key's ring).
 TEST(BenchPartition, LimitDeliversEveryTupleToItsTarget) {
+  for (const char* copy : {"partition", "partition-direct"}) {
   for (std::size_t width : {16, 24, 64}) {
     StreamRun run;
     run.transport = "shm";
-    run.copy = "partition";
+    run.copy = copy;
     run.targets = 33;
     run.tuple_bytes = width;
     run.tuples = 100000 + 3;
     run.dfi_binary = DFI_BINARY;
     run.timeout = 30s;
     const StreamResult r = run_stream_baseline(run);
-    EXPECT_EQ(r.tuples, run.tuples) << width;
-    EXPECT_GT(r.gbps, 0) << width;
+    EXPECT_EQ(r.tuples, run.tuples) << copy << " " << width;
+    EXPECT_GT(r.gbps, 0) << copy << " " << width;
+  }
   }
 }
 

@@ -53,6 +53,11 @@ void route_rows_scalar(const std::byte* rows, std::size_t width, std::size_t key
 // multiplies) where the CPU has it, else route_rows_scalar. Decided once per process; call it at
 // set-up and keep the pointer.
 RouteRows route_rows_kernel() noexcept;
+// Whether this CPU runs AVX-512 F and DQ (route_rows_kernel's wide form). Code that copies whole
+// 64-byte write-combine lines compiles a second form of its loop for
+// [[gnu::target("avx512f")]] (a line is one store there, four on baseline x86-64) and picks it
+// with this at set-up. Decided once per process.
+bool avx512_available() noexcept;
 
 // FNV-1a over `bytes` bytes: folds a key wider than 8 bytes into one word before route().
 inline std::uint64_t fold_bytes(const std::byte* data, std::size_t bytes) noexcept {

@@ -164,9 +164,10 @@ BenchCli::BenchCli(CLI::App& app) {
   stream_side_->add_option("--ring-bytes", side.ring_bytes, "shm: ring capacity");
   stream_side_->add_option("--batch-bytes", side.batch_bytes, "shm: bytes per publish/release");
   stream_side_->add_option("--copy", side.copy,
-                           "shm: tuple (compile-time width), bulk or partition (rings of the flow layout)")
-      ->check(CLI::IsMember({"tuple", "bulk", "partition"}));
-  stream_side_->add_option("--targets", side.targets, "shm, copy partition: targets (rings)")
+                           "shm: tuple (compile-time width), bulk, partition or partition-direct (rings of "
+                           "the flow layout)")
+      ->check(CLI::IsMember({"tuple", "bulk", "partition", "partition-direct"}));
+  stream_side_->add_option("--targets", side.targets, "shm, the partition copies: targets (rings)")
       ->check(CLI::Range(1, 4096));
   stream_side_->add_option("--wait-ms", stream_wait_ms_, "Longest wait for the peer");
 
@@ -198,9 +199,10 @@ BenchCli::BenchCli(CLI::App& app) {
                       "shm: bytes per publish/release");
   stream_->add_option("--copy", stream_options_.copy,
                       "shm producer: tuple (compile-time-width copy per tuple), bulk (memcpy of runs) "
-                      "or partition (the hand-written partitioner over --targets rings)")
-      ->check(CLI::IsMember({"tuple", "bulk", "partition"}));
-  stream_->add_option("--targets", stream_options_.targets, "shm, copy partition: targets (rings)")
+                      "partition (the hand-written partitioner over --targets rings, write-combine "
+                      "lines) or partition-direct (the same, rows straight into the segments)")
+      ->check(CLI::IsMember({"tuple", "bulk", "partition", "partition-direct"}));
+  stream_->add_option("--targets", stream_options_.targets, "shm, the partition copies: targets (rings)")
       ->check(CLI::Range(1, 4096));
 }
 

@@ -78,6 +78,8 @@ nlohmann::json result_line(const std::string& output) {
 
 }  // namespace
 
+bool is_partition_copy(const std::string& copy) { return copy == "partition" || copy == "partition-direct"; }
+
 std::vector<std::string> stream_side_argv(const std::string& binary, const StreamSide& side) {
   std::vector<std::string> argv = {binary, "bench-stream", side.side, "--tuple-bytes",
                                    std::to_string(side.tuple_bytes)};
@@ -88,8 +90,9 @@ std::vector<std::string> stream_side_argv(const std::string& binary, const Strea
   } else {
     argv.insert(argv.end(), {"--name", side.name, "--ring-bytes", std::to_string(side.ring_bytes),
                              "--batch-bytes", std::to_string(side.batch_bytes)});
-    if (side.side == "ring-producer" || side.copy == "partition") argv.insert(argv.end(), {"--copy", side.copy});
-    if (side.copy == "partition") argv.insert(argv.end(), {"--targets", std::to_string(side.targets)});
+    const bool partition = is_partition_copy(side.copy);
+    if (side.side == "ring-producer" || partition) argv.insert(argv.end(), {"--copy", side.copy});
+    if (partition) argv.insert(argv.end(), {"--targets", std::to_string(side.targets)});
   }
   argv.insert(argv.end(), {"--wait-ms", std::to_string(side.wait.count())});
   return argv;
@@ -98,7 +101,8 @@ std::vector<std::string> stream_side_argv(const std::string& binary, const Strea
 std::string stream_baseline_name(const std::string& transport, const std::string& copy) {
   if (transport == "tcp") return "TCP socket stream";
   if (transport == "shm") {
-    if (copy == "partition") return "hand-written partitioner into shared-memory rings";
+    if (copy == "partition") return "hand-written partitioner into shared-memory rings, write-combine lines";
+    if (copy == "partition-direct") return "hand-written partitioner into shared-memory rings, rows straight";
     return copy == "bulk" ? "shared-memory ring, memcpy of whole runs"
                           : "shared-memory ring, compile-time-width copy per tuple";
   }
@@ -116,9 +120,11 @@ StreamResult run_stream_baseline(const StreamRun& run) {
     throw Error(Errc::invalid_argument,
                 "bench: " + what + ": tuples are a multiple of 8 bytes, at least 8, and some");
   }
-  if (!tcp && run.copy != "tuple" && run.copy != "bulk" && run.copy != "partition")
-    throw Error(Errc::invalid_argument, "bench: " + what + ": no copy '" + run.copy + "' (tuple, bulk, partition)");
-  if (run.targets == 0 || (run.targets > 1 && (tcp || run.copy != "partition"))) {
+  if (!tcp && run.copy != "tuple" && run.copy != "bulk" && !is_partition_copy(run.copy)) {
+    throw Error(Errc::invalid_argument,
+                "bench: " + what + ": no copy '" + run.copy + "' (tuple, bulk, partition, partition-direct)");
+  }
+  if (run.targets == 0 || (run.targets > 1 && (tcp || !is_partition_copy(run.copy)))) {
     throw Error(Errc::invalid_argument, "bench: " + what + ": " + std::to_string(run.targets) +
                                             " targets (only the shm partitioner has more than one)");
   }

@@ -19,9 +19,11 @@
 //        software write-combine buffers of a cache line per target and stores each full line
 //        whole into its target's segment (Balkesen et al., "Main-memory hash joins on multi-core
 //        CPUs", Schuh et al., "An experimental comparison of thirteen relational equi-joins");
-//        a full segment is published at once. One consumer polls the rings round robin and sums
-//        every key in place, weighted by its ring (routed_sum: the driver checks every tuple
-//        reached the target its key routes to).
+//        a full segment is published at once. "partition-direct" is the same partitioner without
+//        the lines: each row goes straight into its target's segment (the hash still hoisted out
+//        of the copy loop); on this machine neither is always the faster, so both are limits.
+//        One consumer polls the rings round robin and sums every key in place, weighted by its
+//        ring (routed_sum: the driver checks every tuple reached the target its key routes to).
 //
 //   bench::StreamRun run;
 //   run.transport = "tcp"; run.tuple_bytes = 64; run.tuples = 1 << 20;
@@ -56,8 +58,8 @@ struct StreamSide {
   std::string name;              // shm: the ring's shm_open name ("/dfi-...")
   std::size_t ring_bytes = 32 * 8192;     // shm: ring capacity (rounded down to whole tuples)
   std::size_t batch_bytes = 8192;         // shm: most bytes moved per publish / release
-  std::string copy = "tuple";             // shm: "tuple" (compile-time width), "bulk" or "partition"
-  std::size_t targets = 1;                // shm, copy "partition": rings, one per target
+  std::string copy = "tuple";  // shm: "tuple" (compile-time width), "bulk", "partition", "partition-direct"
+  std::size_t targets = 1;     // shm, the partition copies: rings, one per target
   std::chrono::milliseconds wait{30000};  // longest a side waits for its peer to appear
 };
 
@@ -65,6 +67,10 @@ struct StreamSide {
 // and the list of those widths (for error messages).
 bool ring_copies_width(std::size_t tuple_bytes);
 std::string ring_tuple_widths_text();
+
+// Whether `copy` is one of the partitioners ("partition", "partition-direct"): targets rings of
+// the flow layout instead of one stream ring.
+bool is_partition_copy(const std::string& copy);
 
 // The names of the four sides, for the command line.
 std::vector<std::string> stream_side_names();
@@ -83,8 +89,8 @@ struct StreamRun {
   std::uint64_t tuples = 0;
   std::size_t ring_bytes = 32 * 8192;  // shm
   std::size_t batch_bytes = 8192;      // shm
-  std::string copy = "tuple";          // shm: the producer's copy, "tuple", "bulk" or "partition"
-  std::size_t targets = 1;             // shm, copy "partition": targets (rings) to partition over
+  std::string copy = "tuple";  // shm: the producer's copy, "tuple", "bulk", "partition", "partition-direct"
+  std::size_t targets = 1;     // shm, the partition copies: targets (rings) to partition over
   std::string dfi_binary;              // the dfi executable whose bench-stream sides run
   std::chrono::milliseconds timeout{60000};
 };
@@ -103,7 +109,7 @@ struct StreamResult {
 };
 
 // What `run.transport`'s baseline is called in results ("TCP socket stream", "shared-memory
-// ring", with the shm producer's `copy`: "hand-written partitioner" for "partition"). Throws dfi::Error(invalid_argument) for a transport
+// ring", with the shm producer's `copy`: "hand-written partitioner" for the partition copies). Throws dfi::Error(invalid_argument) for a transport
 // other than tcp or shm.
 std::string stream_baseline_name(const std::string& transport, const std::string& copy = "tuple");
 
