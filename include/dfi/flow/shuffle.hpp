@@ -245,7 +245,8 @@ class ShuffleSource {
   static constexpr std::size_t kRouteChunk = 256;
   static constexpr std::size_t kLineBytes = 64;
   // Lines only beyond this many targets: up to it, rows stored straight into the targets'
-  // segments were 1.4-2.6x faster than lines at 4 and 64 targets (bench/notes/partition.md);
+  // segments were 1.4x and 1.5x faster than lines at 4 and 64 targets (medians of 3 interleaved
+  // rounds, bench/notes/partition.md);
   // lines pay off where the targets' current segments outgrow the TLB (Balkesen et al.).
   static constexpr std::size_t kLineTargets = 64;
   std::vector<std::uint32_t> route_chunk_;

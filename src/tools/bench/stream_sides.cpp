@@ -453,11 +453,15 @@ memory::RingLayout partition_layout(const StreamSide& side) {
                             static_cast<std::uint32_t>(side.batch_bytes + memory::kFooterBytes)};
 }
 
+// Bytes from one ring to the next in the mapping: each ring starts on a page of its own, as a
+// flow's rings do (each target's region is allocated apart).
+std::size_t ring_stride(const memory::RingLayout& layout) { return (layout.bytes() + 4095) / 4096 * 4096; }
+
 int partition_consumer(const StreamSide& side, std::ostream& out) {
   const std::size_t tb = side.tuple_bytes;
   const memory::RingLayout layout = partition_layout(side);
   const std::size_t rings = side.targets;
-  const ConsumerMapping mapping(side, kRingDataOffset + rings * layout.bytes(), rings);
+  const ConsumerMapping mapping(side, kRingDataOffset + rings * ring_stride(layout), rings);
   std::byte* const data = mapping.ring().data();
 
   Receiver receiver(tb);
@@ -469,7 +473,7 @@ int partition_consumer(const StreamSide& side, std::ostream& out) {
     std::byte* slot = nullptr;
   };
   std::vector<Next> next(rings);
-  for (std::size_t t = 0; t < rings; ++t) next[t].slot = data + t * layout.bytes();
+  for (std::size_t t = 0; t < rings; ++t) next[t].slot = data + t * ring_stride(layout);
   const std::size_t capacity = layout.payload_capacity();
   std::size_t open = rings;
   while (open > 0) {
@@ -488,7 +492,7 @@ int partition_consumer(const StreamSide& side, std::ostream& out) {
       std::uint64_t fill;
       std::memcpy(&fill, n.slot + capacity, sizeof fill);
       receiver.batch(n.slot, fill / tb, t);
-      std::byte* const ring = data + t * layout.bytes();
+      std::byte* const ring = data + t * ring_stride(layout);
       memory::store_release(ring + layout.tail_offset(), n.sequence);
       ++n.sequence;
       n.slot = n.slot + layout.segment_bytes == ring + layout.head_offset() ? ring : n.slot + layout.segment_bytes;
@@ -544,7 +548,7 @@ class PartitionRings {
     std::uint64_t sequence = 1;
   };
 
-  std::byte* ring(std::size_t t) const { return data_ + t * layout_.bytes(); }
+  std::byte* ring(std::size_t t) const { return data_ + t * ring_stride(layout_); }
 
   // Publishes target t's segment and moves to the next slot once the consumer released it.
   [[gnu::noinline]] void next(std::size_t t) {
@@ -645,7 +649,7 @@ int partition_producer(const StreamSide& side) {
   const std::size_t targets = side.targets;
   const ProducerMapping mapping(side);
   if (mapping.ring().control().capacity != targets ||
-      kRingDataOffset + targets * layout.bytes() > mapping.bytes()) {
+      kRingDataOffset + targets * ring_stride(layout) > mapping.bytes()) {
     errno = EPROTO;
     fail(side, side.name + " does not hold " + std::to_string(targets) + " rings of " +
                    std::to_string(layout.segments) + " x " + std::to_string(layout.segment_bytes) + " B");
