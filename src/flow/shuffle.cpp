@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "dfi/cluster/node.hpp"
+#include "dfi/kernels/hash.hpp"
 
 namespace dfi::flow {
 
@@ -53,14 +54,16 @@ ShuffleSource::ShuffleSource(cluster::Node& node, fabric::Worker& worker, std::s
     key_bytes_ = spec.schema.column_bytes(key);
   }
   // push_batch's routing of a chunk of rows (all but explicit routing), and its scatter over
-  // several targets: a line holds as many whole tuples as fit both a
-  // cache line and a segment; tuples wider than half a line, and latency mode (a segment per
-  // tuple), go straight to their target.
+  // more than kLineTargets targets: a line holds as many whole tuples as fit both a
+  // cache line and a segment; tuples wider than half a line, latency mode (a segment per
+  // tuple) and flows with fewer targets go straight to their target.
   if (routing_ != Routing::explicit_target) route_chunk_.resize(kRouteChunk);
+  route_rows_ = kernels::route_rows_kernel();
+  wide_ = kernels::avx512_available();
   if (target_count_ > 1 && routing_ != Routing::explicit_target) {
     const std::size_t capacity = rings_.writer(0).segments().layout().payload_capacity();
     const std::size_t per_line = std::min(kLineBytes, capacity) / tuple_bytes_;
-    if (spec.options.mode == Mode::bandwidth && per_line >= 2) {
+    if (spec.options.mode == Mode::bandwidth && per_line >= 2 && target_count_ > kLineTargets) {
       line_bytes_ = per_line * tuple_bytes_;
       line_storage_.resize(target_count_ * kLineBytes + kLineBytes);
       const auto address = reinterpret_cast<std::uintptr_t>(line_storage_.data());
@@ -178,16 +181,13 @@ Status ShuffleSource::route_chunk(const std::byte* rows, std::size_t count) {
   std::uint32_t* const out = route_chunk_.data();
   const std::size_t width = tuple_bytes_;
   if (routing_ == Routing::key_hash) {
-    // No dependence between iterations: the multiplies of successive keys overlap.
-    const std::byte* key = rows + key_offset_;
+    // No dependence between iterations: the multiplies of successive keys overlap (eight keys
+    // at a time with AVX-512).
     const std::size_t n = target_count_;
     if (key_bytes_ == 8) {
-      for (std::size_t i = 0; i < count; ++i, key += width) {
-        std::uint64_t word;
-        std::memcpy(&word, key, 8);
-        out[i] = static_cast<std::uint32_t>(kernels::route(word, n));
-      }
+      route_rows_(rows, width, key_offset_, count, n, out);
     } else {
+      const std::byte* key = rows + key_offset_;
       for (std::size_t i = 0; i < count; ++i, key += width)
         out[i] = static_cast<std::uint32_t>(kernels::route(kernels::load_key(key, key_bytes_), n));
     }
@@ -201,7 +201,9 @@ Status ShuffleSource::route_chunk(const std::byte* rows, std::size_t count) {
   return {};
 }
 
-Status ShuffleSource::append_line(std::size_t target, std::size_t bytes) {
+// Inline (it is the hot path of the scatter), so that the wide form of the scatter copies the
+// line with one store; the failure path is out of line (run_failed).
+[[gnu::always_inline]] inline Status ShuffleSource::append_line(std::size_t target, std::size_t bytes) {
   line_fill_[target] = 0;
   Status s = rings_.writer(target).append(lines_ + target * kLineBytes, bytes);
   if (!s) [[unlikely]] return run_failed(target, std::move(s), bytes / tuple_bytes_);
@@ -220,7 +222,7 @@ Status ShuffleSource::flush_lines() {
 // Width is the tuple width where it is one of the common ones (a copy the compiler sees whole),
 // else 0 (the run-time width).
 template <std::size_t Width>
-Status ShuffleSource::scatter_chunk(const std::byte* rows, std::size_t count) {
+[[gnu::always_inline]] inline Status ShuffleSource::scatter_chunk(const std::byte* rows, std::size_t count) {
   const std::size_t width = Width != 0 ? Width : tuple_bytes_;
   const std::uint32_t* const targets = route_chunk_.data();
   if (line_bytes_ == 0) {
@@ -246,6 +248,29 @@ Status ShuffleSource::scatter_chunk(const std::byte* rows, std::size_t count) {
   return {};
 }
 
+// The scatter loop compiled for baseline x86-64 and, where the CPU has it, for AVX-512: there a
+// row of 64 bytes goes into its segment with one load and one store instead of four. Only rows
+// that go straight take it: a line written by row-sized stores and read back with one 64-byte
+// load waits until those stores, and every store to the ring before them, left the store buffer
+// (store forwarding needs a load inside one store); the baseline copy reads it in 16-byte pieces.
+template <std::size_t Width>
+Status ShuffleSource::scatter_chunk_baseline(const std::byte* rows, std::size_t count) {
+  return scatter_chunk<Width>(rows, count);
+}
+#if defined(__x86_64__)
+template <std::size_t Width>
+[[gnu::target("avx512f")]] Status ShuffleSource::scatter_chunk_wide(const std::byte* rows, std::size_t count) {
+  return scatter_chunk<Width>(rows, count);
+}
+#endif
+template <std::size_t Width>
+Status ShuffleSource::scatter_chunk_any(const std::byte* rows, std::size_t count) {
+#if defined(__x86_64__)
+  if (wide_ && line_bytes_ == 0) return scatter_chunk_wide<Width>(rows, count);
+#endif
+  return scatter_chunk_baseline<Width>(rows, count);
+}
+
 Status ShuffleSource::scatter_batch(const std::byte* rows, std::size_t count) {
   Status status;
   for (std::size_t done = 0; done < count && status;) {
@@ -253,11 +278,13 @@ Status ShuffleSource::scatter_batch(const std::byte* rows, std::size_t count) {
     const std::byte* chunk = rows + done * tuple_bytes_;
     if (status = route_chunk(chunk, n); !status) break;
     switch (tuple_bytes_) {
-      case 8: status = scatter_chunk<8>(chunk, n); break;
-      case 16: status = scatter_chunk<16>(chunk, n); break;
-      case 24: status = scatter_chunk<24>(chunk, n); break;
-      case 32: status = scatter_chunk<32>(chunk, n); break;
-      default: status = scatter_chunk<0>(chunk, n); break;
+      case 8: status = scatter_chunk_any<8>(chunk, n); break;
+      case 16: status = scatter_chunk_any<16>(chunk, n); break;
+      case 24: status = scatter_chunk_any<24>(chunk, n); break;
+      case 32: status = scatter_chunk_any<32>(chunk, n); break;
+      case 48: status = scatter_chunk_any<48>(chunk, n); break;
+      case 64: status = scatter_chunk_any<64>(chunk, n); break;
+      default: status = scatter_chunk_any<0>(chunk, n); break;
     }
     done += n;
   }

@@ -77,7 +77,7 @@ TEST_P(ShuffleCluster, UserErrorsAreReportedClearly) {
 TEST_P(ShuffleCluster, BatchesOfEverySizeAndRoutingArriveExactlyOnceInOrder) {
   auto run = run_cluster(3, GetParam(), {SHUFFLE_NODE, "batch"});
   ASSERT_EQ(run.code, 0) << run.all();
-  EXPECT_TRUE(contains(run.out, "batches: 13 flows")) << run.all();
+  EXPECT_TRUE(contains(run.out, "batches: 26 flows")) << run.all();
   EXPECT_TRUE(contains(run.out, "all exactly once in order")) << run.all();
   for (const char* error : {"push_batch on an explicit-target flow", "consume_into a buffer smaller than a tuple"}) {
     EXPECT_TRUE(contains(run.out, std::string("error ok: ") + error)) << error << '\n' << run.all();

@@ -895,7 +895,8 @@ int barrier_late(cluster::Node& node) {
 // routing, batches of 0, 1, a segment - 1, a segment and many segments of tuples; targets read
 // with consume_into (into a buffer that cuts segments) and consume, alternately. Every tuple
 // exactly once (counts and key checksums summed over the targets), per-source order and payload
-// checked at each target, and each tuple at the target its routing names.
+// checked at each target, and each tuple at the target its routing names. Three targets, and
+// 2, 17 and 65 targets for the partitioned paths (rows straight; write-combine lines beyond 64).
 
 constexpr std::size_t kBatchSegmentTuples = 32;  // tuples per segment of the batch flows
 
@@ -933,6 +934,33 @@ std::vector<BatchFlow> batch_flows() {
       flows.push_back(f);
     }
   }
+  // Partitioned batches over 2 and 17 targets (ranks 1 and 2, alternately), for the widths of
+  // the write-combine lines (16 B: four rows a line) and of rows that go straight (64 B).
+  for (std::size_t targets : {2, 17}) {
+    for (std::size_t width : {16, 64}) {
+      for (const char* kind : {"hash", "function", "explicit"}) {
+        BatchFlow f = flows[1];
+        f.width = width;
+        const std::string k = kind;
+        f.spec.name = "batch-" + k + "-" + std::to_string(width) + "-to-" + std::to_string(targets);
+        f.spec.targets.clear();
+        for (std::size_t t = 0; t < targets; ++t)
+          f.spec.targets.push_back({1 + static_cast<int>(t % 2), static_cast<int>(t / 2)});
+        f.spec.schema =
+            Schema({{"key", Type::uint64}, {"payload", Type::chars, static_cast<std::uint32_t>(width - 8)}});
+        f.spec.routing =
+            k == "function" ? Routing::function : k == "explicit" ? Routing::explicit_target : Routing::key_hash;
+        f.spec.options.segment_bytes = static_cast<std::uint32_t>(16 + kBatchSegmentTuples * width);
+        flows.push_back(f);
+      }
+    }
+  }
+  // More than 64 targets: push_batch's write-combine lines (ShuffleSource::kLineTargets).
+  BatchFlow lines = flows[1];
+  lines.spec.name = "batch-hash-16-to-65";
+  lines.spec.targets.clear();
+  for (int t = 0; t < 65; ++t) lines.spec.targets.push_back({1 + t % 2, t / 2});
+  flows.push_back(lines);
   BatchFlow latency = flows[0];
   latency.spec.name = "batch-latency-16";
   latency.spec.options.mode = Mode::latency;

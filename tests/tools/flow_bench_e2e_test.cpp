@@ -1,5 +1,6 @@
-// `dfi bench shuffle-bw | shuffle-lat | shuffle-nm | memory --quick`, for real (DFI ranks plus ucx_perftest
-// and, for shuffle-bw, the TCP socket stream or the shared-memory ring), with sizes cut down
+// `dfi bench shuffle-bw | shuffle-lat | shuffle-nm | partition | memory --quick`, for real (DFI ranks plus
+// ucx_perftest and, for shuffle-bw, the TCP socket stream or the shared-memory ring; for partition the
+// hand-written partitioner), with sizes cut down
 // further so that each run stays well under 20 s on 2 cores. Checks the result's shape, that
 // every number is positive and that the scenario-specific invariants hold; never how fast
 // anything is.
@@ -265,6 +266,50 @@ TEST(BenchShuffleNm, QuickOverTcp) {
   check_shuffle_nm(run_quick("shuffle-nm", "tcp",
                              {"--set", "tuple_sizes=[16,1024]", "--set", "bytes_per_source=4194304"}),
                    true);
+}
+
+// partition: 2 ranks over shm, 1:M push_batch and the hand-written partitioner, both checked for
+// counts, key sums and routed sums by the driver (a mismatch fails the run); here: one panel per
+// width, both series at every target count, the 0.7x target declared, commands recorded.
+TEST(BenchPartition, QuickOverShm) {
+  const json r = run_quick("partition", "shm",
+                           {"--set", "targets=[2,16]", "--set", "tuple_sizes=[16,64]", "--set",
+                            "bytes_per_point=2097152"});
+  ASSERT_TRUE(r.is_object());
+  for (const char* id : {"partition_16", "partition_64"}) {
+    const json* panel = find_by_id(r["panels"], id);
+    ASSERT_NE(panel, nullptr) << id;
+    check_positive(*panel);
+    for (const char* series : {"dfi", "limit_lines", "limit_direct"}) {
+      const json* s = find_by_id((*panel)["series"], series);
+      ASSERT_NE(s, nullptr) << id << "/" << series;
+      EXPECT_EQ(xs_of(*s), (std::set<std::size_t>{2, 16})) << id << "/" << series;
+      EXPECT_FALSE((*s)["commands"].empty()) << id << "/" << series;
+    }
+    ASSERT_EQ((*panel)["ratios"].size(), 4u) << id;  // 2 target counts x 2 limits
+    for (const json& ratio : (*panel)["ratios"]) EXPECT_DOUBLE_EQ(ratio["target"].get<double>(), 0.7) << id;
+  }
+}
+
+// The partition limit by hand over 33 targets, at widths with full lines (16 B), lines of two
+// rows (24 B) and none (64 B), a count that leaves partial lines: the driver checks the
+// receiver's count, key sum and routed sum (every tuple once, in its key's ring).
+TEST(BenchPartition, LimitDeliversEveryTupleToItsTarget) {
+  for (const char* copy : {"partition", "partition-direct"}) {
+  for (std::size_t width : {16, 24, 64}) {
+    StreamRun run;
+    run.transport = "shm";
+    run.copy = copy;
+    run.targets = 33;
+    run.tuple_bytes = width;
+    run.tuples = 100000 + 3;
+    run.dfi_binary = DFI_BINARY;
+    run.timeout = 30s;
+    const StreamResult r = run_stream_baseline(run);
+    EXPECT_EQ(r.tuples, run.tuples) << copy << " " << width;
+    EXPECT_GT(r.gbps, 0) << copy << " " << width;
+  }
+  }
 }
 
 }  // namespace

@@ -128,9 +128,10 @@ class ShuffleSource {
   //  - One target by key hash (1:1, N:1): whole runs are copied into the current segment with one
   //    memcpy per segment (straight into the mapped ring where direct()).
   //  - Key hash over several targets: the key column of each chunk of 256 rows is hashed in a
-  //    loop of its own (no dependence between rows), then the rows are scattered into per-target
-  //    write-combine lines of a cache line, which go into the targets' segments whole (rows
-  //    wider than half a line, and latency mode, go straight into the segments).
+  //    loop of its own (no dependence between rows; eight keys at a time with AVX-512), then each
+  //    row is copied straight into its target's segment; beyond 64 targets (kLineTargets) rows
+  //    of up to half a cache line go into per-target write-combine lines of a cache line first,
+  //    which go into the targets' segments whole (not in latency mode).
   //  - Routing function: called once per tuple, then scattered the same way.
   // Full segments are published whole (a run publishes each segment it fills at once); the last,
   // partly filled one waits for more tuples, flush() or close(), as after push(). With
@@ -189,8 +190,19 @@ class ShuffleSource {
   Status scatter_batch(const std::byte* rows, std::size_t count);
   // Routes rows[0 .. count) (count <= kRouteChunk) into route_chunk_.
   Status route_chunk(const std::byte* rows, std::size_t count);
+  // One chunk of routed rows into the lines or the segments (Width: the tuple width where it is
+  // a common one, else 0), compiled twice: for baseline x86-64 and for AVX-512, where a 64-byte
+  // row is one store; scatter_chunk_any picks one by wide_ (rows that go straight only).
   template <std::size_t Width>
   Status scatter_chunk(const std::byte* rows, std::size_t count);
+  template <std::size_t Width>
+  Status scatter_chunk_baseline(const std::byte* rows, std::size_t count);
+#if defined(__x86_64__)
+  template <std::size_t Width>
+  [[gnu::target("avx512f")]] Status scatter_chunk_wide(const std::byte* rows, std::size_t count);
+#endif
+  template <std::size_t Width>
+  Status scatter_chunk_any(const std::byte* rows, std::size_t count);
   Status append_line(std::size_t target, std::size_t bytes);
   Status flush_lines();
   // A run of `bytes` to `target` (push_batch_to, 1:1).
@@ -232,7 +244,14 @@ class ShuffleSource {
   // and a write-combine line per target (kLineBytes, aligned to it) with its fill in bytes.
   static constexpr std::size_t kRouteChunk = 256;
   static constexpr std::size_t kLineBytes = 64;
+  // Lines only beyond this many targets: up to it, rows stored straight into the targets'
+  // segments were 1.4x and 1.5x faster than lines at 4 and 64 targets (medians of 3 interleaved
+  // rounds, bench/notes/partition.md);
+  // lines pay off where the targets' current segments outgrow the TLB (Balkesen et al.).
+  static constexpr std::size_t kLineTargets = 64;
   std::vector<std::uint32_t> route_chunk_;
+  kernels::RouteRows route_rows_ = nullptr;  // route_rows_kernel(), chosen when the source opens
+  bool wide_ = false;                         // kernels::avx512_available(): scatter_chunk_wide
   std::vector<std::byte> line_storage_;
   std::byte* lines_ = nullptr;
   std::vector<std::uint32_t> line_fill_;

@@ -6,7 +6,11 @@
 //
 //   std::size_t target = dfi::kernels::route(key, targets);   // 0 .. targets-1
 //
-// All functions are pure, inline and thread-safe.
+//   const kernels::RouteRows route_rows = kernels::route_rows_kernel();   // once, at set-up
+//   route_rows(rows, 16, 0, 256, targets, out);   // out[i] = route(key of row i, targets)
+//
+// All functions are pure and thread-safe; all but the route_rows kernels (src/kernels/
+// route_rows.cpp, library dfi_kernels) are inline.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +38,26 @@ constexpr std::size_t reduce(std::uint64_t spread, std::size_t n) noexcept {
 
 // The target of a tuple whose key is `key` among `n` targets (n >= 1).
 constexpr std::size_t route(std::uint64_t key, std::size_t n) noexcept { return reduce(mix64(key), n); }
+
+// The targets of a chunk of rows, the first pass of a partitioned push_batch and of the
+// benchmarks' hand-written partitioner: out[i] = route(key word of row i, targets) for `count`
+// rows of `width` bytes at `rows`, whose 8-byte key starts `key_offset` bytes into each row
+// (targets 1 .. 2^32-1). Exactly the targets route() gives, in a loop with no dependence between
+// rows. Reads the rows' key bytes only, except that rows of 8 and 16 bytes are read whole.
+using RouteRows = void (*)(const std::byte* rows, std::size_t width, std::size_t key_offset, std::size_t count,
+                           std::size_t targets, std::uint32_t* out);
+// The portable RouteRows: one row after the other (the multiplies of successive rows overlap).
+void route_rows_scalar(const std::byte* rows, std::size_t width, std::size_t key_offset, std::size_t count,
+                       std::size_t targets, std::uint32_t* out) noexcept;
+// The fastest RouteRows this CPU runs: eight keys at a time with AVX-512 (F and DQ: 64-bit
+// multiplies) where the CPU has it, else route_rows_scalar. Decided once per process; call it at
+// set-up and keep the pointer.
+RouteRows route_rows_kernel() noexcept;
+// Whether this CPU runs AVX-512 F and DQ (route_rows_kernel's wide form). Code that copies whole
+// 64-byte write-combine lines compiles a second form of its loop for
+// [[gnu::target("avx512f")]] (a line is one store there, four on baseline x86-64) and picks it
+// with this at set-up. Decided once per process.
+bool avx512_available() noexcept;
 
 // FNV-1a over `bytes` bytes: folds a key wider than 8 bytes into one word before route().
 inline std::uint64_t fold_bytes(const std::byte* data, std::size_t bytes) noexcept {

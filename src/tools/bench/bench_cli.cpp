@@ -163,8 +163,12 @@ BenchCli::BenchCli(CLI::App& app) {
   stream_side_->add_option("--name", side.name, "shm: the ring's shm_open name");
   stream_side_->add_option("--ring-bytes", side.ring_bytes, "shm: ring capacity");
   stream_side_->add_option("--batch-bytes", side.batch_bytes, "shm: bytes per publish/release");
-  stream_side_->add_option("--copy", side.copy, "shm producer: tuple (compile-time width) or bulk")
-      ->check(CLI::IsMember({"tuple", "bulk"}));
+  stream_side_->add_option("--copy", side.copy,
+                           "shm: tuple (compile-time width), bulk, partition or partition-direct (rings of "
+                           "the flow layout)")
+      ->check(CLI::IsMember({"tuple", "bulk", "partition", "partition-direct"}));
+  stream_side_->add_option("--targets", side.targets, "shm, the partition copies: targets (rings)")
+      ->check(CLI::Range(1, 4096));
   stream_side_->add_option("--wait-ms", stream_wait_ms_, "Longest wait for the peer");
 
   auto* baseline =
@@ -194,8 +198,12 @@ BenchCli::BenchCli(CLI::App& app) {
   stream_->add_option("--batch-bytes", stream_options_.batch_bytes,
                       "shm: bytes per publish/release");
   stream_->add_option("--copy", stream_options_.copy,
-                      "shm producer: tuple (compile-time-width copy per tuple) or bulk (memcpy of runs)")
-      ->check(CLI::IsMember({"tuple", "bulk"}));
+                      "shm producer: tuple (compile-time-width copy per tuple), bulk (memcpy of runs) "
+                      "partition (the hand-written partitioner over --targets rings, write-combine "
+                      "lines) or partition-direct (the same, rows straight into the segments)")
+      ->check(CLI::IsMember({"tuple", "bulk", "partition", "partition-direct"}));
+  stream_->add_option("--targets", stream_options_.targets, "shm, the partition copies: targets (rings)")
+      ->check(CLI::Range(1, 4096));
 }
 
 std::optional<int> BenchCli::run(int argc, char** argv) {
@@ -226,8 +234,10 @@ std::optional<int> BenchCli::run(int argc, char** argv) {
     run.dfi_binary = self_executable();
     StreamResult r = run_stream_baseline(run);
     std::cout << json{{"transport", run.transport}, {"tuple_bytes", run.tuple_bytes},
+                      {"copy", run.copy},           {"targets", run.targets},
                       {"tuples", r.tuples},         {"key_sum", r.key_sum},
-                      {"seconds", r.seconds},       {"gbps", r.gbps},
+                      {"routed_sum", r.routed_sum}, {"seconds", r.seconds},
+                      {"gbps", r.gbps},
                       {"command", r.command}}
                      .dump()
               << '\n';

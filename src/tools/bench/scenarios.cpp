@@ -13,6 +13,7 @@ std::vector<std::unique_ptr<Scenario>> make_scenarios() {
   all.push_back(make_shuffle_bw_scenario());
   all.push_back(make_shuffle_lat_scenario());
   all.push_back(make_shuffle_nm_scenario());
+  all.push_back(make_partition_scenario());
   all.push_back(make_memory_scenario());
   all.push_back(make_replicate_scenario());
   all.push_back(make_combiner_scenario());

@@ -12,6 +12,7 @@ std::unique_ptr<Scenario> make_fabric_bw_scenario();    // fabric_bw.cpp
 std::unique_ptr<Scenario> make_shuffle_bw_scenario();   // shuffle_bw.cpp
 std::unique_ptr<Scenario> make_shuffle_lat_scenario();  // shuffle_lat.cpp
 std::unique_ptr<Scenario> make_shuffle_nm_scenario();   // shuffle_nm.cpp
+std::unique_ptr<Scenario> make_partition_scenario();    // partition_bench.cpp
 std::unique_ptr<Scenario> make_memory_scenario();       // memory_use.cpp
 std::unique_ptr<Scenario> make_replicate_scenario();    // replicate_bench.cpp
 std::unique_ptr<Scenario> make_combiner_scenario();     // combiner_bench.cpp

@@ -78,6 +78,8 @@ nlohmann::json result_line(const std::string& output) {
 
 }  // namespace
 
+bool is_partition_copy(const std::string& copy) { return copy == "partition" || copy == "partition-direct"; }
+
 std::vector<std::string> stream_side_argv(const std::string& binary, const StreamSide& side) {
   std::vector<std::string> argv = {binary, "bench-stream", side.side, "--tuple-bytes",
                                    std::to_string(side.tuple_bytes)};
@@ -88,7 +90,9 @@ std::vector<std::string> stream_side_argv(const std::string& binary, const Strea
   } else {
     argv.insert(argv.end(), {"--name", side.name, "--ring-bytes", std::to_string(side.ring_bytes),
                              "--batch-bytes", std::to_string(side.batch_bytes)});
-    if (side.side == "ring-producer") argv.insert(argv.end(), {"--copy", side.copy});
+    const bool partition = is_partition_copy(side.copy);
+    if (side.side == "ring-producer" || partition) argv.insert(argv.end(), {"--copy", side.copy});
+    if (partition) argv.insert(argv.end(), {"--targets", std::to_string(side.targets)});
   }
   argv.insert(argv.end(), {"--wait-ms", std::to_string(side.wait.count())});
   return argv;
@@ -97,6 +101,8 @@ std::vector<std::string> stream_side_argv(const std::string& binary, const Strea
 std::string stream_baseline_name(const std::string& transport, const std::string& copy) {
   if (transport == "tcp") return "TCP socket stream";
   if (transport == "shm") {
+    if (copy == "partition") return "hand-written partitioner into shared-memory rings, write-combine lines";
+    if (copy == "partition-direct") return "hand-written partitioner into shared-memory rings, rows straight";
     return copy == "bulk" ? "shared-memory ring, memcpy of whole runs"
                           : "shared-memory ring, compile-time-width copy per tuple";
   }
@@ -114,8 +120,14 @@ StreamResult run_stream_baseline(const StreamRun& run) {
     throw Error(Errc::invalid_argument,
                 "bench: " + what + ": tuples are a multiple of 8 bytes, at least 8, and some");
   }
-  if (!tcp && run.copy != "tuple" && run.copy != "bulk")
-    throw Error(Errc::invalid_argument, "bench: " + what + ": no copy '" + run.copy + "' (tuple, bulk)");
+  if (!tcp && run.copy != "tuple" && run.copy != "bulk" && !is_partition_copy(run.copy)) {
+    throw Error(Errc::invalid_argument,
+                "bench: " + what + ": no copy '" + run.copy + "' (tuple, bulk, partition, partition-direct)");
+  }
+  if (run.targets == 0 || (run.targets > 1 && (tcp || !is_partition_copy(run.copy)))) {
+    throw Error(Errc::invalid_argument, "bench: " + what + ": " + std::to_string(run.targets) +
+                                            " targets (only the shm partitioner has more than one)");
+  }
   if (!tcp && run.copy == "tuple" && !ring_copies_width(run.tuple_bytes)) {
     throw Error(Errc::invalid_argument, "bench: " + what + ": no compile-time copy of " +
                                             std::to_string(run.tuple_bytes) + " B tuples (" +
@@ -127,6 +139,7 @@ StreamResult run_stream_baseline(const StreamRun& run) {
   receiver.ring_bytes = run.ring_bytes;
   receiver.batch_bytes = run.batch_bytes;
   receiver.copy = run.copy;
+  receiver.targets = run.targets;
   receiver.wait = run.timeout;
   std::optional<RingName> ring;
   if (!tcp) {
@@ -176,13 +189,18 @@ StreamResult run_stream_baseline(const StreamRun& run) {
   result.gbps = data.at("gbps").get<double>();
   result.tuples = data.at("tuples").get<std::uint64_t>();
   result.key_sum = data.at("key_sum").get<std::uint64_t>();
+  result.routed_sum = data.at("routed_sum").get<std::uint64_t>();
   result.seconds = data.at("seconds").get<double>();
-  const std::uint64_t expected = expected_key_sum(run.tuples, block_tuples(run.tuple_bytes));
-  if (result.tuples != run.tuples || result.key_sum != expected) {
-    throw Error(Errc::protocol, "bench: " + what + ": sent " + std::to_string(run.tuples) +
-                                    " tuples with key sum " + std::to_string(expected) +
-                                    ", received " + std::to_string(result.tuples) + " with " +
-                                    std::to_string(result.key_sum) + outputs);
+  const std::uint64_t block = block_tuples(run.tuple_bytes);
+  const std::uint64_t expected = expected_key_sum(run.tuples, block);
+  // One ring (or a tcp stream): every key counts once in the routed sum too.
+  const std::uint64_t routed = run.targets == 1 ? expected : expected_routed_sum(run.tuples, block, run.targets);
+  if (result.tuples != run.tuples || result.key_sum != expected || result.routed_sum != routed) {
+    std::ostringstream text;
+    text << "bench: " << what << ": sent " << run.tuples << " tuples with key sum " << expected
+         << " (routed " << routed << "), received " << result.tuples << " with " << result.key_sum
+         << " (routed " << result.routed_sum << ")" << outputs;
+    throw Error(Errc::protocol, text.str());
   }
   return result;
 }

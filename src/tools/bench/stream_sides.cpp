@@ -27,6 +27,8 @@
 #include "dfi/common/deadline.hpp"
 #include "dfi/common/error.hpp"
 #include "dfi/common/unique_fd.hpp"
+#include "dfi/kernels/hash.hpp"
+#include "dfi/memory/ring.hpp"
 #include "scenario.hpp"
 #include "stream_baseline.hpp"
 #include "tuple_block.hpp"
@@ -55,7 +57,8 @@ class Receiver {
  public:
   explicit Receiver(std::size_t tuple_bytes) : tuple_bytes_(tuple_bytes) {}
 
-  void batch(const std::byte* p, std::size_t count) {
+  // `count` tuples at `p`, from ring `ring` (its keys count ring + 1 times in the routed sum).
+  void batch(const std::byte* p, std::size_t count, std::uint64_t ring = 0) {
     if (tuples_ == 0) {
       first_ = Clock::now();
       first_batch_ = count;
@@ -67,6 +70,7 @@ class Receiver {
       sum += key;
     }
     key_sum_ += sum;
+    routed_sum_ += sum * (ring + 1);
     tuples_ += count;
   }
 
@@ -79,6 +83,7 @@ class Receiver {
         out, {{"side", side},
               {"tuples", tuples_},
               {"key_sum", key_sum_},
+              {"routed_sum", routed_sum_},
               {"timed_bytes", timed_bytes},
               {"seconds", seconds},
               {"gbps", seconds > 0 ? static_cast<double>(timed_bytes) / seconds / 1e9 : 0.0}});
@@ -89,6 +94,7 @@ class Receiver {
   std::uint64_t tuples_ = 0;
   std::uint64_t first_batch_ = 0;
   std::uint64_t key_sum_ = 0;
+  std::uint64_t routed_sum_ = 0;
   Clock::time_point first_{};
 };
 
@@ -235,23 +241,47 @@ class Mapping {
   std::size_t bytes_;
 };
 
+// The consumer's side of the mapping: creates the ring's name (removed again on destruction; the
+// producer has it open by then), sizes it to `bytes` (zero-filled), maps it and sets up the
+// control page with `capacity` (tuples of a stream ring; rings of a partitioned one).
+class ConsumerMapping {
+ public:
+  ConsumerMapping(const StreamSide& side, std::size_t bytes, std::uint64_t capacity)
+      : fd_(create(side, bytes)), remove_{side.name}, ring_(side, fd_.get(), bytes) {
+    RingControl& control = *new (&ring_.control()) RingControl{};
+    control.tuple_bytes = side.tuple_bytes;
+    control.capacity = capacity;
+    control.ready.store(1, std::memory_order_release);
+  }
+  const Mapping& ring() const { return ring_; }
+
+ private:
+  static int create(const StreamSide& side, std::size_t bytes) {
+    OwnedFd fd(::shm_open(side.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+    if (fd.get() < 0) fail(side, "cannot create " + side.name);
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+      ::shm_unlink(side.name.c_str());
+      fail(side, "ftruncate");
+    }
+    return fd.release();
+  }
+  struct RemoveName {
+    std::string name;
+    ~RemoveName() { ::shm_unlink(name.c_str()); }
+  };
+
+  OwnedFd fd_;
+  RemoveName remove_;
+  Mapping ring_;
+};
+
 int ring_consumer(const StreamSide& side, std::ostream& out) {
   const std::size_t tb = side.tuple_bytes;
   const std::uint64_t capacity = std::max<std::size_t>(1, side.ring_bytes / tb);
   const std::uint64_t batch = std::max<std::size_t>(1, side.batch_bytes / tb);
-  const std::size_t bytes = kRingDataOffset + capacity * tb;
-  OwnedFd fd(::shm_open(side.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
-  if (fd.get() < 0) fail(side, "cannot create " + side.name);
-  struct RemoveName {  // the producer has it open by the time the stream ends
-    const std::string& name;
-    ~RemoveName() { ::shm_unlink(name.c_str()); }
-  } remove_name{side.name};
-  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) fail(side, "ftruncate");
-  Mapping ring(side, fd.get(), bytes);
-  RingControl& control = *new (&ring.control()) RingControl{};
-  control.tuple_bytes = tb;
-  control.capacity = capacity;
-  control.ready.store(1, std::memory_order_release);
+  const ConsumerMapping mapping(side, kRingDataOffset + capacity * tb, capacity);
+  const Mapping& ring = mapping.ring();
+  RingControl& control = ring.control();
 
   const std::byte* const data = ring.data();
   Receiver receiver(tb);
@@ -314,7 +344,8 @@ RunCopy tuple_copy(std::size_t width) {
 RunCopy run_copy(const StreamSide& side) {
   if (side.copy == "bulk") return &copy_run;
   if (side.copy != "tuple") {
-    throw Error(Errc::invalid_argument, "bench-stream " + side.side + ": no copy '" + side.copy + "' (tuple, bulk)");
+    throw Error(Errc::invalid_argument,
+                "bench-stream " + side.side + ": no copy '" + side.copy + "' (tuple, bulk, partition)");
   }
   if (RunCopy copy = tuple_copy(side.tuple_bytes)) return copy;
   throw Error(Errc::invalid_argument, "bench-stream " + side.side + ": no compile-time copy of " +
@@ -322,40 +353,63 @@ RunCopy run_copy(const StreamSide& side) {
                                           ring_tuple_widths_text() + ")");
 }
 
+// The producer's side of the mapping: waits (bounded by side.wait) until the consumer created,
+// sized and set up the ring, maps it and checks its tuple width.
+class ProducerMapping {
+ public:
+  explicit ProducerMapping(const StreamSide& side) : fd_(open(side)), ring_(side, fd_.get(), bytes_) {
+    const Deadline deadline(side.wait);
+    while (ring_.control().ready.load(std::memory_order_acquire) == 0) {
+      if (deadline.expired()) {
+        errno = ETIMEDOUT;
+        fail(side, "the consumer did not set up " + side.name);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (ring_.control().tuple_bytes != side.tuple_bytes) {
+      errno = EPROTO;
+      fail(side, side.name + " holds " + std::to_string(ring_.control().tuple_bytes) + " B tuples, not " +
+                     std::to_string(side.tuple_bytes));
+    }
+  }
+  const Mapping& ring() const { return ring_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  int open(const StreamSide& side) {
+    const Deadline deadline(side.wait);
+    int raw = -1;
+    struct stat info {};
+    for (;;) {
+      raw = ::shm_open(side.name.c_str(), O_RDWR | O_CLOEXEC, 0);
+      if (raw >= 0 && ::fstat(raw, &info) == 0 && info.st_size > 0) break;
+      if (raw >= 0) ::close(raw);
+      if (raw < 0 && errno != ENOENT) fail(side, "cannot open " + side.name);
+      if (deadline.expired()) {
+        errno = ETIMEDOUT;
+        fail(side, "no consumer created " + side.name);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    bytes_ = static_cast<std::size_t>(info.st_size);
+    return raw;
+  }
+
+  std::size_t bytes_ = 0;
+  OwnedFd fd_;
+  Mapping ring_;
+};
+
 int ring_producer(const StreamSide& side) {
   const RunCopy copy = run_copy(side);
   const std::size_t tb = side.tuple_bytes;
-  // The consumer creates and sizes the ring; wait for it (bounded).
-  const Deadline deadline(side.wait);
-  int raw = -1;
-  struct stat info {};
-  for (;;) {
-    raw = ::shm_open(side.name.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (raw >= 0 && ::fstat(raw, &info) == 0 && info.st_size > 0) break;
-    if (raw >= 0) ::close(raw);
-    if (raw < 0 && errno != ENOENT) fail(side, "cannot open " + side.name);
-    if (deadline.expired()) {
-      errno = ETIMEDOUT;
-      fail(side, "no consumer created " + side.name);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  OwnedFd fd(raw);
-  Mapping ring(side, fd.get(), static_cast<std::size_t>(info.st_size));
+  const ProducerMapping mapping(side);
+  const Mapping& ring = mapping.ring();
   RingControl& control = ring.control();
-  while (control.ready.load(std::memory_order_acquire) == 0) {
-    if (deadline.expired()) {
-      errno = ETIMEDOUT;
-      fail(side, "the consumer did not set up " + side.name);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   const std::uint64_t capacity = control.capacity;
-  if (control.tuple_bytes != tb ||
-      kRingDataOffset + capacity * tb > static_cast<std::size_t>(info.st_size)) {
+  if (kRingDataOffset + capacity * tb > mapping.bytes()) {
     errno = EPROTO;
-    fail(side, side.name + " holds " + std::to_string(control.tuple_bytes) + " B tuples, not " +
-                   std::to_string(tb));
+    fail(side, side.name + " is smaller than its ring of " + std::to_string(capacity) + " tuples");
   }
 
   const std::vector<std::byte> block = make_block(tb);
@@ -380,6 +434,251 @@ int ring_producer(const StreamSide& side) {
     control.head.store(head, std::memory_order_release);
   }
   control.closed.store(1, std::memory_order_release);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hand-written partitioner: one producer, `targets` rings of DFI's layout, one consumer
+
+// The rings' layout: the stream ring's bytes cut into segments of `batch_bytes` of payload, each
+// followed by the footer, as a flow's rings (32 x 8 KiB + 16 on shm by default).
+memory::RingLayout partition_layout(const StreamSide& side) {
+  const std::size_t segments = std::max<std::size_t>(1, side.ring_bytes / side.batch_bytes);
+  if (side.targets == 0 || side.targets > 4096 || side.batch_bytes % 8 != 0 ||
+      side.batch_bytes < side.tuple_bytes || segments > (1u << 20) || side.batch_bytes > (1u << 30)) {
+    throw Error(Errc::invalid_argument, "bench-stream " + side.side + ": a partitioned ring needs 1-4096 targets "
+                                        "and segments of a multiple of 8 bytes holding a tuple");
+  }
+  return memory::RingLayout{static_cast<std::uint32_t>(segments),
+                            static_cast<std::uint32_t>(side.batch_bytes + memory::kFooterBytes)};
+}
+
+// Bytes from one ring to the next in the mapping: each ring starts on a page of its own, as a
+// flow's rings do (each target's region is allocated apart).
+std::size_t ring_stride(const memory::RingLayout& layout) { return (layout.bytes() + 4095) / 4096 * 4096; }
+
+int partition_consumer(const StreamSide& side, std::ostream& out) {
+  const std::size_t tb = side.tuple_bytes;
+  const memory::RingLayout layout = partition_layout(side);
+  const std::size_t rings = side.targets;
+  const ConsumerMapping mapping(side, kRingDataOffset + rings * ring_stride(layout), rings);
+  std::byte* const data = mapping.ring().data();
+
+  Receiver receiver(tb);
+  SpinWait wait;
+  // Per ring: the sequence it publishes next (0 once it ended) and that sequence's slot, advanced
+  // slot by slot (no division per poll).
+  struct Next {
+    std::uint64_t sequence = 1;
+    std::byte* slot = nullptr;
+  };
+  std::vector<Next> next(rings);
+  for (std::size_t t = 0; t < rings; ++t) next[t].slot = data + t * ring_stride(layout);
+  const std::size_t capacity = layout.payload_capacity();
+  std::size_t open = rings;
+  while (open > 0) {
+    bool found = false;
+    for (std::size_t t = 0; t < rings; ++t) {
+      Next& n = next[t];
+      if (n.sequence == 0) continue;  // ended
+      const std::uint64_t state = memory::load_acquire(n.slot + capacity + 8);
+      if (memory::state_sequence(state) != n.sequence) continue;
+      found = true;
+      if ((memory::state_flags(state) & memory::kEndOfStream) != 0) {
+        n.sequence = 0;
+        --open;
+        continue;
+      }
+      std::uint64_t fill;
+      std::memcpy(&fill, n.slot + capacity, sizeof fill);
+      receiver.batch(n.slot, fill / tb, t);
+      std::byte* const ring = data + t * ring_stride(layout);
+      memory::store_release(ring + layout.tail_offset(), n.sequence);
+      ++n.sequence;
+      n.slot = n.slot + layout.segment_bytes == ring + layout.head_offset() ? ring : n.slot + layout.segment_bytes;
+    }
+    if (!found) wait.pause();
+  }
+  receiver.report(out, side.side);
+  return 0;
+}
+
+// The producer's rings: per target the segment being filled, published whole when the next line
+// does not fit, and the credits (free slots) it knows of.
+class PartitionRings {
+ public:
+  PartitionRings(std::byte* data, const memory::RingLayout& layout, std::size_t targets, std::size_t tuple_bytes)
+      : data_(data), layout_(layout), capacity_(layout.payload_capacity() / tuple_bytes * tuple_bytes),
+        out_(targets) {
+    for (std::size_t t = 0; t < targets; ++t) {
+      out_[t].segment = ring(t) + layout_.slot_offset(1);
+      out_[t].credits = layout_.segments - 1;
+    }
+  }
+
+  // Stores `Pieces` rows of `Width` bytes from `from` (a full line, or one row) at the end of
+  // target t's segment, row by row, publishing the segment first when they do not fit.
+  template <std::size_t Width, std::size_t Pieces>
+  [[gnu::always_inline]] void put(std::size_t t, const std::byte* from) {
+    Out& o = out_[t];
+    if (o.fill + Width * Pieces > capacity_) [[unlikely]] next(t);
+    for (std::size_t k = 0; k < Pieces; ++k) std::memcpy(o.segment + o.fill + k * Width, from + k * Width, Width);
+    o.fill += static_cast<std::uint32_t>(Width * Pieces);
+  }
+  void put(std::size_t t, const std::byte* from, std::size_t bytes) {
+    Out& o = out_[t];
+    if (o.fill + bytes > capacity_) next(t);
+    std::memcpy(o.segment + o.fill, from, bytes);
+    o.fill += static_cast<std::uint32_t>(bytes);
+  }
+  // Publishes every partly filled segment, then end-of-stream in every ring.
+  void close() {
+    for (std::size_t t = 0; t < out_.size(); ++t) {
+      if (out_[t].fill > 0) next(t);
+      memory::publish_in_place(ring(t), layout_, out_[t].sequence, 0,
+                               memory::state_word(out_[t].sequence, memory::kEndOfStream));
+    }
+  }
+
+ private:
+  struct Out {
+    std::byte* segment = nullptr;  // payload of sequence `sequence`
+    std::uint32_t fill = 0;
+    std::uint32_t credits = 0;  // slots free after this one
+    std::uint64_t sequence = 1;
+  };
+
+  std::byte* ring(std::size_t t) const { return data_ + t * ring_stride(layout_); }
+
+  // Publishes target t's segment and moves to the next slot once the consumer released it.
+  [[gnu::noinline]] void next(std::size_t t) {
+    Out& o = out_[t];
+    std::byte* const r = ring(t);
+    memory::publish_in_place(r, layout_, o.sequence, o.fill, memory::state_word(o.sequence, memory::kConsumable));
+    ++o.sequence;
+    while (o.credits == 0) {
+      const std::uint64_t tail = memory::load_acquire(r + layout_.tail_offset());
+      o.credits = static_cast<std::uint32_t>(layout_.free_slots(o.sequence - 1, tail));
+      if (o.credits == 0) wait_.pause();
+    }
+    --o.credits;
+    o.segment = r + layout_.slot_offset(o.sequence);
+    o.fill = 0;
+  }
+
+  std::byte* data_;
+  memory::RingLayout layout_;
+  std::size_t capacity_;  // whole tuples per segment, in bytes
+  std::vector<Out> out_;
+  SpinWait wait_;
+};
+
+constexpr std::size_t kLine = 64;        // a write-combine buffer: one cache line
+constexpr std::size_t kRouteChunk = 256;  // rows routed per pass of the hash loop
+
+// One chunk of routed rows of Width bytes. Lines (Width <= kLine / 2, not Direct): each row goes
+// into its target's write-combine line, and a full line into the target's segment, copied row by
+// row out of the line: each load then matches the store that wrote it, so it is forwarded from
+// the store buffer (one 64-byte load of a line written by smaller stores waits until those
+// stores, and every store to shared memory before them, have left the store buffer: 80 % of the
+// producer's time in perf). Direct, and rows wider than half a line: each row straight into its
+// target's segment (the hash still hoisted out of the copy loop).
+template <std::size_t Width, bool Direct>
+[[gnu::always_inline]] inline void scatter_partition(const std::byte* rows, const std::uint32_t* targets,
+                                                     std::size_t count, std::byte* lines, std::uint32_t* fill,
+                                                     PartitionRings& out) {
+  if constexpr (Direct || Width * 2 > kLine) {
+    (void)lines;
+    (void)fill;
+    for (std::size_t i = 0; i < count; ++i, rows += Width) out.put<Width, 1>(targets[i], rows);
+  } else {
+    constexpr std::size_t kPerLine = kLine / Width;
+    for (std::size_t i = 0; i < count; ++i, rows += Width) {
+      const std::size_t t = targets[i];
+      std::byte* const line = lines + t * kLine;
+      std::memcpy(line + fill[t], rows, Width);
+      fill[t] += static_cast<std::uint32_t>(Width);
+      if (fill[t] == kPerLine * Width) [[unlikely]] {
+        out.put<Width, kPerLine>(t, line);
+        fill[t] = 0;
+      }
+    }
+  }
+}
+
+// The loop compiled twice: for baseline x86-64 and for AVX-512, where a row of 64 bytes or more
+// goes into its segment with one load and one store per 64 bytes (rows wider than half a line are
+// copied straight from the caller's block, so there is no store to wait for).
+template <std::size_t Width, bool Direct>
+void scatter_baseline(const std::byte* rows, const std::uint32_t* targets, std::size_t count, std::byte* lines,
+                      std::uint32_t* fill, PartitionRings& out) {
+  scatter_partition<Width, Direct>(rows, targets, count, lines, fill, out);
+}
+template <std::size_t Width, bool Direct>
+[[gnu::target("avx512f")]] void scatter_wide(const std::byte* rows, const std::uint32_t* targets, std::size_t count,
+                                             std::byte* lines, std::uint32_t* fill, PartitionRings& out) {
+  scatter_partition<Width, Direct>(rows, targets, count, lines, fill, out);
+}
+
+using ScatterPartition = void (*)(const std::byte*, const std::uint32_t*, std::size_t, std::byte*, std::uint32_t*,
+                                  PartitionRings&);
+
+template <bool Direct, std::size_t... Widths>
+ScatterPartition scatter_of(std::size_t width, std::index_sequence<Widths...>) {
+  const bool wide = kernels::avx512_available();
+  ScatterPartition scatter = nullptr;
+  (void)((width == Widths ? (scatter = wide && Widths * 2 > kLine ? &scatter_wide<Widths, Direct>
+                                                                  : &scatter_baseline<Widths, Direct>,
+                             true)
+                          : false) ||
+         ...);
+  return scatter;
+}
+
+int partition_producer(const StreamSide& side) {
+  const std::size_t tb = side.tuple_bytes;
+  // Compile-time widths as for the per-tuple ring; the partition scenario runs 16 and 64 B.
+  using Widths = std::index_sequence<8, 16, 24, 32, 40, 48, 56, 64, 128, 256, 512, 1024, 2048, 4096>;
+  const ScatterPartition scatter =
+      side.copy == "partition-direct" ? scatter_of<true>(tb, Widths{}) : scatter_of<false>(tb, Widths{});
+  if (scatter == nullptr) {
+    throw Error(Errc::invalid_argument, "bench-stream " + side.side + ": no compile-time scatter of " +
+                                            std::to_string(tb) + " B tuples (" + ring_tuple_widths_text() + ")");
+  }
+  const memory::RingLayout layout = partition_layout(side);
+  const std::size_t targets = side.targets;
+  const ProducerMapping mapping(side);
+  if (mapping.ring().control().capacity != targets ||
+      kRingDataOffset + targets * ring_stride(layout) > mapping.bytes()) {
+    errno = EPROTO;
+    fail(side, side.name + " does not hold " + std::to_string(targets) + " rings of " +
+                   std::to_string(layout.segments) + " x " + std::to_string(layout.segment_bytes) + " B");
+  }
+  PartitionRings out(mapping.ring().data(), layout, targets, tb);
+  // The write-combine lines, aligned to a cache line, and their fill in bytes.
+  std::vector<std::byte> line_storage((targets + 1) * kLine);
+  std::byte* const lines = line_storage.data() +
+                           (kLine - reinterpret_cast<std::uintptr_t>(line_storage.data()) % kLine) % kLine;
+  std::vector<std::uint32_t> fill(targets, 0);
+  std::vector<std::uint32_t> routed(kRouteChunk);
+  const kernels::RouteRows route_rows = kernels::route_rows_kernel();
+
+  const std::vector<std::byte> block = make_block(tb);
+  const std::uint64_t per_block = block.size() / tb;
+  std::uint64_t sent = 0, in_block = 0;
+  while (sent < side.tuples) {
+    const std::size_t n = static_cast<std::size_t>(std::min({std::uint64_t{kRouteChunk}, side.tuples - sent,
+                                                             per_block - in_block}));
+    const std::byte* rows = block.data() + in_block * tb;
+    route_rows(rows, tb, 0, n, targets, routed.data());
+    scatter(rows, routed.data(), n, lines, fill.data(), out);
+    sent += n;
+    in_block = in_block + n == per_block ? 0 : in_block + n;
+  }
+  for (std::size_t t = 0; t < targets; ++t) {
+    if (fill[t] > 0) out.put(t, lines + t * kLine, fill[t]);
+  }
+  out.close();
   return 0;
 }
 
@@ -411,8 +710,9 @@ int run_stream_side(const StreamSide& side, std::ostream& out, std::ostream& err
     }
     if (side.side == "tcp-reader") return tcp_reader(side, out);
     if (side.side == "tcp-writer") return tcp_writer(side);
-    if (side.side == "ring-consumer") return ring_consumer(side, out);
-    if (side.side == "ring-producer") return ring_producer(side);
+    const bool partition = is_partition_copy(side.copy);
+    if (side.side == "ring-consumer") return partition ? partition_consumer(side, out) : ring_consumer(side, out);
+    if (side.side == "ring-producer") return partition ? partition_producer(side) : ring_producer(side);
     throw Error(Errc::invalid_argument, "bench-stream: no side '" + side.side + "'");
   } catch (const std::exception& e) {
     err << e.what() << '\n';

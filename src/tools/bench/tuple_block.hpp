@@ -13,6 +13,7 @@
 
 #include "dfi/common/error.hpp"
 #include "dfi/flow/schema.hpp"
+#include "dfi/kernels/hash.hpp"
 
 namespace dfi::tools::bench {
 
@@ -40,6 +41,21 @@ inline std::uint64_t expected_key_sum(std::uint64_t tuples, std::uint64_t block)
   const std::uint64_t laps = tuples / block;
   const std::uint64_t rest = tuples % block;
   return laps * (block * (block - 1) / 2) + (rest == 0 ? 0 : rest * (rest - 1) / 2);
+}
+
+// What a receiver of a key-hash partitioning over `targets` targets checks (its routed sum: per
+// target, the sum of its keys times target index + 1, summed): the same for the first `tuples`
+// tuples a sender cycling through a block of `block` tuples sends, every tuple at the target
+// kernels::route gives its key. Equals expected_key_sum for one target.
+inline std::uint64_t expected_routed_sum(std::uint64_t tuples, std::uint64_t block, std::size_t targets) {
+  const std::uint64_t laps = tuples / block;
+  const std::uint64_t rest = tuples % block;
+  std::uint64_t sum = 0;
+  for (std::uint64_t key = 0; key < block; ++key) {
+    const std::uint64_t times = laps + (key < rest ? 1 : 0);
+    sum += times * key * (kernels::route(key, targets) + 1);
+  }
+  return sum;
 }
 
 // The flow schema of these tuples: the 8-byte key, then tuple_bytes - 8 bytes of payload
