@@ -379,48 +379,13 @@ Status SegmentWriter<Access>::drain() {
 }
 
 template <class Access>
-Status SegmentWriter<Access>::close_shared() {
-  // This writer's segments are on their way (put path: visible) before it counts as closed, so
-  // that nothing of it reaches the ring after the end-of-stream, whoever publishes that.
-  closed_ = true;
-  acquired_ = nullptr;
+Status SegmentWriter<Access>::finish_sends() {
   if (Status s = drain(); !s) return s;
   if constexpr (Access::kRemote) {
     if (access_.path() == RemoteRing::Path::put) {
       if (tail_read_pending_) (void)tail_read_.wait();
       tail_read_ = fabric::Request();
       tail_read_pending_ = false;
-      if (Status s = access_.endpoint().flush(); !s) return labelled(std::move(s));
-    }
-  }
-  if (share_->open.fetch_sub(1, std::memory_order_acq_rel) != 1) return access_.status();
-  // The last: every other writer's sequences were taken before this one's (their closes
-  // happened before), so the end-of-stream comes after all of their segments.
-  if (share_->abandoned.load(std::memory_order_relaxed)) return access_.status();
-  closed_ = false;
-  std::span<std::byte> payload;
-  if (Status s = acquire(payload); !s) return s;
-  if (Status s = publish(0, kConsumable | kEndOfStream); !s) return s;
-  closed_ = true;
-  if (Status s = drain(); !s) return s;
-  if constexpr (Access::kRemote) {
-    if (access_.path() == RemoteRing::Path::put) return labelled(access_.endpoint().flush());
-  }
-  return access_.status();
-}
-
-template <class Access>
-Status SegmentWriter<Access>::close() {
-  if (closed_) return {};
-  if (share_ != nullptr) return close_shared();
-  std::span<std::byte> payload;
-  if (Status s = acquire(payload); !s) return s;
-  if (Status s = publish(0, kConsumable | kEndOfStream); !s) return s;
-  closed_ = true;
-  if (Status s = drain(); !s) return s;
-  if constexpr (Access::kRemote) {
-    if (access_.path() == RemoteRing::Path::put) {
-      tail_read_ = fabric::Request();
       return labelled(access_.endpoint().flush());
     }
   }
@@ -428,6 +393,32 @@ Status SegmentWriter<Access>::close() {
   // process, which is all the writer can know without the reader (an endpoint flush over tcp
   // waits for the peer's progress).
   return access_.status();
+}
+
+template <class Access>
+Status SegmentWriter<Access>::end_stream() {
+  std::span<std::byte> payload;
+  if (Status s = acquire(payload); !s) return s;
+  if (Status s = publish(0, kConsumable | kEndOfStream); !s) return s;
+  closed_ = true;
+  return finish_sends();
+}
+
+template <class Access>
+Status SegmentWriter<Access>::close() {
+  if (closed_) return {};
+  if (share_ == nullptr) return end_stream();
+  // A shared ring: this writer's segments are on their way (put path: visible) before it counts
+  // as closed, so that nothing of it reaches the ring after the end-of-stream, whoever publishes
+  // that. Closed from here on, so that it counts down once.
+  closed_ = true;
+  if (Status s = finish_sends(); !s) return s;
+  if (share_->open.fetch_sub(1, std::memory_order_acq_rel) != 1) return {};
+  // The last: every other writer's sequences were taken before this one's (their closes
+  // happened before), so the end-of-stream comes after all of their segments.
+  if (share_->abandoned.load(std::memory_order_relaxed)) return {};
+  closed_ = false;
+  return end_stream();
 }
 
 template <class Access>

@@ -172,8 +172,10 @@ class SegmentWriter {
   Status wait_for_credit(std::uint64_t sequence);
   // The staging segment the next publication uses.
   Staging& staging() noexcept { return stagings_[published_ % stagings_.size()]; }
-  // A shared ring: the last writer to close publishes the end-of-stream.
-  Status close_shared();
+  // Publishes end-of-stream (in the acquired slot, if any), then finish_sends().
+  Status end_stream();
+  // Waits until every send issued so far has left (put path: is visible at the reader).
+  Status finish_sends();
   // Checks that a segment is acquired and `fill` fits it (the common checks of write and publish).
   Status check_fill(std::size_t fill, const char* what) const;
   // Put path: the acquired staging segment's payload and fill word into slot `sequence`.
