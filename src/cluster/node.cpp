@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -347,6 +349,84 @@ std::vector<std::optional<std::string>> Node::wait_all(const std::vector<std::st
   return_waiter(std::move(waiter), true);
   for (std::size_t k = 0; k < asked.size(); ++k) values[asked[k]] = std::move(got[k]);
   return values;
+}
+
+struct Node::SharedAnswer {
+  std::condition_variable answered;
+  bool done = false;
+  std::exception_ptr error;
+  std::vector<std::optional<std::string>> values;
+  std::size_t bytes = 0;
+};
+
+std::vector<std::optional<std::string>> Node::wait_all_shared(const std::vector<std::string>& names,
+                                                              const std::vector<int>& publishers,
+                                                              std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) timeout = registry_timeout_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string key;
+  for (const std::string& name : names) (key += name) += '\n';
+  std::shared_ptr<SharedAnswer> answer;
+  bool asks = false;
+  {
+    std::unique_lock lock(shared_mutex_);
+    std::shared_ptr<SharedAnswer>& slot = shared_[key];
+    if (!slot) {
+      slot = std::make_shared<SharedAnswer>();
+      asks = true;
+    }
+    answer = slot;
+    if (!asks) {
+      if (!answer->answered.wait_until(lock, deadline, [&] { return answer->done; })) {
+        throw Error(Errc::timeout, "cluster: " + std::to_string(names.size()) +
+                                       " record(s) another thread of this process waits for not published within " +
+                                       std::to_string(timeout.count()) + " ms (the first: '" + names.front() + "')");
+      }
+      if (answer->error) std::rethrow_exception(answer->error);
+      return answer->values;
+    }
+  }
+  std::vector<std::optional<std::string>> values;
+  try {
+    values = wait_all(names, publishers, timeout);
+  } catch (...) {
+    const std::lock_guard lock(shared_mutex_);
+    answer->error = std::current_exception();
+    answer->done = true;
+    if (const auto it = shared_.find(key); it != shared_.end() && it->second == answer) shared_.erase(it);
+    answer->answered.notify_all();
+    throw;
+  }
+  const std::lock_guard lock(shared_mutex_);
+  answer->values = values;
+  answer->done = true;
+  answer->bytes = key.size();
+  for (const auto& value : values) answer->bytes += value ? value->size() : 0;
+  answer->answered.notify_all();
+  // Keep the newest answers, up to kSharedAnswerBytes in all (the newest always).
+  shared_order_.push_back(key);
+  shared_bytes_ += answer->bytes;
+  while (shared_bytes_ > kSharedAnswerBytes && shared_order_.size() > 1) {
+    if (const auto it = shared_.find(shared_order_.front()); it != shared_.end()) {
+      shared_bytes_ -= it->second->bytes;
+      shared_.erase(it);
+    }
+    shared_order_.pop_front();
+  }
+  return values;
+}
+
+std::shared_ptr<void> Node::attachment(const std::string& key, const std::function<std::shared_ptr<void>()>& make) {
+  const std::lock_guard lock(shared_mutex_);
+  std::shared_ptr<void>& slot = attachments_[key];
+  if (!slot) slot = make();
+  return slot;
+}
+
+void Node::detach(const std::string& key, const void* only) {
+  const std::lock_guard lock(shared_mutex_);
+  const auto it = attachments_.find(key);
+  if (it != attachments_.end() && (only == nullptr || it->second.get() == only)) attachments_.erase(it);
 }
 
 RegistryStats Node::registry_stats() {

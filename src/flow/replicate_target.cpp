@@ -34,7 +34,7 @@ detail::TargetRings open_target(cluster::Node& node, std::string_view name, int 
   const std::size_t index = detail::target_index(spec, node.rank(), id);
   // An ordered flow reports a lost segment as a gap: injected drops may apply to it.
   const bool lossy = spec.type_options.get<ReplicateOptions>().ordered;
-  return detail::TargetRings(node, std::move(spec), index, lossy);
+  return detail::TargetRings(node, std::move(spec), index, lossy, detail::RingRecords::per_target);
 }
 }  // namespace
 

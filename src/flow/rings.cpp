@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -37,7 +38,8 @@ FlowSpec open_spec(cluster::Node& node, std::string_view name, FlowType expected
   const auto waited = time_left(deadline);
   std::string record;
   try {
-    record = node.wait_for(spec_record(flow), waited);
+    // Every opener of this process shares one fetch of the spec (it never changes).
+    record = *node.wait_all_shared({spec_record(flow)}, {-1}, waited).front();
   } catch (const Error& e) {
     if (e.code() == Errc::timeout) {
       throw Error(Errc::not_found, "flow '" + flow + "' does not exist (not created within " +
@@ -124,31 +126,25 @@ std::chrono::milliseconds stall_timeout(const FlowSpec& spec) {
 
 namespace {
 
-// The RingShares of the per-rank rings this process writes, one per (node, flow, target), kept
-// from the first of the rank's source threads that opens until the last has closed: a thread
-// opening after another closed continues the ring's sequence. Touched when flows open and close.
-using ShareKey = std::tuple<const cluster::Node*, std::string, std::size_t>;
-std::mutex shares_mutex;
-std::map<ShareKey, std::shared_ptr<memory::RingShare>>& shares() {
-  static std::map<ShareKey, std::shared_ptr<memory::RingShare>> map;
-  return map;
+// The RingShares of the per-rank rings this process writes, one per (flow, target), kept by the
+// node (Node::attachment) from the first of the rank's source threads that opens until the last
+// has closed: a thread opening after another closed continues the ring's sequence. Touched when
+// flows open and close.
+std::string share_key(const FlowSpec& spec, std::size_t target) {
+  return "flow/" + spec.name + "/ring-share/" + std::to_string(target);
 }
 
-std::shared_ptr<memory::RingShare> ring_share(const cluster::Node& node, const FlowSpec& spec, std::size_t target,
+std::shared_ptr<memory::RingShare> ring_share(cluster::Node& node, const FlowSpec& spec, std::size_t target,
                                               std::uint32_t writers) {
-  const std::lock_guard lock(shares_mutex);
-  auto& share = shares()[ShareKey{&node, spec.name, target}];
-  if (!share) share = std::make_shared<memory::RingShare>(writers);
-  return share;
+  return std::static_pointer_cast<memory::RingShare>(
+      node.attachment(share_key(spec, target), [writers] { return std::make_shared<memory::RingShare>(writers); }));
 }
 
 // Forgets the shares of `spec` at `node` whose writers have all closed.
-void forget_closed_shares(const cluster::Node& node, const FlowSpec& spec,
+void forget_closed_shares(cluster::Node& node, const FlowSpec& spec,
                           const std::vector<std::shared_ptr<memory::RingShare>>& mine) {
-  const std::lock_guard lock(shares_mutex);
   for (std::size_t t = 0; t < mine.size(); ++t) {
-    const auto it = shares().find(ShareKey{&node, spec.name, t});
-    if (it != shares().end() && it->second == mine[t] && mine[t]->open.load() == 0) shares().erase(it);
+    if (mine[t]->open.load() == 0) node.detach(share_key(spec, t), mine[t].get());
   }
 }
 
@@ -173,6 +169,7 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
     share_node_ = &node;
     for (std::size_t t = 0; t < spec_.targets.size(); ++t) shares_.push_back(ring_share(node, spec_, t, writers));
   }
+  per_rank_records_ = true;
   connect(node, worker, links, deadline);
 }
 
@@ -184,47 +181,260 @@ SourceRings::SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec s
 
 namespace {
 
-// A target's record: everything a source needs to reach its rings, in one registry value (one
-// request fetches the records of every target):
-//   path byte: 'a' (segments as active messages to a worker of the target's own) or 'r' (one-sided
-//              operations through the rank's service worker)
-//   4 bytes, little-endian: the length of the worker address that follows
-//   the address of the worker to connect to
-//   the region descriptor of the rings (fabric::RegionDescriptor::serialize)
+// What a source needs to reach a target's rings: the path ('a': segments as active messages to a
+// worker of the target's own; 'r': one-sided operations through the rank's service worker), the
+// address of the worker to connect to, and the region descriptor of the rings.
 struct TargetRecord {
   bool active_message = false;
   std::string address;
   fabric::RegionDescriptor region;
 };
 
+// The records, little-endian, each count and length 4 bytes:
+//   per target (RingRecords::per_target):  path byte, address length, address, region descriptor
+//   per rank   (RingRecords::per_rank):    'R', address count, (length, address)..., target
+//                                          count, (target index, path byte, address index,
+//                                          region length, region descriptor)...
+// A rank's targets mostly share one address (the service worker's, over shm): it is written once.
+void put_u32(std::string& out, std::size_t value) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
+}
+
+// Reads a record, throwing protocol naming `who` on anything it cannot read.
+class RecordReader {
+ public:
+  RecordReader(std::string_view record, const std::string& who) : record_(record), who_(who) {}
+  std::string_view bytes(std::size_t n) {
+    if (record_.size() - at_ < n) fail();
+    const std::string_view out = record_.substr(at_, n);
+    at_ += n;
+    return out;
+  }
+  std::size_t u32() {
+    const std::string_view b = bytes(4);
+    std::size_t value = 0;
+    for (int i = 0; i < 4; ++i) value |= std::size_t{static_cast<unsigned char>(b[i])} << (8 * i);
+    return value;
+  }
+  char byte() { return bytes(1)[0]; }
+  std::string_view rest() { return bytes(record_.size() - at_); }
+  [[noreturn]] void fail() const {
+    throw Error(Errc::protocol, who_ + ": its ring record (" + std::to_string(record_.size()) +
+                                    " B) is not one this build reads (a target of another DFI version?)");
+  }
+
+ private:
+  std::string_view record_;
+  std::string who_;
+  std::size_t at_ = 0;
+};
+
+char path_byte(bool active_message) { return active_message ? 'a' : 'r'; }
+bool active_message_path(RecordReader& in) {
+  const char path = in.byte();
+  if (path != 'a' && path != 'r') in.fail();
+  return path == 'a';
+}
+
 std::string encode_target_record(bool active_message, const std::string& address, const std::string& region) {
   std::string out;
-  out.reserve(5 + address.size() + region.size());
-  out += active_message ? 'a' : 'r';
-  for (int i = 0; i < 4; ++i) out += static_cast<char>((address.size() >> (8 * i)) & 0xff);
+  out += path_byte(active_message);
+  put_u32(out, address.size());
   out += address;
   out += region;
   return out;
 }
 
 TargetRecord decode_target_record(std::string_view record, const std::string& who) {
-  std::size_t length = 0;
-  if (record.size() >= 5) {
-    for (int i = 0; i < 4; ++i) length |= std::size_t{static_cast<unsigned char>(record[1 + i])} << (8 * i);
-  }
-  if (record.size() < 5 || (record[0] != 'a' && record[0] != 'r') || record.size() - 5 < length) {
-    throw Error(Errc::protocol, who + ": its ring record (" + std::to_string(record.size()) +
-                                    " B) is not one this build reads (a target of another DFI version?)");
-  }
+  RecordReader in(record, who);
   TargetRecord out;
-  out.active_message = record[0] == 'a';
-  out.address = std::string(record.substr(5, length));
-  out.region = fabric::RegionDescriptor::parse(record.substr(5 + length));
+  out.active_message = active_message_path(in);
+  out.address = std::string(in.bytes(in.u32()));
+  out.region = fabric::RegionDescriptor::parse(in.rest());
   return out;
+}
+
+// A target's entry in its rank's record (its region descriptor serialized).
+struct RankEntry {
+  bool active_message = false;
+  std::string address;
+  std::string region;
+};
+
+std::string encode_rank_record(const std::map<std::size_t, RankEntry>& entries) {
+  std::vector<std::string> addresses;
+  std::unordered_map<std::string, std::size_t> address_index;
+  for (const auto& [target, entry] : entries) {
+    if (address_index.try_emplace(entry.address, addresses.size()).second) addresses.push_back(entry.address);
+  }
+  std::string out(1, 'R');
+  put_u32(out, addresses.size());
+  for (const std::string& address : addresses) {
+    put_u32(out, address.size());
+    out += address;
+  }
+  put_u32(out, entries.size());
+  for (const auto& [target, entry] : entries) {
+    put_u32(out, target);
+    out += path_byte(entry.active_message);
+    put_u32(out, address_index.at(entry.address));
+    put_u32(out, entry.region.size());
+    out += entry.region;
+  }
+  return out;
+}
+
+// Adds the targets in rank record `record` to `out` (target index -> record).
+void decode_rank_record(std::string_view record, const std::string& who,
+                        std::unordered_map<std::size_t, TargetRecord>& out) {
+  RecordReader in(record, who);
+  if (in.byte() != 'R') in.fail();
+  std::vector<std::string> addresses(in.u32());
+  for (std::string& address : addresses) address = std::string(in.bytes(in.u32()));
+  for (std::size_t n = in.u32(); n > 0; --n) {
+    const std::size_t target = in.u32();
+    TargetRecord entry;
+    entry.active_message = active_message_path(in);
+    const std::size_t address = in.u32();
+    if (address >= addresses.size()) in.fail();
+    entry.address = addresses[address];
+    entry.region = fabric::RegionDescriptor::parse(in.bytes(in.u32()));
+    out.emplace(target, std::move(entry));
+  }
 }
 
 std::string target_name(const TargetRef& target) {
   return "target (rank " + std::to_string(target.rank) + ", id " + std::to_string(target.id) + ")";
+}
+
+// The targets of `rank` in the spec, named: "target (rank 3, id 0)", "targets (rank 3, ids 0, 1)".
+std::string targets_of_rank(const FlowSpec& spec, int rank) {
+  std::vector<int> ids;
+  for (const TargetRef& t : spec.targets) {
+    if (t.rank == rank) ids.push_back(t.id);
+  }
+  if (ids.size() == 1) return target_name({rank, ids.front()});
+  std::string out = "targets (rank " + std::to_string(rank) + ", ids";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    out += i == 0 ? " " : ", ";
+    out += std::to_string(ids[i]);
+  }
+  return out + ")";
+}
+
+// The targets of one flow on this rank while they open (RingRecords::per_rank), kept by the node
+// (Node::attachment): the last to open publishes the rank's record.
+struct RankTargets {
+  std::mutex mutex;
+  std::map<std::size_t, RankEntry> entries;  // by target index; cleared once published
+  bool published = false;
+};
+
+std::string rank_targets_key(const std::string& flow) { return "flow/" + flow + "/rank-targets"; }
+
+// Adds target `index`'s entry to its rank's record of the flow; the rank's last target to open
+// publishes the record. Returns what the target withdraws from if it goes before that.
+std::shared_ptr<RankTargets> offer_to_rank(cluster::Node& node, const FlowSpec& spec, std::size_t index,
+                                           RankEntry entry, const std::string& label) {
+  const int rank = spec.targets.at(index).rank;
+  const auto expected = static_cast<std::size_t>(
+      std::count_if(spec.targets.begin(), spec.targets.end(), [rank](const TargetRef& t) { return t.rank == rank; }));
+  auto rank_targets = std::static_pointer_cast<RankTargets>(
+      node.attachment(rank_targets_key(spec.name), [] { return std::make_shared<RankTargets>(); }));
+  const std::lock_guard lock(rank_targets->mutex);
+  if (rank_targets->published || !rank_targets->entries.try_emplace(index, std::move(entry)).second) {
+    throw Error(Errc::already_exists, label + " is already open");
+  }
+  if (rank_targets->entries.size() < expected) return rank_targets;
+  try {
+    node.registry().publish(rank_record(spec.name, rank), encode_rank_record(rank_targets->entries));
+  } catch (const Error& e) {
+    rank_targets->entries.erase(index);
+    if (e.code() == Errc::already_exists) {
+      throw Error(Errc::already_exists, label + " is already open (rank " + std::to_string(rank) +
+                                            " published its targets of the flow before)");
+    }
+    throw;
+  }
+  rank_targets->published = true;
+  rank_targets->entries.clear();
+  return rank_targets;
+}
+
+// Rethrows `e`, a failed wait for records `names` published by `publishers`, naming what did not
+// open: on peer_failed or timeout, the first whose publisher is known dead, else the first missing
+// (a look-up per record, on this error path only).
+[[noreturn]] void throw_not_opened(cluster::Node& node, const std::string& label, const Error& e,
+                                   const std::vector<std::string>& names, const std::vector<int>& publishers,
+                                   const std::function<std::string(std::size_t)>& what) {
+  if (e.code() == Errc::peer_failed || e.code() == Errc::timeout) {
+    std::optional<std::size_t> missing;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (node.registry().try_lookup(names[i])) continue;
+      const bool dead = !node.fabric().peer_failure(publishers[i]).empty();
+      if (!missing || dead) missing = i;
+      if (dead) break;
+    }
+    if (missing) throw Error(e.code(), label + ": " + what(*missing) + " did not open the flow: " + e.what());
+  }
+  throw Error(e.code(), label + ": " + e.what());
+}
+
+// Every target's record in one held registry request (RingRecords::per_target).
+std::vector<TargetRecord> fetch_target_records(cluster::Node& node, const FlowSpec& spec, const std::string& label,
+                                               const std::vector<SourceRings::Link>& links, const Deadline& deadline) {
+  std::vector<std::string> names;
+  std::vector<int> publishers;
+  for (const SourceRings::Link& link : links) {
+    names.push_back(target_record(spec.name, link.target));
+    publishers.push_back(spec.targets.at(link.target).rank);
+  }
+  std::vector<std::optional<std::string>> found;
+  try {
+    found = node.wait_all(names, publishers, time_left(deadline));
+  } catch (const Error& e) {
+    throw_not_opened(node, label, e, names, publishers, [&](std::size_t i) { return target_name(spec.targets.at(links[i].target)); });
+  }
+  std::vector<TargetRecord> records;
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    records.push_back(decode_target_record(*found[i], label + ": " + target_name(spec.targets.at(links[i].target))));
+  }
+  return records;
+}
+
+// The records of the links' target ranks, one each, in one held registry request that this
+// process's source threads opening the flow share (RingRecords::per_rank).
+std::vector<TargetRecord> fetch_rank_records(cluster::Node& node, const FlowSpec& spec, const std::string& label,
+                                             const std::vector<SourceRings::Link>& links, const Deadline& deadline) {
+  std::vector<std::string> names;
+  std::vector<int> ranks;
+  for (const SourceRings::Link& link : links) {
+    const int rank = spec.targets.at(link.target).rank;
+    if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
+  }
+  std::sort(ranks.begin(), ranks.end());  // the same names for every thread: one shared request
+  for (const int rank : ranks) names.push_back(rank_record(spec.name, rank));
+  std::vector<std::optional<std::string>> found;
+  try {
+    found = node.wait_all_shared(names, ranks, time_left(deadline));
+  } catch (const Error& e) {
+    throw_not_opened(node, label, e, names, ranks, [&](std::size_t i) { return targets_of_rank(spec, ranks[i]); });
+  }
+  std::unordered_map<std::size_t, TargetRecord> of_target;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    decode_rank_record(*found[i], label + ": " + targets_of_rank(spec, ranks[i]), of_target);
+  }
+  std::vector<TargetRecord> records;
+  for (const SourceRings::Link& link : links) {
+    const auto it = of_target.find(link.target);
+    if (it == of_target.end()) {
+      const TargetRef target = spec.targets.at(link.target);
+      throw Error(Errc::protocol, label + ": the record of rank " + std::to_string(target.rank) + " lacks its " +
+                                      target_name(target) + " (a rank of another DFI version, or another spec?)");
+    }
+    records.push_back(it->second);
+  }
+  return records;
 }
 
 }  // namespace
@@ -237,39 +447,8 @@ void SourceRings::connect(cluster::Node& node, fabric::Worker& worker, const std
   memory::RemoteRingOptions access;
   access.allow_mapped = spec_.options.direct_write;
 
-  // Every target's record in one held registry request.
-  std::vector<std::string> names;
-  std::vector<int> publishers;
-  for (const Link& link : links) {
-    names.push_back(target_record(spec_.name, link.target));
-    publishers.push_back(spec_.targets.at(link.target).rank);
-  }
-  std::vector<std::optional<std::string>> found;
-  try {
-    found = node.wait_all(names, publishers, time_left(deadline));
-  } catch (const Error& e) {
-    if (e.code() == Errc::peer_failed || e.code() == Errc::timeout) {
-      // Name the target missing (a look per target, on this error path only): one on a rank
-      // known dead first, else the first.
-      std::optional<std::size_t> missing;
-      for (std::size_t i = 0; i < links.size(); ++i) {
-        if (node.registry().try_lookup(names[i])) continue;
-        const bool dead = !node.fabric().peer_failure(publishers[i]).empty();
-        if (!missing || dead) missing = i;
-        if (dead) break;
-      }
-      if (missing) {
-        throw Error(e.code(), label_ + ": " + target_name(spec_.targets.at(links[*missing].target)) +
-                                  " did not open the flow: " + e.what());
-      }
-    }
-    throw Error(e.code(), label_ + ": " + e.what());
-  }
-  std::vector<TargetRecord> records;
-  records.reserve(links.size());
-  for (std::size_t i = 0; i < links.size(); ++i) {
-    records.push_back(decode_target_record(*found[i], label_ + ": " + target_name(spec_.targets.at(links[i].target))));
-  }
+  const std::vector<TargetRecord> records = per_rank_records_ ? fetch_rank_records(node, spec_, label_, links, deadline)
+                                                               : fetch_target_records(node, spec_, label_, links, deadline);
 
   // One endpoint per worker to reach: a rank's service worker (one-sided operations), or a
   // target's own worker (segments as active messages); all handshakes at once.
@@ -354,8 +533,8 @@ memory::RingCounters SourceRings::counters() const {
 
 // ---------------------------------------------------------------------------------------------
 
-TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, bool lossy)
-    : node_(node), spec_(std::move(spec)), failures_(node.fabric()) {
+TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, bool lossy, RingRecords records)
+    : node_(node), spec_(std::move(spec)), failures_(node.fabric()), index_(index) {
   faults_ = RingFaults::from_setting(spec_, index, lossy);
   backoff_ = BackoffSettings::from_config();
   const TargetRef me = spec_.targets.at(index);
@@ -384,10 +563,15 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
   dying_.assign(count, false);
   open_sources_ = count;
   account_memory(spec_.name, static_cast<std::ptrdiff_t>(region_.size()));
+  RankEntry entry{worker_ != nullptr, worker_ ? worker_->address() : node.service_address(),
+                  region_.descriptor().serialize()};
   try {
-    node.registry().publish(target_record(spec_.name, index),
-                            encode_target_record(worker_ != nullptr, worker_ ? worker_->address() : node.service_address(),
-                                                 region_.descriptor().serialize()));
+    if (records == RingRecords::per_rank) {
+      rank_targets_ = offer_to_rank(node, spec_, index, std::move(entry), label_);
+    } else {
+      node.registry().publish(target_record(spec_.name, index),
+                              encode_target_record(entry.active_message, entry.address, entry.region));
+    }
   } catch (const Error& e) {
     if (worker_) node.abandon_progress(*worker_);
     account_memory(spec_.name, -static_cast<std::ptrdiff_t>(region_.size()));
@@ -397,6 +581,11 @@ TargetRings::TargetRings(cluster::Node& node, FlowSpec spec, std::size_t index, 
 }
 
 TargetRings::~TargetRings() {
+  if (rank_targets_) {  // gone before its rank's record was published: not in it
+    auto& rank = *std::static_pointer_cast<RankTargets>(rank_targets_);
+    const std::lock_guard lock(rank.mutex);
+    if (!rank.published) rank.entries.erase(index_);
+  }
   if (worker_) {
     node_.abandon_progress(*worker_);
     fabric::owned_workers::remove(worker_.get());

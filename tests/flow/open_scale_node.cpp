@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,9 +113,10 @@ void shuffle(cluster::Node& node, Mode mode, std::uint64_t tuples) {
   spec.options.mode = mode;
   if (node.rank() == 0) create_flow(node, spec);
   const std::size_t targets = spec.targets.size();
-  // A spec wait per endpoint, the target's record, the source's one wait for every target's.
+  // The spec (one wait for both endpoints), the target's rank's record, the source's one wait
+  // for every target rank's.
   run_pair(
-      node, name, budget(3, 1),
+      node, name, budget(2, 1),
       [&](fabric::Worker& worker) {
         ShuffleSource source(node, worker, name, 0);
         for (std::uint64_t i = 0; i < tuples; ++i) {
@@ -148,6 +150,80 @@ void shuffle(cluster::Node& node, Mode mode, std::uint64_t tuples) {
                std::to_string(tuples * targets));
         }
       });
+}
+
+// A shuffle of `threads` sources and `threads` targets on every rank, all opening at once: the
+// rank's openers share one fetch of the spec and of the target ranks' records, and its targets
+// publish one record, so the registry requests of the rank's open do not grow with the threads.
+void shuffle_threads(cluster::Node& node, int threads, std::uint64_t tuples) {
+  const std::string name = "shuffle-threads";
+  FlowSpec spec = n_to_n(name, 0);
+  for (int r = 0; r < node.size(); ++r) {
+    for (int t = 0; t < threads; ++t) {
+      spec.sources.push_back({r, t});
+      spec.targets.push_back({r, t});
+    }
+  }
+  spec.routing = Routing::explicit_target;
+  if (node.rank() == 0) create_flow(node, spec);
+  const std::size_t targets = spec.targets.size(), sources = spec.sources.size();
+  node.barrier("open-scale/" + name + "/begin");
+  const cluster::RegistryStats before = node.registry_stats();
+  const auto since = std::chrono::steady_clock::now();
+  std::vector<std::string> errors(2 * threads);
+  std::vector<std::thread> group;
+  for (int t = 0; t < threads; ++t) {
+    group.emplace_back([&, t] {
+      try {
+        fabric::Worker worker(node.fabric(), name + " source");
+        ShuffleSource source(node, worker, name, t);
+        const std::uint64_t me = std::uint64_t(node.rank()) * threads + t;
+        for (std::uint64_t i = 0; i < tuples; ++i) {
+          for (std::size_t target = 0; target < targets; ++target) {
+            const Tuple tuple{(me << 32) | i, target};
+            source.push_to(target, &tuple, sizeof tuple).throw_if_error();
+          }
+        }
+        source.close().throw_if_error();
+      } catch (const std::exception& e) {
+        errors[t] = std::string("source ") + std::to_string(t) + ": " + e.what();
+      }
+    });
+    group.emplace_back([&, t] {
+      try {
+        ShuffleTarget target(node, name, t);
+        const std::uint64_t me = std::uint64_t(node.rank()) * threads + t;
+        std::vector<std::uint64_t> next(sources, 0);  // per source: the next index (order)
+        std::uint64_t got = 0;
+        TupleBatch batch;
+        for (;;) {
+          target.consume(batch).throw_if_error();
+          if (batch.empty()) break;
+          for (const Tuple& tuple : batch.as<Tuple>()) {
+            const std::uint64_t from = tuple.key >> 32, i = tuple.key & 0xffffffffu;
+            if (tuple.value != me || from >= sources || i != next[from]) {
+              throw std::runtime_error("tuple " + std::to_string(i) + " of source " + std::to_string(from) +
+                                       " out of place");
+            }
+            next[from] = i + 1;
+            ++got;
+          }
+        }
+        if (got != tuples * sources) {
+          throw std::runtime_error("received " + std::to_string(got) + " tuples of " + std::to_string(tuples * sources));
+        }
+      } catch (const std::exception& e) {
+        errors[threads + t] = std::string("target ") + std::to_string(t) + ": " + e.what();
+      }
+    });
+  }
+  for (std::thread& thread : group) thread.join();
+  for (const std::string& error : errors) {
+    if (!error.empty()) fail(name + ": rank " + std::to_string(node.rank()) + ": " + error);
+  }
+  // The spec (one wait for all openers), the targets' ranks' records (one), this rank's record.
+  check_requests(node, name + " with " + std::to_string(threads) + " threads", before, budget(2, 1), since);
+  node.barrier("open-scale/" + name + "/end");
 }
 
 void replicate(cluster::Node& node, bool ordered, std::uint64_t tuples) {
@@ -249,13 +325,19 @@ void barrier(cluster::Node& node) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || std::string(argv[1]) != "all") {
-    std::fprintf(stderr, "usage: open_scale_node all TUPLES\n");
+  const std::string mode = argc >= 2 ? argv[1] : "";
+  if (!((mode == "all" && argc == 3) || (mode == "threads" && argc == 4))) {
+    std::fprintf(stderr, "usage: open_scale_node all TUPLES | threads TUPLES THREADS\n");
     return 2;
   }
   const std::uint64_t tuples = std::stoull(argv[2]);
   try {
     cluster::Node node;
+    if (mode == "threads") {
+      shuffle_threads(node, std::stoi(argv[3]), tuples);
+      node.finish();
+      return failures.load() == 0 ? 0 : 1;
+    }
     shuffle(node, Mode::bandwidth, tuples);
     shuffle(node, Mode::latency, tuples);
     replicate(node, false, tuples);

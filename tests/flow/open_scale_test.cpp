@@ -24,6 +24,16 @@ TEST_P(OpenScale, EveryFlowTypeOpensAndClosesOn32Ranks) {
   EXPECT_EQ(run.err.find("FAILED"), std::string::npos) << run.all();
 }
 
+// Three source and three target threads on each of 8 ranks: the rank's registry requests for
+// the open are those of one thread (a shared spec and records fetch, one record per rank).
+TEST_P(OpenScale, ThreadsOfARankShareTheRegistryRequestsOfAnOpen) {
+  RunOptions options;
+  options.timeout = std::chrono::seconds(120);
+  auto run = run_cluster(8, GetParam(), {OPEN_SCALE_NODE, "threads", "16", "3"}, options);
+  ASSERT_EQ(run.code, 0) << run.all();
+  EXPECT_EQ(run.err.find("FAILED"), std::string::npos) << run.all();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, OpenScale, ::testing::Values("shm", "tcp"),
                          [](const auto& param_info) { return param_info.param; });
 

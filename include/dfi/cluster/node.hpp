@@ -27,7 +27,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -141,6 +143,25 @@ class Node {
                                                    const std::vector<int>& publishers,
                                                    std::chrono::milliseconds timeout = std::chrono::milliseconds(0),
                                                    bool skip_dead = false);
+  // As wait_all (skip_dead off), for records that never change once published (a flow's spec, its
+  // targets' rings) and that several threads of this process ask for: calls for the same names
+  // share one registry request (a call while it is held waits for its answer, within its own
+  // `timeout`), and the answer is kept for later calls (the most recent answers, up to
+  // kSharedAnswerBytes in all). An error reaches every call waiting for that answer and is not
+  // kept. Thread-safe.
+  std::vector<std::optional<std::string>> wait_all_shared(const std::vector<std::string>& names,
+                                                          const std::vector<int>& publishers,
+                                                          std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  static constexpr std::size_t kSharedAnswerBytes = std::size_t{8} << 20;
+
+  // State a layer above keeps per node (one per process and cluster) under `key`, e.g. a flow's
+  // targets of this rank while they open: the object there, or the one `make` returns when there
+  // is none. It lives until detach(key) or the Node's end. Thread-safe; `make` runs under the
+  // node's lock, so it must not call back into the node.
+  std::shared_ptr<void> attachment(const std::string& key, const std::function<std::shared_ptr<void>()>& make);
+  // Drops the object under `key` (when `only` is given, only if it is that object).
+  void detach(const std::string& key, const void* only = nullptr);
+
   // What this process's registry clients exchanged so far (the membership watcher's held watch
   // excluded): requests, bytes sent and received, summed. Thread-safe.
   RegistryStats registry_stats();
@@ -201,6 +222,12 @@ class Node {
   mutable std::mutex watcher_mutex_;
   bool watcher_stop_ = false;  // guarded by watcher_mutex_
   std::string cut_off_;        // guarded by watcher_mutex_
+  struct SharedAnswer;  // a wait_all_shared request and its answer
+  std::mutex shared_mutex_;  // guards shared_, shared_order_, shared_bytes_, attachments_
+  std::map<std::string, std::shared_ptr<SharedAnswer>> shared_;  // by the names, joined
+  std::deque<std::string> shared_order_;  // answered keys, oldest first
+  std::size_t shared_bytes_ = 0;          // of the answers kept
+  std::map<std::string, std::shared_ptr<void>> attachments_;
   std::mutex addresses_mutex_;
   std::unordered_map<int, std::string> addresses_;  // guarded by addresses_mutex_
 

@@ -101,13 +101,15 @@ class SourceRings {
   };
 
   // Waits (until `deadline`) for every target to publish its rings, connects, and prepares one
-  // writer per target (with per-rank rings, one of the writers of the rank's ring there).
-  // Throws dfi::Error naming the target that did not open in time.
+  // writer per target (with per-rank rings, one of the writers of the rank's ring there). The
+  // targets' rings are found in their ranks' records (RingRecords::per_rank), fetched once for
+  // all source threads of this process that open together. Throws dfi::Error naming the target
+  // (rank) that did not open in time.
   SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::size_t source_index,
               const Deadline& deadline);
   // Connects to the given rings only, one writer per link, in order (replicate flows: a source
-  // feeding the top of its relay tree, a target forwarding to its children). `label` names the
-  // writer side.
+  // feeding the top of its relay tree, a target forwarding to its children); their targets
+  // publish per target (RingRecords::per_target). `label` names the writer side.
   SourceRings(cluster::Node& node, fabric::Worker& worker, FlowSpec spec, std::string label,
               const std::vector<Link>& links, const Deadline& deadline);
   ~SourceRings();
@@ -152,10 +154,19 @@ class SourceRings {
   std::vector<std::unique_ptr<RingWriter>> writers_;      // one per link
   std::vector<fabric::Endpoint*> link_endpoints_;                 // one per link
   // Per-rank rings: what this rank's writers of each link's ring share (memory::RingShare), and
-  // the node they are kept for while some of them have not closed.
+  // the node that keeps them (Node::attachment) while some of them have not closed.
   std::vector<std::shared_ptr<memory::RingShare>> shares_;  // one per link, or none
-  const cluster::Node* share_node_ = nullptr;
+  cluster::Node* share_node_ = nullptr;
+  bool per_rank_records_ = false;
 };
+
+// How a flow's targets publish their rings and its sources find them:
+//   per_rank    one record per (flow, rank) holding every target of the rank, published by the
+//               rank's last target to open: a source fetches one record per target rank, once
+//               for all its process's source threads (flows whose sources reach every target);
+//   per_target  a record per target (replicate flows: a relay reaches a few targets, and a
+//               target must be reachable before its rank's others open).
+enum class RingRecords { per_rank, per_target };
 
 class TargetRings {
  public:
@@ -163,7 +174,10 @@ class TargetRings {
   // and publishes it. Resolves the faults
   // this target injects (setting flow_faults, faults.hpp); `lossy`: the flow's contract allows a
   // lost segment (ordered replicate flows), so drop rules may apply to it.
-  TargetRings(cluster::Node& node, FlowSpec spec, std::size_t target_index, bool lossy = false);
+  // `records`: how the rings are published (RingRecords); with per_rank, sources find them once
+  // the rank's last target of the flow opened.
+  TargetRings(cluster::Node& node, FlowSpec spec, std::size_t target_index, bool lossy = false,
+              RingRecords records = RingRecords::per_rank);
   ~TargetRings();
   TargetRings(const TargetRings&) = delete;
   TargetRings& operator=(const TargetRings&) = delete;
@@ -258,6 +272,10 @@ class TargetRings {
   std::optional<std::size_t> held_;  // ring whose segment the caller holds
   FailureLatch failure_;  // next() and try_next(): after the first peer_failed, flow_failed at once
   fabric::FailureWatch failures_;
+  // per_rank records: the rank's targets of this flow while they open (Node::attachment), from
+  // which this one withdraws if it goes before the rank's record was published.
+  std::shared_ptr<void> rank_targets_;
+  std::size_t index_ = 0;
 };
 
 }  // namespace dfi::flow::detail
