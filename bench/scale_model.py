@@ -12,12 +12,14 @@ The model (one flow, N nodes, T source threads and T targets per node, rings of 
                      fills a segment of its own per target before it takes a slot of the shared
                      ring, T * N*T segments of S bytes; over tcp a source stages 4 segments per
                      ring it writes either way
-  requests per node  per thread: a spec wait per endpoint (2), the target's record (1), the
-                     source's one wait for every target's record (1) = 4 T, whatever N (on etcd a
-                     wait the first read does not answer costs a watch too: 7 T, plus a retry
-                     where a connection attempt fails under load)
-  bytes per node     a + b * N per thread: the wait for every target's record carries N*T records
-                     (worker address + ring descriptor); a and b are fitted to the measured runs
+  requests per node  3, whatever N and T: the flow's spec (one wait, shared by the node's
+                     openers), the node's one record of its targets' rings (published by its
+                     last target to open), and one wait for the target nodes' records (shared by
+                     its source threads); on etcd a wait the first read does not answer costs a
+                     watch too: 5, plus a retry where a connection attempt fails under load
+  bytes per node     a + N * (c + d T): the wait carries N records, each the node's worker
+                     address (c) and its T targets' ring descriptors (d each); a, c and d are
+                     fitted to the measured runs of 1 and 2 threads
 
 The measured points (the JSON of `dfi bench scale`) are printed beside the model's value for
 the same shape, then the model's projection for 64, 256 and 1024 nodes x 16 threads with the
@@ -83,28 +85,44 @@ def main():
             for n in sorted(memory):
                 predicted = model_memory(n, threads, ring, per_rank, params["segment_bytes"]) / (1 << 20)
                 worst = max(worst, abs(memory[n] - predicted) / predicted)
-                bound = f"{4 * threads}" if registry == "embedded" else f"{7 * threads}+"  # etcd: and retries
+                bound = "3" if registry == "embedded" else "5+"  # etcd: and retries
                 print(f"{sid:<14}{n:>5}{memory[n]:>12.2f}{predicted:>9.2f}{requests.get(n, 0):>10.0f}{bound:>7}")
     print(f"largest memory difference, model vs measured: {100 * worst:.1f} %")
 
-    # Registry bytes per rank during the open, fitted as a + b N from the measured runs of one
-    # thread (the slope is what one more target's record costs a source).
-    measured_bytes = series_points(result, "registry_bytes", "dfi_1")
-    a, b = fit_line([(n, kib * 1024) for n, kib in measured_bytes.items()]) if len(measured_bytes) >= 2 else (0, 0)
-    print(f"registry bytes per rank and open, 1 thread: {a:.0f} + {b:.0f} N B (fitted to {sorted(measured_bytes)})")
-    for n, kib in sorted(measured_bytes.items()):
-        print(f"  N = {n:>4}: measured {kib * 1024:>9.0f} B, fit {a + b * n:>9.0f} B")
+    # Registry bytes per rank during the open, fitted as a + b(T) N per thread count T from the
+    # measured runs; b(T) = c + d T (a record: the node's address, then T ring descriptors).
+    slopes = {}
+    a = 0
+    for threads in sorted(params["threads"]):
+        measured_bytes = series_points(result, "registry_bytes", f"dfi_{threads}")
+        if len(measured_bytes) < 2:
+            continue
+        a_t, b_t = fit_line([(n, kib * 1024) for n, kib in measured_bytes.items()])
+        slopes[threads] = b_t
+        if threads == min(params["threads"]):
+            a = a_t
+        print(f"registry bytes per rank and open, {threads} thread(s): {a_t:.0f} + {b_t:.0f} N B "
+              f"(fitted to {sorted(measured_bytes)})")
+        for n, kib in sorted(measured_bytes.items()):
+            print(f"  N = {n:>4}: measured {kib * 1024:>9.0f} B, fit {a_t + b_t * n:>9.0f} B")
+    if len(slopes) >= 2:
+        (t1, b1), (t2, b2) = sorted(slopes.items())[:2]
+        d = (b2 - b1) / (t2 - t1)
+        c = b1 - d * t1
+    else:
+        c, d = 0, next(iter(slopes.values()), 0)
+    print(f"a record of a node: {c:.0f} B + {d:.0f} B per target thread")
     print()
     print("projection over shm, default rings (32 x 8 KiB = 256 KiB), 16 threads per node, GiB per node:")
     print(f"{'nodes':>6}{'per-thread rings':>18}{'per-rank: rings':>17}{'+ source segments':>19}"
           f"{'requests/open':>15}{'registry MiB/open':>19}")
     default_ring = ring_bytes(32, 8192)
     for n in (64, 256, 1024):
-        # 16 source threads each read N*16 records: b per record, 16 times over.
-        megabytes = 16 * (a + b * n * 16) / (1 << 20)
+        # One wait for N records of 16 targets each.
+        megabytes = (a + n * (c + 16 * d)) / (1 << 20)
         hosted = model_memory(n, 16, default_ring, per_rank=True)
         print(f"{n:>6}{model_memory(n, 16, default_ring) / GIB:>18.2f}{hosted / GIB:>17.2f}"
-              f"{(model_memory(n, 16, default_ring, True, 8192) - hosted) / GIB:>19.2f}{4 * 16:>15}{megabytes:>19.1f}")
+              f"{(model_memory(n, 16, default_ring, True, 8192) - hosted) / GIB:>19.2f}{3:>15}{megabytes:>19.1f}")
     for segments, segment in ((4, 16384), (8, 4096), (8, 2048), (16, 1024)):
         small = ring_bytes(segments, segment)
         hosted = model_memory(1024, 16, small, per_rank=True)
