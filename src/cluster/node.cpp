@@ -354,7 +354,10 @@ std::vector<std::optional<std::string>> Node::wait_all(const std::vector<std::st
 struct Node::SharedAnswer {
   std::condition_variable answered;
   bool done = false;
-  std::exception_ptr error;
+  // The asking call's error, rethrown in each waiting thread as an Error of its own (one
+  // exception object is not thrown in several threads at once).
+  std::optional<std::pair<Errc, std::string>> error;
+  std::exception_ptr other_error;  // an exception that is not an Error
   std::vector<std::optional<std::string>> values;
   std::size_t bytes = 0;
 };
@@ -382,7 +385,8 @@ std::vector<std::optional<std::string>> Node::wait_all_shared(const std::vector<
                                        " record(s) another thread of this process waits for not published within " +
                                        std::to_string(timeout.count()) + " ms (the first: '" + names.front() + "')");
       }
-      if (answer->error) std::rethrow_exception(answer->error);
+      if (answer->error) throw Error(answer->error->first, answer->error->second);
+      if (answer->other_error) std::rethrow_exception(answer->other_error);
       return answer->values;
     }
   }
@@ -391,7 +395,13 @@ std::vector<std::optional<std::string>> Node::wait_all_shared(const std::vector<
     values = wait_all(names, publishers, timeout);
   } catch (...) {
     const std::lock_guard lock(shared_mutex_);
-    answer->error = std::current_exception();
+    try {
+      throw;
+    } catch (const Error& e) {
+      answer->error.emplace(e.code(), std::string(e.what()));
+    } catch (...) {
+      answer->other_error = std::current_exception();
+    }
     answer->done = true;
     if (const auto it = shared_.find(key); it != shared_.end() && it->second == answer) shared_.erase(it);
     answer->answered.notify_all();

@@ -213,9 +213,10 @@ class Loop {
   std::map<int, Member> members_;
   std::uint64_t members_version_ = 1;  // counts membership changes
   std::map<std::string, BarrierRound> barriers_;
-  // Record name -> the connections whose parked wait_all awaits it (an index, so that a publish
-  // touches only its waiters).
-  std::unordered_map<std::string, std::vector<std::uint64_t>> awaited_;
+  // Record name -> the connections whose parked wait_all awaits it, with the name's place in
+  // their request (an index, so that a publish touches only its waiters, and of each only that
+  // name: a gather of N waiters by N names costs N^2, not N^3).
+  std::unordered_map<std::string, std::vector<std::pair<std::uint64_t, std::size_t>>> awaited_;
 };
 
 // ---- loop -------------------------------------------------------------------------------------
@@ -733,14 +734,20 @@ void Loop::handle_publish(Connection& c, const Json& request) {
   }
   auto awaited = awaited_.find(name);
   if (awaited == awaited_.end()) return;
-  const std::vector<std::uint64_t> ids = std::move(awaited->second);
+  const std::vector<std::pair<std::uint64_t, std::size_t>> waiting = std::move(awaited->second);
   awaited_.erase(awaited);
-  for (std::uint64_t id : ids) {
+  for (const auto& [id, index] : waiting) {
     auto other = connections_.find(id);
-    if (other != connections_.end() && other->second.phase == Phase::open &&
-        other->second.pending == Pending::wait_all) {
-      settle(other->second);
+    if (other == connections_.end() || other->second.phase != Phase::open ||
+        other->second.pending != Pending::wait_all) {
+      continue;
     }
+    AwaitAll& await = other->second.await;
+    if (index < await.settled.size() && !await.settled[index]) {
+      await.settled[index] = 1;
+      --await.unsettled;
+    }
+    if (await.unsettled == 0) settle(other->second);  // the last one: check all once, answer
   }
 }
 
@@ -832,7 +839,7 @@ void Loop::handle_wait_all(Connection& c, const Json& request, Clock::time_point
     return expire(c, now);
   }
   for (std::size_t i = 0; i < c.await.names.size(); ++i) {
-    if (!c.await.settled[i]) awaited_[c.await.names[i]].push_back(c.id);
+    if (!c.await.settled[i]) awaited_[c.await.names[i]].emplace_back(c.id, i);
   }
 }
 
@@ -863,7 +870,7 @@ bool Loop::settle(Connection& c) {
     if (!await.settled[i] || await.skipped[i] || records_.contains(await.names[i])) continue;
     await.settled[i] = 0;
     ++await.unsettled;
-    awaited_[await.names[i]].push_back(c.id);
+    awaited_[await.names[i]].emplace_back(c.id, i);
   }
   if (await.unsettled > 0) return false;
   Json values = Json::array();
@@ -879,7 +886,7 @@ void Loop::forget_await(Connection& c) {
   for (std::size_t i = 0; i < c.await.names.size(); ++i) {
     auto it = awaited_.find(c.await.names[i]);
     if (it == awaited_.end()) continue;
-    std::erase(it->second, c.id);
+    std::erase_if(it->second, [&c](const auto& waiter) { return waiter.first == c.id; });
     if (it->second.empty()) awaited_.erase(it);
   }
   c.await = {};
