@@ -82,12 +82,20 @@ void ship_filter(GraceRank& rank, flow::ReplicateSource& source) {
   kernels::BloomFilter& mine = rank.thread_filters[0];
   for (std::size_t t = 1; t < rank.thread_filters.size(); ++t) mine.merge(rank.thread_filters[t]);
   const std::string name = bloom_flow(join.spec);
-  std::byte tuple[kBloomTupleBytes];
+  // The blocks as tuples, kShipBlocks at a time, each batch pushed whole.
+  constexpr std::size_t kShipBlocks = 256;
+  std::vector<std::byte> tuples(kShipBlocks * kBloomTupleBytes);
   const auto blocks = mine.blocks();
-  for (std::uint64_t b = 0; b < blocks.size(); ++b) {
-    std::memcpy(tuple, &b, 8);
-    std::memcpy(tuple + 8, &blocks[b], sizeof blocks[b]);
-    join.check(source.push(tuple, sizeof tuple), "pushing into", name);
+  for (std::uint64_t first = 0; first < blocks.size();) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kShipBlocks, blocks.size() - first));
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t b = first + i;
+      std::byte* tuple = tuples.data() + i * kBloomTupleBytes;
+      std::memcpy(tuple, &b, 8);
+      std::memcpy(tuple + 8, &blocks[b], sizeof blocks[b]);
+    }
+    join.check(source.push_bulk(tuples.data(), n), "pushing into", name);
+    first += n;
   }
   join.check(source.close(), "closing", name);
 }
@@ -116,20 +124,33 @@ void merge_filters(GraceRank& rank, flow::ReplicateTarget& in) {
   rank.filter_merged.count_down();
 }
 
-// Pushes the probe tuples of `fragment` whose key may be in `filter`; returns how many.
+// Bytes of the batch push_filtered gathers the passing probe tuples into (about L1's size).
+constexpr std::size_t kFilteredBatchBytes = 32 * 1024;
+
+// Pushes the probe tuples of `fragment` whose key may be in `filter`; returns how many. The
+// tuples that pass are gathered into a batch of kFilteredBatchBytes, pushed whole (push_batch:
+// the batch's keys hashed in one loop, its rows scattered into their targets' segments).
 std::uint64_t push_filtered(const RankJoin& join, flow::ShuffleSource& source, const std::string& name,
                             const Fragment& fragment, const kernels::BloomFilter& filter) {
   const kernels::JoinTable::Layout& layout = join.probe_layout;
   const std::size_t width = layout.tuple_bytes;
+  const std::size_t batch_tuples = std::max<std::size_t>(1, kFilteredBatchBytes / width);
+  std::vector<std::byte> batch(batch_tuples * width);
   const auto* tuples = static_cast<const std::byte*>(fragment.tuples);
   std::uint64_t shipped = 0;
+  std::size_t fill = 0;  // tuples in `batch`
   for (std::size_t i = 0; i < fragment.count; ++i) {
     const std::byte* tuple = tuples + i * width;
     if (!filter.may_contain(kernels::load_key(tuple + layout.key_offset, layout.key_bytes))) continue;
-    join.check(source.push(tuple, width), "pushing into", name);
-    ++shipped;
+    std::memcpy(batch.data() + fill * width, tuple, width);
+    if (++fill == batch_tuples) [[unlikely]] {
+      join.check(source.push_bulk(batch.data(), fill), "pushing into", name);
+      shipped += fill;
+      fill = 0;
+    }
   }
-  return shipped;
+  join.check(source.push_bulk(batch.data(), fill), "pushing into", name);
+  return shipped + fill;
 }
 
 void grace_partition(GraceRank& rank, int thread) {

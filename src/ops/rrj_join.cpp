@@ -2,7 +2,8 @@
 // remote buffers, then a local join of each partition in place.
 //
 // Partitions: one per join thread of every rank, p = rank * threads + thread, chosen by
-// kernels::route over the key (the radix join's routing). One rank, `threads` partitioning
+// kernels::route over the key (the radix join's routing), a chunk of tuples at a time
+// (kernels::route_rows for 8-byte keys). One rank, `threads` partitioning
 // threads P0.. and join threads J0.., started by Join's constructor: P_t creates a fabric worker
 // and an endpoint to every rank (the open), J_t nothing; both wait for Join::run. Then
 //   P_t: histogram pass: counts its build and probe tuples per partition; count down `counted`.
@@ -116,12 +117,43 @@ struct RrjRank {
   Countdown complete{1};    // every rank's partitioning threads are done: the regions are complete
 };
 
+// The partitions of a chunk of tuples, the radix join's routing (kernels::route of the key):
+// out[i] for `count` <= kRouteChunk tuples at `tuples`. An 8-byte key goes through
+// kernels::route_rows (no dependence between tuples, eight keys at a time with AVX-512), any other
+// width through route() one tuple after the other. Set up once per scatter or count.
+constexpr std::size_t kRouteChunk = 256;
+class ChunkRouter {
+ public:
+  ChunkRouter(const kernels::JoinTable::Layout& layout, std::size_t partitions)
+      : layout_(layout), partitions_(partitions), route_rows_(kernels::route_rows_kernel()) {}
+  void route(const std::byte* tuples, std::size_t count, std::uint32_t* out) const {
+    if (layout_.key_bytes == 8) {
+      route_rows_(tuples, layout_.tuple_bytes, layout_.key_offset, count, partitions_, out);
+      return;
+    }
+    const std::byte* key = tuples + layout_.key_offset;
+    for (std::size_t i = 0; i < count; ++i, key += layout_.tuple_bytes) {
+      out[i] = static_cast<std::uint32_t>(kernels::route(kernels::load_key(key, layout_.key_bytes), partitions_));
+    }
+  }
+
+ private:
+  const kernels::JoinTable::Layout layout_;
+  const std::size_t partitions_;
+  const kernels::RouteRows route_rows_;
+};
+
 // P_t: its tuples of `fragment` per partition, into `counts` (partitions entries).
 void count(const RrjRank& rank, const kernels::JoinTable::Layout& layout, const Fragment& fragment,
            std::uint64_t* counts) {
-  const auto* key = static_cast<const std::byte*>(fragment.tuples) + layout.key_offset;
-  for (std::size_t i = 0; i < fragment.count; ++i) {
-    ++counts[kernels::route(kernels::load_key(key + i * layout.tuple_bytes, layout.key_bytes), rank.partitions)];
+  const ChunkRouter router(layout, rank.partitions);
+  const auto* tuples = static_cast<const std::byte*>(fragment.tuples);
+  std::uint32_t parts[kRouteChunk];
+  for (std::size_t done = 0; done < fragment.count;) {
+    const std::size_t n = std::min(kRouteChunk, fragment.count - done);
+    router.route(tuples + done * layout.tuple_bytes, n, parts);
+    for (std::size_t i = 0; i < n; ++i) ++counts[parts[i]];
+    done += n;
   }
 }
 
@@ -216,13 +248,22 @@ class Scatter {
     const kernels::JoinTable::Layout& layout = side_ == 0 ? rank_.join.build_layout : rank_.join.probe_layout;
     const auto* tuples = static_cast<const std::byte*>(fragment.tuples);
     const std::size_t partitions = rank_.partitions;
-    for (std::size_t i = 0; i < fragment.count; ++i) {
-      const std::byte* tuple = tuples + i * width_;
-      const std::size_t p =
-          kernels::route(kernels::load_key(tuple + layout.key_offset, layout.key_bytes), partitions);
-      Stage& stage = stages_[p];
-      std::memcpy(buffer(p, stage.filling) + stage.fill * width_, tuple, width_);
-      if (++stage.fill == stage_tuples_) [[unlikely]] write(p);
+    // Chunk by chunk: the partitions of the whole chunk first (ChunkRouter), then its tuples into
+    // their staging buffers.
+    const ChunkRouter router(layout, partitions);
+    std::uint32_t parts[kRouteChunk];
+    for (std::size_t done = 0; done < fragment.count;) {
+      const std::size_t n = std::min(kRouteChunk, fragment.count - done);
+      const std::byte* tuple = tuples + done * width_;
+      router.route(tuple, n, parts);
+      switch (width_) {
+        case 8: stage_chunk<8>(tuple, n, parts); break;
+        case 16: stage_chunk<16>(tuple, n, parts); break;
+        case 32: stage_chunk<32>(tuple, n, parts); break;
+        case 64: stage_chunk<64>(tuple, n, parts); break;
+        default: stage_chunk<0>(tuple, n, parts); break;
+      }
+      done += n;
     }
     for (std::size_t p = 0; p < partitions; ++p) {
       if (stages_[p].fill > 0) write(p);
@@ -233,6 +274,19 @@ class Scatter {
   }
 
  private:
+  // The `count` tuples at `tuples` into the staging buffers of their partitions `parts`; Width:
+  // the tuple width where it is a common one (a copy of compile-time width), else 0.
+  template <std::size_t Width>
+  void stage_chunk(const std::byte* tuples, std::size_t count, const std::uint32_t* parts) {
+    const std::size_t width = Width != 0 ? Width : width_;
+    for (std::size_t i = 0; i < count; ++i, tuples += width) {
+      const std::size_t p = parts[i];
+      Stage& stage = stages_[p];
+      std::memcpy(buffer(p, stage.filling) + stage.fill * width, tuples, width);
+      if (++stage.fill == stage_tuples_) [[unlikely]] write(p);
+    }
+  }
+
   std::byte* buffer(std::size_t p, int which) {
     return reinterpret_cast<std::byte*>(buffers_.data() + (p * kStageBuffers + static_cast<std::size_t>(which)) * stage_words_);
   }

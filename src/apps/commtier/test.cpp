@@ -227,6 +227,16 @@ class FlowCu final : public CuEnd {
     std::size_t tuples = (bytes + tuple_ - 1) / tuple_;
     std::size_t at = 0;
     while (tuples > 0) {
+      if (left_ == 0 && copy) {
+        // No batch held: the ring's tuples straight into `into` (it has whole tuples), up to the
+        // transfer's end; what is left of a segment stays in the target for the next call.
+        std::size_t got = 0;
+        data_.consume_into(into + at, tuples * tuple_, got, timeout_).throw_if_error();
+        if (got == 0) throw Error(Errc::protocol, what_ + ": the stream ended in the middle of a transfer");
+        at += got;
+        tuples -= got / tuple_;
+        continue;
+      }
       if (left_ == 0) {
         data_.consume(batch_, timeout_).throw_if_error();
         if (batch_.empty()) throw Error(Errc::protocol, what_ + ": the stream ended in the middle of a transfer");
