@@ -1,5 +1,6 @@
 #include "dfi/fabric/context.hpp"
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -26,6 +27,20 @@ std::string_view transport_name(Transport transport) noexcept {
     case Transport::tcp: return "tcp";
   }
   return "unknown";
+}
+
+std::string ucx_runtime() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  std::string text = "UCX " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+  Dl_info library{};
+  if (::dladdr(reinterpret_cast<void*>(&ucp_get_version), &library) != 0 && library.dli_fname != nullptr) {
+    // The file itself, not the link the loader followed (/lib/... -> /usr/lib/...so.0.0.0).
+    char* real = ::realpath(library.dli_fname, nullptr);
+    text += " (" + std::string(real != nullptr ? real : library.dli_fname) + ")";
+    std::free(real);
+  }
+  return text;
 }
 
 ContextOptions context_options_from_config() {

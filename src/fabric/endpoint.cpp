@@ -599,10 +599,46 @@ Status check_word(detail::EndpointState& s, const RemoteMemory& remote, std::siz
   return {};
 }
 
+// A ucp_atomic_op_nbx on a mapped word: ADD and SWAP return the old value in `reply` (when
+// given); CSWAP compares with `operand`, stores `*reply` on a match and returns the old value there.
+void cpu_atomic(void* address, ucp_atomic_op_t op, std::uint64_t operand, std::uint64_t* reply) {
+  std::atomic_ref word(*static_cast<std::uint64_t*>(address));
+  std::uint64_t old = 0;
+  if (op == UCP_ATOMIC_OP_ADD) {
+    old = word.fetch_add(operand, std::memory_order_acq_rel);
+  } else if (op == UCP_ATOMIC_OP_SWAP) {
+    old = word.exchange(operand, std::memory_order_acq_rel);
+  } else {
+    old = operand;
+    (void)word.compare_exchange_strong(old, *reply, std::memory_order_acq_rel, std::memory_order_acquire);
+  }
+  if (reply != nullptr) *reply = old;
+}
+
+// The mapping of `remote` where atomics on it are CPU atomics, else nullptr: only where every
+// transport of the context is shared memory. Where a NIC's device atomics may touch the same
+// word (a context with RDMA transports), CPU atomics are not coherent with them (UCX-NOTES:
+// UCX_ATOMIC_MODE), so UCX keeps them.
+void* cpu_atomic_target(const detail::EndpointState& s, const RemoteMemory& remote) {
+  if (s.worker == nullptr || s.worker->context == nullptr || !s.worker->context->capabilities().can_map_remote) {
+    return nullptr;
+  }
+  return remote.mapped();
+}
+
 Status atomic(detail::EndpointState& s, const RemoteMemory& remote, void* rkey, std::size_t offset,
               ucp_atomic_op_t op, const std::uint64_t* operand, std::uint64_t* reply,
               std::string_view what) {
   if (Status c = check_word(s, remote, sizeof(std::uint64_t), offset, what); !c) return c;
+  if (void* base = cpu_atomic_target(s, remote); base != nullptr) {
+    // The peer's region is mapped here (shm): a CPU atomic on the mapping, which is what UCX's
+    // shared-memory transports do for ucp_atomic_op_nbx. Current UCX (1.22) selects no atomic
+    // lane over sysv/posix and fails the operation ("cannot find remote protocol") and the
+    // endpoint with it; 1.13 did the same CPU atomic inside UCX.
+    if (!s.check_peer().is_ok()) return s.failure;
+    cpu_atomic(static_cast<std::byte*>(base) + offset, op, *operand, reply);
+    return {};
+  }
   if (s.ep != nullptr && !s.native_rma()) {
     // UCX would emulate the atomic; its reply towards a requester that just died aborts the
     // peer in 1.13. The same operation as an active message cannot.
@@ -658,6 +694,15 @@ Request Endpoint::compare_swap_async(const RemoteMemory& remote, std::size_t off
   }
   if (Status c = check_word(s, remote, sizeof(std::uint64_t), offset, request.what_); !c) {
     request.status_ = c;
+    return request;
+  }
+  if (void* base = cpu_atomic_target(s, remote); base != nullptr) {  // a CPU atomic, as atomic() does
+    if (!s.check_peer().is_ok()) {
+      request.status_ = s.failure;
+      return request;
+    }
+    *old = desired;
+    cpu_atomic(static_cast<std::byte*>(base) + offset, UCP_ATOMIC_OP_CSWAP, expected, old);
     return request;
   }
   if (s.ep != nullptr && !s.native_rma()) {  // by active message, as atomic() does

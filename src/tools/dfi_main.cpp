@@ -17,6 +17,7 @@
 
 #include "dfi/common/config.hpp"
 #include "dfi/common/error.hpp"
+#include "dfi/fabric/context.hpp"
 #include "bench/bench_cli.hpp"
 #include "dfi/launch/local_cluster.hpp"
 #include "dfi/version.hpp"
@@ -85,7 +86,10 @@ struct KvServiceCli {
 
 int main(int argc, char** argv) {
   CLI::App app{"dfi — Data Flow Interface: flows between threads of many machines"};
-  app.set_version_flag("--version", "dfi " DFI_VERSION_STRING);
+  // DFI's version and the UCX it runs on (the library loaded, not the headers it was built with).
+  app.set_version_flag("--version", [] {
+    return std::string("dfi " DFI_VERSION_STRING "\n") + dfi::fabric::ucx_runtime();
+  });
   app.require_subcommand(1);
 
   auto* cluster = app.add_subcommand("cluster", "Local multi-process clusters");

@@ -32,6 +32,12 @@ enum class Transport {
 Transport parse_transport(std::string_view text);
 std::string_view transport_name(Transport transport) noexcept;
 
+// The UCX library this process runs on, which may differ from the headers DFI was built with:
+// "UCX 1.22.0 (/usr/lib/libucp.so.0.0.0)", the version ucp_get_version reports and the file the
+// dynamic loader took libucp from (links resolved) (UCX loads its transport modules from that file's directory).
+// `dfi --version` prints it.
+std::string ucx_runtime();
+
 // What the chosen transport can do; flows pick their strategy from this once, at creation.
 struct Capabilities {
   bool native_one_sided = false;       // put/get/atomics complete without the target's CPU
