@@ -120,9 +120,30 @@ void check_bench(const cluster::Node& node, const BenchOptions& o) {
   if (!(o.delete_ratio >= 0 && o.delete_ratio <= 1)) throw bad("delete ratio must be in [0, 1]");
   if (!(o.zipf >= 0)) throw bad("the Zipf exponent must not be negative");
   if (!(o.seconds > 0) && o.requests == 0) throw bad("give a positive run length or a request count");
+  if (o.idle_threads < 0 || o.idle_threads >= o.service.client_threads) {
+    throw bad("idle threads must be 0 .. " + std::to_string(o.service.client_threads - 1) +
+              " (every client rank keeps a thread that sends), not " + std::to_string(o.idle_threads));
+  }
   if (o.fault != BenchOptions::Fault::none && o.service.sequencer == flow::Sequencer::stamp) {
     throw bad("the fault seam makes a client hold a sequence number: it needs the counter sequencer "
               "(--sequencer counter); with stamp, clients take none");
+  }
+}
+
+// An idle client thread (BenchOptions::idle_threads): opens its client, counts as serving, sends
+// nothing until every sending thread of its rank finished (`sending` reaches 0), then closes.
+void run_idle_client(cluster::Node& node, const BenchOptions& o, int thread, std::atomic<int>& sending,
+                     ClientResult& result) {
+  try {
+    fabric::Worker worker(node.fabric(), "kv-idle-client-" + std::to_string(thread));
+    Client client(node, worker, o.service, thread);
+    node.registry().publish(serving_record(o.service.name, client.index()), "1", /*replace=*/true);
+    const auto start = Clock::now();
+    for (int left = sending.load(); left > 0; left = sending.load()) sending.wait(left);
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    client.close().throw_if_error();
+  } catch (const std::exception& e) {
+    result.error = e.what();
   }
 }
 
@@ -398,10 +419,18 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     std::vector<ClientResult> results(threads);
     std::vector<std::atomic<std::uint64_t>> progress(threads);
     std::atomic<std::size_t> finished{0};
+    const auto sending_threads = threads - static_cast<std::size_t>(o.idle_threads);
+    std::atomic<int> sending{static_cast<int>(sending_threads)};  // sending threads still running
     std::vector<std::thread> workers;
     for (std::size_t t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
-        run_client(node, o, static_cast<int>(t), progress[t], results[t]);
+        if (t < sending_threads) {
+          run_client(node, o, static_cast<int>(t), progress[t], results[t]);
+          sending.fetch_sub(1);
+          sending.notify_all();
+        } else {
+          run_idle_client(node, o, static_cast<int>(t), sending, results[t]);
+        }
         finished.fetch_add(1, std::memory_order_release);
       });
     }
