@@ -130,16 +130,51 @@ void check_bench(const cluster::Node& node, const BenchOptions& o) {
   }
 }
 
+// The sending client threads of a rank that have not finished sending yet (an idle client waits
+// for none to be left before it closes: it may not close after them, since a client's close waits
+// for the end of the service, which comes once every client closed).
+class Sending {
+ public:
+  explicit Sending(int threads) : left_(threads) {}
+  // A sending thread is done sending (once per thread: see Done).
+  void done() {
+    left_.fetch_sub(1);
+    left_.notify_all();
+  }
+  void wait_for_all() {
+    for (int left = left_.load(); left > 0; left = left_.load()) left_.wait(left);
+  }
+  // Calls done() once: at finish(), or at the end of its scope (a thread that failed).
+  class Done {
+   public:
+    explicit Done(Sending& sending) : sending_(sending) {}
+    ~Done() { finish(); }
+    Done(const Done&) = delete;
+    Done& operator=(const Done&) = delete;
+    void finish() {
+      if (finished_) return;
+      finished_ = true;
+      sending_.done();
+    }
+
+   private:
+    Sending& sending_;
+    bool finished_ = false;
+  };
+
+ private:
+  std::atomic<int> left_;
+};
+
 // An idle client thread (BenchOptions::idle_threads): opens its client, counts as serving, sends
-// nothing until every sending thread of its rank finished (`sending` reaches 0), then closes.
-void run_idle_client(cluster::Node& node, const BenchOptions& o, int thread, std::atomic<int>& sending,
-                     ClientResult& result) {
+// nothing until every sending thread of its rank is done sending, then closes.
+void run_idle_client(cluster::Node& node, const BenchOptions& o, int thread, Sending& sending, ClientResult& result) {
   try {
     fabric::Worker worker(node.fabric(), "kv-idle-client-" + std::to_string(thread));
     Client client(node, worker, o.service, thread);
     node.registry().publish(serving_record(o.service.name, client.index()), "1", /*replace=*/true);
     const auto start = Clock::now();
-    for (int left = sending.load(); left > 0; left = sending.load()) sending.wait(left);
+    sending.wait_for_all();
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     client.close().throw_if_error();
   } catch (const std::exception& e) {
@@ -149,7 +184,8 @@ void run_idle_client(cluster::Node& node, const BenchOptions& o, int thread, std
 
 // One client thread: keeps the window full until the run ends, then closes.
 void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::atomic<std::uint64_t>& progress,
-                ClientResult& result) {
+                Sending& sending, ClientResult& result) {
+  Sending::Done done_sending(sending);
   try {
     fabric::Worker worker(node.fabric(), "kv-client-" + std::to_string(thread));
     ServiceOptions service = o.service;
@@ -268,6 +304,7 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       } while (client.ready() > 0);
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    done_sending.finish();
     client.close().throw_if_error();
     result.resent = client.resent();
     result.stale = client.stale_replies();
@@ -420,14 +457,12 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     std::vector<std::atomic<std::uint64_t>> progress(threads);
     std::atomic<std::size_t> finished{0};
     const auto sending_threads = threads - static_cast<std::size_t>(o.idle_threads);
-    std::atomic<int> sending{static_cast<int>(sending_threads)};  // sending threads still running
+    Sending sending(static_cast<int>(sending_threads));
     std::vector<std::thread> workers;
     for (std::size_t t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
         if (t < sending_threads) {
-          run_client(node, o, static_cast<int>(t), progress[t], results[t]);
-          sending.fetch_sub(1);
-          sending.notify_all();
+          run_client(node, o, static_cast<int>(t), progress[t], sending, results[t]);
         } else {
           run_idle_client(node, o, static_cast<int>(t), sending, results[t]);
         }
