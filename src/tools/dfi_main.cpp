@@ -223,6 +223,9 @@ int main(int argc, char** argv) {
                        "A client refills its window only once this many places are free: its requests go in groups "
                        "(1 .. window; 1: every place at once)");
   kv_bench->add_option("--rate", kv_options.rate, "Requests per second each client offers at most (0: as the window allows)");
+  kv_bench->add_option("--idle-threads", kv_options.idle_threads,
+                       "The last N client threads of every client rank open their client and send nothing (idle "
+                       "gateways) until the others finished");
   kv_bench->add_option("--history", kv_options.history_dir, "Directory for the clients' histories (kv-<rank>.history)");
   kv_bench->add_option("--seed", kv_options.seed, "Seed of the workload");
   kv_bench->add_flag("!--no-progress", kv_options.progress, "No progress line per second");

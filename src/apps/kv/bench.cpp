@@ -120,15 +120,72 @@ void check_bench(const cluster::Node& node, const BenchOptions& o) {
   if (!(o.delete_ratio >= 0 && o.delete_ratio <= 1)) throw bad("delete ratio must be in [0, 1]");
   if (!(o.zipf >= 0)) throw bad("the Zipf exponent must not be negative");
   if (!(o.seconds > 0) && o.requests == 0) throw bad("give a positive run length or a request count");
+  if (o.idle_threads < 0 || o.idle_threads >= o.service.client_threads) {
+    throw bad("idle threads must be 0 .. " + std::to_string(o.service.client_threads - 1) +
+              " (every client rank keeps a thread that sends), not " + std::to_string(o.idle_threads));
+  }
   if (o.fault != BenchOptions::Fault::none && o.service.sequencer == flow::Sequencer::stamp) {
     throw bad("the fault seam makes a client hold a sequence number: it needs the counter sequencer "
               "(--sequencer counter); with stamp, clients take none");
   }
 }
 
+// The sending client threads of a rank that have not finished sending yet (an idle client waits
+// for none to be left before it closes: it may not close after them, since a client's close waits
+// for the end of the service, which comes once every client closed).
+class Sending {
+ public:
+  explicit Sending(int threads) : left_(threads) {}
+  // A sending thread is done sending (once per thread: see Done).
+  void done() {
+    left_.fetch_sub(1);
+    left_.notify_all();
+  }
+  void wait_for_all() {
+    for (int left = left_.load(); left > 0; left = left_.load()) left_.wait(left);
+  }
+  // Calls done() once: at finish(), or at the end of its scope (a thread that failed).
+  class Done {
+   public:
+    explicit Done(Sending& sending) : sending_(sending) {}
+    ~Done() { finish(); }
+    Done(const Done&) = delete;
+    Done& operator=(const Done&) = delete;
+    void finish() {
+      if (finished_) return;
+      finished_ = true;
+      sending_.done();
+    }
+
+   private:
+    Sending& sending_;
+    bool finished_ = false;
+  };
+
+ private:
+  std::atomic<int> left_;
+};
+
+// An idle client thread (BenchOptions::idle_threads): opens its client, counts as serving, sends
+// nothing until every sending thread of its rank is done sending, then closes.
+void run_idle_client(cluster::Node& node, const BenchOptions& o, int thread, Sending& sending, ClientResult& result) {
+  try {
+    fabric::Worker worker(node.fabric(), "kv-idle-client-" + std::to_string(thread));
+    Client client(node, worker, o.service, thread);
+    node.registry().publish(serving_record(o.service.name, client.index()), "1", /*replace=*/true);
+    const auto start = Clock::now();
+    sending.wait_for_all();
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    client.close().throw_if_error();
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+}
+
 // One client thread: keeps the window full until the run ends, then closes.
 void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::atomic<std::uint64_t>& progress,
-                ClientResult& result) {
+                Sending& sending, ClientResult& result) {
+  Sending::Done done_sending(sending);
   try {
     fabric::Worker worker(node.fabric(), "kv-client-" + std::to_string(thread));
     ServiceOptions service = o.service;
@@ -247,6 +304,7 @@ void run_client(cluster::Node& node, const BenchOptions& o, int thread, std::ato
       } while (client.ready() > 0);
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    done_sending.finish();
     client.close().throw_if_error();
     result.resent = client.resent();
     result.stale = client.stale_replies();
@@ -398,10 +456,16 @@ int run_bench(cluster::Node& node, const BenchOptions& o, std::ostream& out, std
     std::vector<ClientResult> results(threads);
     std::vector<std::atomic<std::uint64_t>> progress(threads);
     std::atomic<std::size_t> finished{0};
+    const auto sending_threads = threads - static_cast<std::size_t>(o.idle_threads);
+    Sending sending(static_cast<int>(sending_threads));
     std::vector<std::thread> workers;
     for (std::size_t t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
-        run_client(node, o, static_cast<int>(t), progress[t], results[t]);
+        if (t < sending_threads) {
+          run_client(node, o, static_cast<int>(t), progress[t], sending, results[t]);
+        } else {
+          run_idle_client(node, o, static_cast<int>(t), sending, results[t]);
+        }
         finished.fetch_add(1, std::memory_order_release);
       });
     }

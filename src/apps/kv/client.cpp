@@ -9,6 +9,7 @@
 
 #include "dfi/cluster/node.hpp"
 #include "dfi/common/deadline.hpp"
+#include "dfi/fabric/context.hpp"
 #include "dfi/flow/replicate.hpp"
 #include "dfi/flow/shuffle.hpp"
 #include "names.hpp"
@@ -95,8 +96,12 @@ struct Client::State {
     multicast.reset();
     replies.reset();
     names = Names(o.name, view.number);
+    replies_name = names.replies_to(index);
     requests_closed = false;
-    replies.emplace(node, names.replies, thread, reply_schema(o.value_bytes), o.timeout);
+    // This client's replies flow of the view first, and its target: a replica opens its source
+    // when it first answers us, which is only after we sent (views.hpp: create_reply_flow).
+    detail::create_reply_flow(node, o, view, {node.rank(), thread}, index);
+    replies.emplace(node, replies_name, thread, reply_schema(o.value_bytes), o.timeout);
     if (nopaxos) {
       flow::ReplicateSourceOptions s;
       s.expected_schema = request_schema(o.value_bytes);
@@ -109,6 +114,15 @@ struct Client::State {
       s.open_timeout = o.timeout;
       requests.emplace(node, worker, names.requests, thread, s);
     }
+  }
+
+  // Before this client sends (or closes): when a member of its view was declared dead since it
+  // last looked (one atomic load while nobody was), it moves to the next view first. So a client
+  // that was idle through a view change joins the new view as it sends again, without a first
+  // try in the old one; the replicas never wait for it meanwhile (views.hpp).
+  Status follow_view() {
+    if (!watch.changed() || !detail::view_broken(node, view)) [[likely]] return {};
+    return change_view();
   }
 
   // After a flow call failed with `failure`: when a member of the view died, moves to the next
@@ -240,7 +254,10 @@ struct Client::State {
           continue;
         }
         if (!deadline.expired()) continue;
-        return c;
+        // The whole wait, not its last slice.
+        return error(Errc::timeout, "no reply on flow '" + replies_name + "' within " +
+                                        std::to_string(o.timeout.count()) + " ms (" + detail::describe(view) + ", " +
+                                        std::to_string(outstanding) + " request(s) outstanding)");
       }
       if (Status v = recover(c); !v) return v;
       if (Status n = nothing_awaited(); !n) return n;
@@ -263,7 +280,7 @@ struct Client::State {
       if (batch.empty()) {
         // The leader's end of the flow: it stopped (an error, or its process exited) with
         // requests of ours unanswered: a new view when a member died.
-        const Status ended = error(Errc::protocol, "flow '" + names.replies + "' ended (the replicas stopped) with " +
+        const Status ended = error(Errc::protocol, "flow '" + replies_name + "' ended (the replicas stopped) with " +
                                                        std::to_string(outstanding) + " request(s) unanswered");
         if (Status v = recover(ended); !v) return v;
         return {};  // the next call takes the next view's replies
@@ -279,7 +296,7 @@ struct Client::State {
       }
       return error(Errc::protocol, "reply to request " + std::to_string(reply.seq) + " (copy " +
                                        std::to_string(reply.epoch) + "), which is not outstanding, on flow '" +
-                                       names.replies + "'");
+                                       replies_name + "'");
     }
     ++e.answers;
     if (batch.source == 0) {  // the leader (rank 0) is source 0 of the replies flow
@@ -298,7 +315,7 @@ struct Client::State {
     if (ack.count == 0 || ack.count > entries.size() || batch.source == 0 || !nopaxos) [[unlikely]] {
       return error(Errc::protocol, "acknowledgement of requests " + std::to_string(first) + " .. " +
                                        std::to_string(ack.seq) + " from replica " + std::to_string(batch.source) +
-                                       " on flow '" + names.replies + "'");
+                                       " on flow '" + replies_name + "'");
     }
     for (std::uint64_t seq = first; seq <= ack.seq; ++seq) {
       Entry& e = entries[seq % entries.size()];
@@ -377,6 +394,8 @@ struct Client::State {
   ServiceOptions o;
   int thread;
   Names names;  // of the current view
+  std::string replies_name;  // this client's replies flow in the current view
+  fabric::FailureWatch watch{node.fabric()};  // deaths since follow_view last looked
   std::size_t index;
   bool nopaxos;
   std::size_t answers_needed;  // replies that complete a request
@@ -458,6 +477,7 @@ Status Client::submit(Op op, std::uint64_t key, std::string_view value, std::uin
     if (Status f = flush(); !f) return f;
     if (Status t = s.take_reply(); !t) return t;
   }
+  if (Status v = s.follow_view(); !v) return v;
   Request r{.client = s.index, .seq = s.next_seq++, .key = key, .op = static_cast<std::uint32_t>(op), .pad = s.epoch};
   e = {};
   e.seq = r.seq;
@@ -544,6 +564,7 @@ Status Client::close() {
   while (s.held > 0) {
     if (Status t = s.take_reply(); !t) return t;
   }
+  if (Status v = s.follow_view(); !v) return v;
   s.batch = {};
   s.next_reply = 0;
   s.closed = true;
@@ -553,7 +574,7 @@ Status Client::close() {
     s.requests_closed = true;
   }
   if (Status c = s.consume_replies(); !c) return c;
-  if (!s.batch.empty()) return s.error(Errc::protocol, "a reply after the last request on flow '" + s.names.replies + "'");
+  if (!s.batch.empty()) return s.error(Errc::protocol, "a reply after the last request on flow '" + s.replies_name + "'");
   return {};
 }
 

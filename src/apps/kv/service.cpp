@@ -22,6 +22,7 @@
 #include "dfi/registry/client.hpp"
 #include "names.hpp"
 #include "records.hpp"
+#include "replies.hpp"
 #include "views.hpp"
 
 namespace dfi::apps::kv {
@@ -505,14 +506,13 @@ class Leader {
         state_(state),
         worker_(node.fabric(), "kv-leader"),
         requests_(node, names_.requests, 0, request_schema(o.value_bytes), o.timeout),
-        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(o.value_bytes), o)),
+        replies_(node, worker_, o, view.number),
         accept_out_(o.value_bytes),
         reply_out_(o.value_bytes) {
     // A client that dies is its own loss, not the service's: its requests that arrived are
     // still served (a write it sent may be applied), then its stream ends; replies to it are
-    // dropped.
+    // dropped (ReplyFlows).
     requests_.end_dead_sources();
-    replies_.drop_for_dead_targets();
     if (paxos_) {
       accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
       accept_.emplace(node, worker_, names_.accept, 0, accept_source_options(o));
@@ -521,10 +521,10 @@ class Leader {
     }
   }
   // A view left before its end leaves its flows without an end of stream: their peers must not
-  // take the silence for the service's end (they learn of the new view from the registry).
+  // take the silence for the service's end (they learn of the new view from the registry). The
+  // replies' flows: ~ReplyFlows.
   ~Leader() {
     if (finished_) return;
-    replies_.abandon();
     if (accept_) accept_->abandon();
   }
   Leader(const Leader&) = delete;
@@ -560,7 +560,7 @@ class Leader {
       backoff.pause();
     }
     if (paxos_) finish_followers();
-    check(replies_.close(), "close", names_.replies);
+    if (Status c = replies_.close(); !c) check(c, "close", replies_.flow(replies_.failed()));
     finished_ = true;
     return Outcome::finished;
   }
@@ -721,14 +721,16 @@ class Leader {
   // Answers `r` with `value` (null: zeros).
   void reply(const Request& r, std::uint32_t status, const char* value) {
     reply_out_.set({.client = r.client, .seq = r.seq, .status = status, .count = 0, .epoch = 0, .pad = 0}, value);
-    check(replies_.push_to(r.client, reply_out_.data(), reply_out_.bytes()), "push to", names_.replies);
+    if (Status p = replies_.push(r.client, reply_out_.data(), reply_out_.bytes()); !p) [[unlikely]] {
+      check(p, "push to", replies_.flow(r.client));
+    }
     ++state_.stats.answered;
     replied_ = true;
   }
 
   void flush_replies() {
     if (!replied_) return;
-    check(replies_.flush(), "flush", names_.replies);
+    if (Status f = replies_.flush(); !f) check(f, "flush", replies_.flow(replies_.failed()));
     replied_ = false;
   }
 
@@ -762,7 +764,7 @@ class Leader {
   ReplicaState& state_;
   fabric::Worker worker_;
   flow::ShuffleTarget requests_;
-  flow::ShuffleSource replies_;
+  detail::ReplyFlows replies_;
   std::optional<flow::ShuffleTarget> accepted_;
   std::optional<flow::ReplicateSource> accept_;
   detail::Record<Accept> accept_out_;  // the tuple being pushed
@@ -1057,13 +1059,13 @@ class NopaxosReplica {
         worker_(node.fabric(), "kv-replica"),
         requests_(node, names_.requests, 0,
                   {.expected_schema = request_schema(o.value_bytes), .open_timeout = o.timeout, .worker = &worker_}),
-        replies_(node, worker_, names_.replies, 0, source_options(reply_schema(o.value_bytes), o)),
+        replies_(node, worker_, o, view_.number),
         accept_out_(o.value_bytes),
         reply_out_(o.value_bytes),
         held_(o.value_bytes, 1024),
         fill_(o.value_bytes, 64) {
-    // A client that dies is its own loss: its replies are dropped (its requests stream ends).
-    replies_.drop_for_dead_targets();
+    // A client that dies is its own loss: its replies are dropped (ReplyFlows; its requests
+    // stream ends).
     if (leader_) {
       accepted_.emplace(node, names_.accepted, 0, accepted_schema(), o.timeout);
       accept_.emplace(node, worker_, names_.accept, 0, accept_source_options(o));
@@ -1081,7 +1083,6 @@ class NopaxosReplica {
   ~NopaxosReplica() {
     if (state_.session == view_.number) state_.held = next_ - 1;
     if (finished_) return;
-    replies_.abandon();
     if (accept_) accept_->abandon();
     if (answers_) answers_->abandon();
   }
@@ -1153,8 +1154,21 @@ class NopaxosReplica {
 
   void flush_replies() {
     if (!replied_) return;
-    check(replies_.flush(), "flush", names_.replies);
+    if (Status f = replies_.flush(); !f) check(f, "flush", replies_.flow(replies_.failed()));
     replied_ = false;
+  }
+
+  // Pushes the reply in reply_out_ to its client.
+  void push_reply() {
+    const std::size_t client = reply_out_.head().client;
+    if (Status p = replies_.push(client, reply_out_.data(), reply_out_.bytes()); !p) [[unlikely]] {
+      check(p, "push to", replies_.flow(client));
+    }
+    replied_ = true;
+  }
+
+  void close_replies() {
+    if (Status c = replies_.close(); !c) check(c, "close", replies_.flow(replies_.failed()));
   }
 
   // ---- the leader ----
@@ -1205,7 +1219,7 @@ class NopaxosReplica {
       check_view(backoff);
     }
     check(accept_->close(), "close", names_.accept);
-    check(replies_.close(), "close", names_.replies);
+    close_replies();
   }
 
   // START-VIEW: the state this leader merged (nopaxos_take_over) goes to the followers first on
@@ -1237,7 +1251,7 @@ class NopaxosReplica {
         if (v == nullptr) reply_out_.head().status = static_cast<std::uint32_t>(ReplyStatus::not_found);
         ++stats_.reads;
       }
-      check(replies_.push_to(r.client, reply_out_.data(), reply_out_.bytes()), "push to", names_.replies);
+      push_reply();
       ++stats_.answered;
       held_.push_back({next_, r}, value_of(r));
     }
@@ -1457,7 +1471,7 @@ class NopaxosReplica {
       check(decisions_->consume(batch, o_.timeout), "consume from", names_.accept);
       if (batch.end) break;
     }
-    check(replies_.close(), "close", names_.replies);
+    close_replies();
   }
 
   // START-VIEW (a view after the first): the leader's state, taken whole before any request of
@@ -1539,8 +1553,7 @@ class NopaxosReplica {
                       .epoch = segment.front().pad,
                       .pad = 0},
                      nullptr);
-      check(replies_.push_to(reply_out_.head().client, reply_out_.data(), reply_out_.bytes()), "push to", names_.replies);
-      replied_ = true;
+      push_reply();
     }
     ++next_;
     ++stats_.rounds;
@@ -1649,7 +1662,7 @@ class NopaxosReplica {
   detail::RecordFifo<SlotRequest>& log_;  // writes not applied yet (a follower's)
   fabric::Worker worker_;
   flow::ReplicateTarget requests_;
-  flow::ShuffleSource replies_;
+  detail::ReplyFlows replies_;
   detail::Record<Accept> accept_out_;  // the tuple being pushed
   detail::Record<Reply> reply_out_;
   bool replied_ = false;

@@ -41,6 +41,18 @@ void fill_followers(View& view) {
   }
 }
 
+// Every ring holds what may be outstanding on it, so no push ever waits for ring space while its
+// peer is alive: a client's window of requests (one segment per flush in the worst case), the
+// leader's replies to one client, max_rounds_in_flight rounds to a follower, and a follower's
+// answers (one per consumed segment) to everything it may consume between two drains of the
+// leader. (A view's first rounds — the leader's state and its log — may be larger: the leader
+// then waits for ring space while the followers consume.) NOPaxos: a request sent again (its slot
+// became a NO-OP, or it was slow) may travel beside its first copy, so a client's rings hold
+// twice the window.
+std::uint32_t window_segments(const ServiceOptions& o) {
+  return static_cast<std::uint32_t>(o.protocol == Protocol::nopaxos ? 2 * o.window + 2 : o.window + 1);
+}
+
 }  // namespace
 
 View first_view(const ServiceOptions& options) {
@@ -100,18 +112,29 @@ bool view_breaks_within(cluster::Node& node, const View& view, std::chrono::mill
   }
 }
 
+void create_reply_flow(cluster::Node& node, const ServiceOptions& o, const View& view, const flow::SourceRef& client,
+                       std::size_t index) {
+  flow::FlowSpec replies =
+      spec(Names(o.name, view.number).replies_to(index), flow::FlowType::shuffle, reply_schema(o.value_bytes));
+  replies.sources = {{view.leader, 0}};
+  if (o.protocol == Protocol::nopaxos) {
+    for (int r : view.followers) replies.sources.push_back({r, 0});
+  }
+  replies.targets = {{client.rank, client.thread}};
+  replies.options.segments = window_segments(o);
+  replies.options.segment_bytes = segment_for(o.window, reply_bytes(o.value_bytes));
+  replies.options.stall_timeout = o.timeout;
+  flow::create_flow(node, replies);
+}
+
 void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
   const std::vector<flow::SourceRef> clients = client_threads(o, node.size());
   const Names names(o.name, view.number);
-  const flow::SourceRef leader_source{view.leader, 0};
   const flow::TargetRef leader_target{view.leader, 0};
+  const flow::SourceRef leader_source{view.leader, 0};
 
-  // Every ring holds what may be outstanding on it, so no push ever waits for ring space while
-  // its peer is alive: a client's window of requests (one segment per flush in the worst case),
-  // the leader's replies to one client, max_rounds_in_flight rounds to a follower, and a
-  // follower's answers (one per consumed segment) to everything it may consume between two
-  // drains of the leader. (A view's first rounds — the leader's state and its log — may be
-  // larger: the leader then waits for ring space while the followers consume.)
+  // The rings' sizes: see window_segments. The replies have a flow per client, which the client
+  // creates as it joins the view (create_reply_flow).
   const bool nopaxos = o.protocol == Protocol::nopaxos;
   flow::FlowSpec requests = spec(names.requests, nopaxos ? flow::FlowType::replicate : flow::FlowType::shuffle,
                                  request_schema(o.value_bytes));
@@ -125,24 +148,10 @@ void open_view(cluster::Node& node, const ServiceOptions& o, const View& view) {
     requests.type_options.get<flow::ReplicateOptions>().gap_timeout = o.gap_timeout;
     requests.type_options.get<flow::ReplicateOptions>().sequencer = o.sequencer;
   }
-  // NOPaxos: a request sent again (its slot became a NO-OP, or it was slow) may travel beside its
-  // first copy, so its rings hold twice the window.
-  const std::uint32_t window_segments = static_cast<std::uint32_t>(nopaxos ? 2 * o.window + 2 : o.window + 1);
-  requests.options.segments = window_segments;
+  requests.options.segments = window_segments(o);
   requests.options.segment_bytes = segment_for(o.window, request_bytes(o.value_bytes)) + (nopaxos ? 8 : 0);  // + sequence word
   requests.options.stall_timeout = o.timeout;
   flow::create_flow(node, requests);
-
-  flow::FlowSpec replies = spec(names.replies, flow::FlowType::shuffle, reply_schema(o.value_bytes));
-  replies.sources = {leader_source};
-  for (int r : view.followers) {
-    if (nopaxos) replies.sources.push_back({r, 0});
-  }
-  for (const flow::SourceRef& c : clients) replies.targets.push_back({c.rank, c.thread});
-  replies.options.segments = window_segments;
-  replies.options.segment_bytes = segment_for(o.window, reply_bytes(o.value_bytes));
-  replies.options.stall_timeout = o.timeout;
-  flow::create_flow(node, replies);
 
   // The leader -> followers replicate flow (accept) and the followers -> leader shuffle
   // (accepted). Multi-Paxos: its rounds and the followers' answers. NOPaxos: gap agreement — the

@@ -7,16 +7,19 @@
 // records (decide_view): the members are the replicas that published, the leader the member
 // with the longest log (ties: the lowest rank). The leader creates the view's flows and publishes
 // the view record; the others wait for it (wait_view_open), or for the leader's death, which
-// sends everyone on to the following view.
+// sends everyone on to the following view. Clients join a view when they next send: each creates
+// its own replies flow of the view then (create_reply_flow), so a view change waits for none.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dfi/apps/kv/service.hpp"
+#include "dfi/flow/spec.hpp"
 
 namespace dfi::cluster {
 class Node;
@@ -55,8 +58,19 @@ bool view_broken(cluster::Node& node, const View& view);
 // from a failure that a new view does not mend (a client died).
 bool view_breaks_within(cluster::Node& node, const View& view, std::chrono::milliseconds limit);
 
-// The leader of `view`: creates its four flows, then publishes the view record.
+// The leader of `view`: creates its flows (requests, accept, accepted), then publishes the view
+// record.
 void open_view(cluster::Node& node, const ServiceOptions& options, const View& view);
+
+// Client `client` (its index `index`) joining `view`: creates its own replies flow of the view,
+// `<service>.v<view>.replies.<index>`, from the view's repliers (the leader; NOPaxos: every
+// member, the leader first, so source 0 is the leader) to the client. The client creates it, and
+// opens its target, before it sends anything in the view; a replica opens its source when it
+// first answers the client (ReplyFlows, replies.hpp). So a view needs nothing from a client that
+// does not send in it: no replica waits for an idle client, and one that never comes back costs
+// no flow.
+void create_reply_flow(cluster::Node& node, const ServiceOptions& options, const View& view,
+                       const flow::SourceRef& client, std::size_t index);
 
 // Waits for the view record of `view` (its flows exist then). False when the leader died first.
 // Throws dfi::Error(timeout) after options.timeout.

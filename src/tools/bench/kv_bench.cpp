@@ -16,7 +16,9 @@
 // the middle of the run — the leader or a follower — with the registry served by the launcher
 // (so rank 0 may die). Reports the longest time any client went without a completion (the
 // failover time as clients see it: detection, the view change and the resent requests) and
-// checks that the survivors agree.
+// checks that the survivors agree. `gateways`: client threads per client rank of which all but
+// one are idle (BenchOptions::idle_threads, the unused gateways of `dfi kv serve`: issue 29),
+// each count its own series.
 //
 // Scenario kv-jepsen: many short Multi-Paxos runs (NOPaxos with protocol=nopaxos) with randomized
 // loads (window, keys, read and delete ratios) and randomized faults (none, the leader killed, a follower killed, and with 5
@@ -70,6 +72,7 @@ struct KvLoad {
   std::uint64_t value_bytes = apps::kv::kDefaultValueBytes;  // width of every value
   std::string sequencer = "stamp";  // NOPaxos: stamp (the leader) or counter (the clients)
   std::uint64_t batch = 1;          // a client refills once this many places are free (BenchOptions::batch)
+  int idle_threads = 0;             // of `threads`, per client rank: idle clients (BenchOptions::idle_threads)
 };
 
 // The load of the kv and kv-etcd scenarios: the rest at its defaults. (A function, not a brace
@@ -141,7 +144,7 @@ json run_dfi_kv(RunContext& context, const std::string& scenario, const std::str
                 {"window", load.window},  {"keys", load.keys},      {"seconds", load.seconds},
                 {"reads", load.reads},    {"deletes", load.deletes}, {"rate", load.rate},
                 {"zipf", load.zipf},      {"value_bytes", load.value_bytes}, {"sequencer", load.sequencer},
-                {"batch", std::min(load.batch, load.window)}};
+                {"batch", std::min(load.batch, load.window)}, {"idle_threads", load.idle_threads}};
   if (!load.history_dir.empty()) job.params["history"] = load.history_dir;
   if (!kills.empty()) {
     json list = json::array();
@@ -261,6 +264,7 @@ int run_kv_rank_part(const json& params, std::ostream& out, std::ostream& err) {
   options.delete_ratio = params.value("deletes", 0.0);
   options.rate = params.value("rate", 0.0);
   options.batch = params.value("batch", std::size_t{1});
+  options.idle_threads = params.value("idle_threads", 0);
   options.zipf = params.value("zipf", 0.0);
   options.history_dir = params.value("history", std::string());
   if (params.contains("gap_timeout_ms")) options.service.gap_timeout = std::chrono::milliseconds(params.at("gap_timeout_ms").get<long>());
@@ -544,6 +548,9 @@ class KvFailoverScenario : public Scenario {
         {"seconds", 2.5, 4.0, "run length of every client"},
         {"kill_after_s", 1.0, 1.5, "when the replica is killed, after the service served every client"},
         {"victims", json::array({"leader", "follower"}), json::array({"leader", "follower"}), "which replica is killed"},
+        {"gateways", json::array({0}), json::array({0}),
+         "per entry a series: 0 = `threads` sending clients per client rank; N > 0 = N client threads per client rank, "
+         "one sending and N-1 idle (unused gateways of dfi kv serve)"},
         {"timeout_s", 120, 300, "bound of each cluster run"},
     };
   }
@@ -561,6 +568,7 @@ class KvFailoverScenario : public Scenario {
     const std::uint64_t value_bytes = context.param("value_bytes");
     const double kill_after = context.param("kill_after_s");
     const std::vector<std::string> victims = context.param("victims");
+    const std::vector<int> gateway_counts = context.param("gateways");
     const auto timeout = std::chrono::seconds(context.param("timeout_s").get<long>());
     result.set_parameters(context.resolved_parameters());
     result.add_baseline("no-failure", baselines()[0].description);
@@ -569,42 +577,61 @@ class KvFailoverScenario : public Scenario {
                                {"killed replica", "", "category"}, {"longest wait", "ms", "linear"}, Better::lower);
     Panel& tput = result.panel("throughput", "Throughput of the run", {"killed replica", "", "category"},
                                {"throughput", "k req/s", "linear"}, Better::higher);
+    // A series per entry of `gateways`: "paxos" (0: every client sends), "paxos-<N>gw".
+    const auto series_of = [](int gateways) {
+      return gateways == 0 ? std::string("paxos") : "paxos-" + std::to_string(gateways) + "gw";
+    };
     for (Panel* p : {&wait, &tput}) {
-      p->series("paxos", Role::dfi, "Multi-Paxos, " + std::to_string(replicas) + " replicas, one killed");
+      for (int g : gateway_counts) {
+        p->series(series_of(g), Role::dfi,
+                  "Multi-Paxos, " + std::to_string(replicas) + " replicas, one killed" +
+                      (g == 0 ? std::string()
+                              : ", " + std::to_string(g) + " gateway(s) per client rank, " + std::to_string(g - 1) +
+                                    " idle"));
+      }
       p->series("no-failure", Role::baseline, "Multi-Paxos, no replica killed");
     }
-    tput.compare("paxos", "no-failure");
-    const KvLoad load = make_load(threads, window, keys, seconds, timeout, value_bytes);
+    tput.compare(series_of(gateway_counts.front()), "no-failure");
     for (int rep = 1; rep <= context.repeat; ++rep) {
       for (const std::string& victim : victims) {
-        if (victim != "leader" && victim != "follower") {
-          throw Error(Errc::invalid_argument, "bench kv-failover: victim '" + victim + "' (leader or follower)");
-        }
-        const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) + ", " +
-                                  victim + " killed";
-        auto killed = [&] {
-          context.say(round);
-          std::string command;
-          const KvKill kill{victim == "leader" ? 0 : replicas - 1, kill_after, 0};
-          const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, {kill});
-          if (r.at("view").get<std::uint64_t>() == 0) {
-            throw Error(Errc::protocol, "bench kv-failover: the run ended in view 0 although a replica was killed");
+        for (int gateways : gateway_counts) {
+          KvLoad load = make_load(gateways == 0 ? threads : gateways, window, keys, seconds, timeout, value_bytes);
+          load.idle_threads = gateways == 0 ? 0 : gateways - 1;
+          const std::string series = series_of(gateways);
+          if (victim != "leader" && victim != "follower") {
+            throw Error(Errc::invalid_argument, "bench kv-failover: victim '" + victim + "' (leader or follower)");
           }
-          const double ms = r.at("longest_wait_us").get<double>() / 1000.0;
-          context.say(round + ": longest wait " + std::to_string(ms) + " ms, view " + r.at("view").dump());
-          wait.add("paxos", victim, ms);
-          tput.add("paxos", victim, r.at("requests_per_second").get<double>() / 1000.0);
-          for (Panel* p : {&wait, &tput}) p->add_command("paxos", command);
-        };
-        auto calm = [&] {
-          context.say(round + " (baseline: none killed)");
-          std::string command;
-          const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command);
-          wait.add("no-failure", victim, r.at("longest_wait_us").get<double>() / 1000.0);
-          tput.add("no-failure", victim, r.at("requests_per_second").get<double>() / 1000.0);
-          for (Panel* p : {&wait, &tput}) p->add_command("no-failure", command);
-        };
-        run_alternating(rep, killed, calm);
+          const std::string round = "repetition " + std::to_string(rep) + "/" + std::to_string(context.repeat) + ", " +
+                                    victim + " killed, " + series;
+          auto killed = [&] {
+            context.say(round);
+            std::string command;
+            const KvKill kill{victim == "leader" ? 0 : replicas - 1, kill_after, 0};
+            const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command, {kill});
+            if (r.at("view").get<std::uint64_t>() == 0) {
+              throw Error(Errc::protocol, "bench kv-failover: the run ended in view 0 although a replica was killed");
+            }
+            const double ms = r.at("longest_wait_us").get<double>() / 1000.0;
+            context.say(round + ": longest wait " + std::to_string(ms) + " ms, view " + r.at("view").dump());
+            wait.add(series, victim, ms);
+            tput.add(series, victim, r.at("requests_per_second").get<double>() / 1000.0);
+            for (Panel* p : {&wait, &tput}) p->add_command(series, command);
+          };
+          auto calm = [&] {
+            context.say(round + " (baseline: none killed)");
+            std::string command;
+            const json r = run_dfi_kv(context, name(), "paxos", replicas, load, command);
+            wait.add("no-failure", victim, r.at("longest_wait_us").get<double>() / 1000.0);
+            tput.add("no-failure", victim, r.at("requests_per_second").get<double>() / 1000.0);
+            for (Panel* p : {&wait, &tput}) p->add_command("no-failure", command);
+          };
+          // The baseline once per repetition and victim (with the first series' clients).
+          if (gateways == gateway_counts.front()) {
+            run_alternating(rep, killed, calm);
+          } else {
+            killed();
+          }
+        }
       }
     }
   }

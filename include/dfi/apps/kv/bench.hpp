@@ -3,9 +3,9 @@
 //
 // Roles by rank: ranks 0 .. replicas-1 run the replicas (rank 0 leads and creates the service's
 // flows); every other rank runs `client_threads` clients, each on its own worker, each keeping
-// `window` requests outstanding. A request is a get with probability read_ratio, else a put (or,
-// with probability delete_ratio among the writes, a delete) of a key drawn from 0 .. keys-1,
-// uniformly or Zipf-distributed (`zipf`, YCSB's skew is 0.99). Every put writes a value no other put writes (its first 8 bytes are a unique id, the
+// `window` requests outstanding (but the `idle_threads` last of them, which send nothing). A
+// request is a get with probability read_ratio, else a put (or, with probability delete_ratio
+// among the writes, a delete) of a key drawn from 0 .. keys-1, uniformly or Zipf-distributed (`zipf`, YCSB's skew is 0.99). Every put writes a value no other put writes (its first 8 bytes are a unique id, the
 // rest a pattern derived from it), so a history names exactly which write a get saw, and a get
 // that returns a torn or unknown value is caught at once.
 //
@@ -44,6 +44,11 @@ struct BenchOptions {
   // NOPaxos one sequence number, one copy to every replica, one answer from each). 1 ..window;
   // 1 refills every place as soon as it is free.
   std::size_t batch = 1;
+  // The last `idle_threads` client threads of every client rank open their client and then send
+  // nothing until the rank's other threads finished, then close: gateways that nobody uses (`dfi
+  // kv serve` with more sockets than users). A view change must not wait for them. 0 ..
+  // client_threads-1 (every client rank keeps one thread that sends).
+  int idle_threads = 0;
   std::string history_dir;        // non-empty: journal the clients' histories there
   std::uint64_t seed = 1;
   bool progress = true;           // the first client rank prints a line per second

@@ -1,6 +1,7 @@
 // apps::kv::Client — one client thread of the replicated key-value store (service.hpp).
 //
-// Owns the thread's source in <name>.requests and its target in <name>.replies. Requests may be
+// Owns the thread's source in <name>.v<view>.requests and its own replies flow of the view,
+// <name>.v<view>.replies.<index> (it creates it as it joins a view, service.hpp). Requests may be
 // pipelined: submit() up to ServiceOptions::window of them, then take their completions with
 // poll(); the synchronous calls do both for one request.
 //
@@ -17,7 +18,8 @@
 //
 // Multi-Paxos: when a replica dies, the client follows the service into its next view (it learns
 // the view from the registry, see service.hpp) and sends every request not yet answered again;
-// the calls that noticed return normally. NOPaxos: a request whose copy the leader did not
+// the calls that noticed return normally. A client that was idle meanwhile follows when it next
+// submits or closes (the service never waits for it). NOPaxos: a request whose copy the leader did not
 // answer within ServiceOptions::retry_timeout is sent again with the same number as a new copy
 // (its slot may have become a NO-OP in gap agreement; a copy the leader answered is never made
 // one). It completes with the leader's reply and replicas/2 followers' to one copy; answers to
@@ -26,7 +28,8 @@
 // only once request s - window left its place.
 // Errors of every call name the service, the flow and the
 // peer: peer_failed (fewer than a majority of the replicas left; NOPaxos and unreplicated: a
-// replica died), timeout (no reply within ServiceOptions::timeout), invalid_argument (window
+// replica died), timeout (no reply within ServiceOptions::timeout: the message names that wait,
+// the flow and the view), invalid_argument (window
 // full, bad op, a value wider than the service's), protocol (a reply to no outstanding request).
 // Nothing on the request path allocates (get() into a std::string: once it has the capacity); a
 // view change does.

@@ -6,13 +6,18 @@
 // service starts: a tuple is its header struct below (Request, Reply, Accept) followed at once by
 // value_bytes bytes of value (value_of). create_service publishes the width; every replica and
 // client checks its own against it before it opens a flow (a mismatch is invalid_argument naming
-// both widths and the rank that created the service). Every view v of the service has four flows
-// of its own, the first created by create_service:
+// both widths and the rank that created the service). Every view v of the service has flows of
+// its own, the first view's created by create_service:
 //
-//   <name>.v<v>.requests   shuffle  every client thread -> the leader          (Request)
-//   <name>.v<v>.accept     replicate the leader -> every follower   (Accept; NOPaxos: gap agreement)
-//   <name>.v<v>.accepted   shuffle  every follower -> the leader    (Accepted; NOPaxos: gap agreement)
-//   <name>.v<v>.replies    shuffle  the leader -> client thread i, by its index (Reply)
+//   <name>.v<v>.requests     shuffle  every client thread -> the leader          (Request)
+//   <name>.v<v>.accept       replicate the leader -> every follower   (Accept; NOPaxos: gap agreement)
+//   <name>.v<v>.accepted     shuffle  every follower -> the leader    (Accepted; NOPaxos: gap agreement)
+//   <name>.v<v>.replies.<i>  shuffle  the leader -> client i (its index); NOPaxos: every replica (Reply)
+//
+// A client creates its own replies flow of a view, and opens its target, as it joins the view
+// (before it sends there); a replica opens its source when it first answers the client. So a view
+// change waits for no client: one that is idle joins the new view when it next sends (or closes),
+// and one that never comes back costs nothing.
 //
 // Protocols:
 //   unreplicated  the leader executes each request and replies: the baseline of the benchmark.
@@ -214,7 +219,7 @@ flow::Schema accept_schema(std::size_t value_bytes = kDefaultValueBytes);
 flow::Schema accepted_schema();
 
 struct ServiceOptions {
-  std::string name = "kv";        // flows "<name>.requests" ...; a name per run
+  std::string name = "kv";        // flows "<name>.v<view>.requests" ...; a name per run
   Protocol protocol = Protocol::paxos;
   // Width of every value (put, get), a multiple of 8 in kMinValueBytes .. kMaxValueBytes. Every
   // replica and client of a service must use the same (checked when they start).
