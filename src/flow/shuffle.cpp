@@ -183,14 +183,7 @@ Status ShuffleSource::route_chunk(const std::byte* rows, std::size_t count) {
   if (routing_ == Routing::key_hash) {
     // No dependence between iterations: the multiplies of successive keys overlap (eight keys
     // at a time with AVX-512).
-    const std::size_t n = target_count_;
-    if (key_bytes_ == 8) {
-      route_rows_(rows, width, key_offset_, count, n, out);
-    } else {
-      const std::byte* key = rows + key_offset_;
-      for (std::size_t i = 0; i < count; ++i, key += width)
-        out[i] = static_cast<std::uint32_t>(kernels::route(kernels::load_key(key, key_bytes_), n));
-    }
+    kernels::route_keys(route_rows_, rows, width, key_offset_, key_bytes_, count, target_count_, out);
     return {};
   }
   for (std::size_t i = 0; i < count; ++i) {

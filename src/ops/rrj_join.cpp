@@ -127,14 +127,8 @@ class ChunkRouter {
   ChunkRouter(const kernels::JoinTable::Layout& layout, std::size_t partitions)
       : layout_(layout), partitions_(partitions), route_rows_(kernels::route_rows_kernel()) {}
   void route(const std::byte* tuples, std::size_t count, std::uint32_t* out) const {
-    if (layout_.key_bytes == 8) {
-      route_rows_(tuples, layout_.tuple_bytes, layout_.key_offset, count, partitions_, out);
-      return;
-    }
-    const std::byte* key = tuples + layout_.key_offset;
-    for (std::size_t i = 0; i < count; ++i, key += layout_.tuple_bytes) {
-      out[i] = static_cast<std::uint32_t>(kernels::route(kernels::load_key(key, layout_.key_bytes), partitions_));
-    }
+    kernels::route_keys(route_rows_, tuples, layout_.tuple_bytes, layout_.key_offset, layout_.key_bytes, count,
+                        partitions_, out);
   }
 
  private:

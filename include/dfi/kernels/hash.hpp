@@ -83,6 +83,18 @@ inline std::uint64_t load_key(const std::byte* key, std::size_t bytes) noexcept 
   return word;
 }
 
+// RouteRows for a key column of any width `key_bytes`: `route_rows` (route_rows_kernel(), kept
+// by the caller) for 8-byte keys, else one row at a time through load_key. The one place a
+// chunk of rows is routed by key (partitioned push_batch, the RRJ join's partitioning).
+inline void route_keys(RouteRows route_rows, const std::byte* rows, std::size_t width, std::size_t key_offset,
+                       std::size_t key_bytes, std::size_t count, std::size_t targets, std::uint32_t* out) noexcept {
+  if (key_bytes == 8) return route_rows(rows, width, key_offset, count, targets, out);
+  const std::byte* key = rows + key_offset;
+  for (std::size_t i = 0; i < count; ++i, key += width) {
+    out[i] = static_cast<std::uint32_t>(route(load_key(key, key_bytes), targets));
+  }
+}
+
 // The 64-bit fold of a whole tuple (its bytes read as little-endian words, a short tail
 // zero-extended), chained through mix64: the per-tuple half of the join checksum.
 inline std::uint64_t fold_tuple(const std::byte* tuple, std::size_t bytes) noexcept {
